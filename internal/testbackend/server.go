@@ -1,0 +1,166 @@
+package testbackend
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gorilla/websocket"
+)
+
+// Server is one running backend.
+type Server struct {
+	// ID is what the backend answers to "whoami".
+	ID string
+
+	ln   net.Listener
+	srv  *http.Server
+	up   websocket.Upgrader
+	log  *slog.Logger
+	mu   sync.Mutex
+	ws   map[*websocket.Conn]struct{}
+	done chan struct{}
+}
+
+// Start listens on a free loopback port and serves until Close.
+func Start(id string) (*Server, error) {
+	return Listen(id, "127.0.0.1:0", nil)
+}
+
+// Listen serves on addr until Close. A nil logger discards logs.
+func Listen(id, addr string, log *slog.Logger) (*Server, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("testbackend %s: listen %s: %w", id, addr, err)
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	s := &Server{
+		ID:   id,
+		ln:   ln,
+		log:  log,
+		ws:   map[*websocket.Conn]struct{}{},
+		done: make(chan struct{}),
+		// Small buffers: the benchmark holds thousands of idle connections.
+		up: websocket.Upgrader{
+			ReadBufferSize:  1024,
+			WriteBufferSize: 1024,
+			CheckOrigin:     func(*http.Request) bool { return true },
+		},
+	}
+	s.srv = &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		defer close(s.done)
+		if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("serve", "err", err)
+		}
+	}()
+	return s, nil
+}
+
+// Addr returns the host:port the backend listens on.
+func (s *Server) Addr() string { return s.ln.Addr().String() }
+
+// Close stops the listener and closes every open WebSocket.
+func (s *Server) Close() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_ = s.srv.Shutdown(ctx)
+	s.mu.Lock()
+	for c := range s.ws {
+		_ = c.Close()
+	}
+	s.mu.Unlock()
+	<-s.done
+}
+
+// Conns returns the number of open WebSocket connections.
+func (s *Server) Conns() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.ws)
+}
+
+// headers is the JSON answer to "headers" and /headers.
+func headers(r *http.Request) []byte {
+	h := map[string][]string{}
+	for k, v := range r.Header {
+		h[k] = v
+	}
+	h["Host"] = []string{r.Host}
+	h["RemoteAddr"] = []string{r.RemoteAddr}
+	b, _ := json.Marshal(h)
+	return b
+}
+
+// ServeHTTP answers plain HTTP and upgrades WebSocket requests.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !websocket.IsWebSocketUpgrade(r) {
+		switch r.URL.Path {
+		case "/whoami":
+			_, _ = w.Write([]byte(s.ID))
+		case "/headers":
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = w.Write(headers(r))
+		case "/status":
+			// /status?code=403 answers that status: lets tests see non-101 relaying.
+			code, _ := strconv.Atoi(r.URL.Query().Get("code"))
+			if code < 200 || code > 599 {
+				code = http.StatusOK
+			}
+			w.WriteHeader(code)
+			_, _ = w.Write([]byte(s.ID))
+		default:
+			_, _ = fmt.Fprintf(w, "%s %s\n", s.ID, r.URL.Path)
+		}
+		return
+	}
+	if strings.HasPrefix(r.URL.Path, "/reject") {
+		// A WebSocket request the application refuses before upgrading.
+		http.Error(w, "rejected by "+s.ID, http.StatusForbidden)
+		return
+	}
+	c, err := s.up.Upgrade(w, r, nil)
+	if err != nil {
+		return
+	}
+	s.mu.Lock()
+	s.ws[c] = struct{}{}
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.ws, c)
+		s.mu.Unlock()
+		_ = c.Close()
+	}()
+	hdr := headers(r)
+	for {
+		mt, msg, err := c.ReadMessage()
+		if err != nil {
+			return
+		}
+		switch {
+		case mt == websocket.TextMessage && string(msg) == "whoami":
+			msg = []byte(s.ID)
+		case mt == websocket.TextMessage && string(msg) == "headers":
+			msg = hdr
+		case mt == websocket.TextMessage && strings.HasPrefix(string(msg), "close:"):
+			// "close:CODE" makes the backend end the connection with that code.
+			code, _ := strconv.Atoi(strings.TrimPrefix(string(msg), "close:"))
+			_ = c.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(code, s.ID), time.Now().Add(time.Second))
+			continue
+		}
+		if err := c.WriteMessage(mt, msg); err != nil {
+			return
+		}
+	}
+}
