@@ -1,0 +1,186 @@
+package balance
+
+import (
+	"math"
+	"net/netip"
+	"sync"
+	"time"
+)
+
+// limiterShards spreads client addresses over independently locked maps so
+// that admission from many clients does not serialise on one mutex.
+const limiterShards = 64
+
+// minSweep is the map size below which a shard is never swept.
+const minSweep = 64
+
+// LimiterOptions configure a Limiter. Zero values disable each limit.
+type LimiterOptions struct {
+	MaxConnsPerIP int     // concurrent connections per client IP
+	Rate          float64 // new connections per second per client IP
+	Burst         int     // token-bucket burst; 0 means max(1, ceil(Rate))
+	// IPv6PrefixLen groups IPv6 clients by prefix, since one subscriber
+	// commonly holds a whole /64 and could otherwise dodge per-IP limits by
+	// changing addresses. 0 means 64; 128 limits each address on its own.
+	IPv6PrefixLen int
+	Now           func() time.Time // defaults to time.Now
+}
+
+// Limiter enforces per-client-IP concurrent connection caps and
+// new-connection rates (a token bucket per client). State is kept only for
+// clients that hold connections or whose bucket is not yet full again, so
+// memory follows the current load, not the number of clients ever seen.
+// A nil *Limiter admits everything. Methods are safe for concurrent use.
+type Limiter struct {
+	maxConns int
+	rate     float64
+	burst    float64
+	v6bits   int
+	now      func() time.Time
+	shards   [limiterShards]limiterShard
+}
+
+type limiterShard struct {
+	mu      sync.Mutex
+	m       map[netip.Addr]clientState
+	sweepAt int // sweep idle entries when len(m) reaches this
+}
+
+// clientState is one client's connections and token bucket.
+type clientState struct {
+	conns  int
+	tokens float64
+	last   int64 // unix nanoseconds of the last refill
+}
+
+// NewLimiter returns a Limiter. Negative or NaN limits are treated as zero
+// (disabled).
+func NewLimiter(opts LimiterOptions) *Limiter {
+	l := &Limiter{maxConns: max(opts.MaxConnsPerIP, 0), now: opts.Now, v6bits: opts.IPv6PrefixLen}
+	if opts.Rate > 0 && !math.IsInf(opts.Rate, 1) {
+		l.rate = opts.Rate
+		l.burst = float64(opts.Burst)
+		if opts.Burst <= 0 {
+			l.burst = max(1, math.Ceil(opts.Rate))
+		}
+	}
+	if l.v6bits <= 0 || l.v6bits > 128 {
+		l.v6bits = 64
+	}
+	if l.now == nil {
+		l.now = time.Now
+	}
+	for i := range l.shards {
+		l.shards[i].m = map[netip.Addr]clientState{}
+		l.shards[i].sweepAt = minSweep
+	}
+	return l
+}
+
+// Admit decides whether a new connection from ip may proceed. When ok is
+// false, retryAfter says when to try again (0 when the reason is a
+// concurrency limit; otherwise the time until the next token, rounded up to
+// whole seconds, at least 1s, fit for a Retry-After header). When ok is true
+// the caller must call Done(ip) later.
+func (l *Limiter) Admit(ip netip.Addr) (ok bool, retryAfter time.Duration) {
+	if l == nil || (l.maxConns == 0 && l.rate == 0) {
+		return true, 0
+	}
+	key := l.key(ip)
+	sh := &l.shards[hashAddr(key)%limiterShards]
+	now := l.now().UnixNano()
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	st, found := sh.m[key]
+	if !found {
+		if len(sh.m) >= sh.sweepAt {
+			l.sweep(sh, now)
+		}
+		st = clientState{tokens: l.burst, last: now}
+	}
+	if l.maxConns > 0 && st.conns >= l.maxConns {
+		return false, 0
+	}
+	if l.rate > 0 {
+		l.refill(&st, now)
+		if st.tokens < 1 {
+			sh.m[key] = st
+			wait := math.Ceil((1 - st.tokens) / l.rate)
+			return false, time.Duration(max(wait, 1)) * time.Second
+		}
+		st.tokens--
+	}
+	if l.maxConns > 0 {
+		st.conns++
+	}
+	sh.m[key] = st
+	return true, 0
+}
+
+// Done releases one connection of ip admitted earlier.
+func (l *Limiter) Done(ip netip.Addr) {
+	if l == nil || l.maxConns == 0 {
+		return
+	}
+	key := l.key(ip)
+	sh := &l.shards[hashAddr(key)%limiterShards]
+	now := l.now().UnixNano()
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	st, found := sh.m[key]
+	if !found {
+		return
+	}
+	if st.conns > 0 {
+		st.conns--
+	}
+	if l.idle(&st, now) {
+		delete(sh.m, key)
+		return
+	}
+	sh.m[key] = st
+}
+
+// key normalises ip: IPv4-mapped addresses count as IPv4, zones are
+// dropped, and IPv6 is grouped by prefix.
+func (l *Limiter) key(ip netip.Addr) netip.Addr {
+	ip = ip.Unmap().WithZone("")
+	if ip.Is6() && l.v6bits < 128 {
+		if p, err := ip.Prefix(l.v6bits); err == nil {
+			return p.Addr()
+		}
+	}
+	return ip
+}
+
+func (l *Limiter) refill(st *clientState, now int64) {
+	if l.rate == 0 {
+		return
+	}
+	if d := now - st.last; d > 0 {
+		st.tokens = min(l.burst, st.tokens+float64(d)/float64(time.Second)*l.rate)
+		st.last = now
+	}
+}
+
+// idle reports whether st holds nothing worth remembering: no connections
+// and a full bucket (a fresh entry would be identical).
+func (l *Limiter) idle(st *clientState, now int64) bool {
+	if st.conns > 0 {
+		return false
+	}
+	l.refill(st, now)
+	return l.rate == 0 || st.tokens >= l.burst
+}
+
+// sweep drops idle entries of sh, which the caller holds locked. It runs
+// when the map has doubled since the last sweep, so its cost is amortised
+// over the inserts that grew the map.
+func (l *Limiter) sweep(sh *limiterShard, now int64) {
+	for k, st := range sh.m {
+		if l.idle(&st, now) {
+			delete(sh.m, k)
+		}
+	}
+	sh.sweepAt = max(2*len(sh.m), minSweep)
+}

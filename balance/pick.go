@@ -1,0 +1,210 @@
+package balance
+
+import (
+	"math"
+	"math/bits"
+	"net/netip"
+)
+
+// Pick chooses a backend for one connection. It loads the snapshot once,
+// takes no lock and does not allocate. It skips backends that are not
+// Available or are listed in req.Tried, and returns ErrNoBackend when none
+// is left. Pick does not count the connection: the caller calls
+// TryAcquire (or Acquire) on the result and Release when done.
+//
+// The order of choice:
+//  1. Mode Cookie: the backend named by req.Cookie, if the value is exactly
+//     one the pool issued under one of its keys and the backend is usable.
+//     SetCookie is set when the value came from an older key, when the
+//     client sent none or an unknown one, and when its backend is gone.
+//  2. Mode ClientIP: weighted rendezvous hashing of req.ClientIP with
+//     bounded load (see PoolOptions.BoundedLoad).
+//  3. Otherwise, and as the fallback for both: power-of-two-choices
+//     least-connections, comparing (Active+1)/Weight.
+func (p *Pool) Pick(req *Request) (Result, error) {
+	var empty Request
+	if req == nil {
+		req = &empty
+	}
+	s := p.snap.Load()
+	switch p.mode {
+	case Cookie:
+		if len(req.Cookie) == cookieLen {
+			if e, ok := s.byCookie[req.Cookie]; ok && usable(e.b, req.Tried) {
+				return Result{Backend: e.b, SetCookie: !e.primary}, nil
+			}
+		}
+		if b := p.leastConn(s, req.Tried); b != nil {
+			return Result{Backend: b, SetCookie: true}, nil
+		}
+		return Result{}, ErrNoBackend
+	case ClientIP:
+		if req.ClientIP.IsValid() {
+			if b := p.rendezvous(s, req.ClientIP, req.Tried); b != nil {
+				return Result{Backend: b}, nil
+			}
+			return Result{}, ErrNoBackend
+		}
+	}
+	if b := p.leastConn(s, req.Tried); b != nil {
+		return Result{Backend: b}, nil
+	}
+	return Result{}, ErrNoBackend
+}
+
+// Request describes the connection being placed.
+type Request struct {
+	Cookie   string     // value of the sticky cookie sent by the client, or ""
+	ClientIP netip.Addr // the client as decided by the proxy
+	Tried    []*Backend // backends already tried for this connection (retries)
+}
+
+// Result is the outcome of Pick.
+type Result struct {
+	Backend *Backend
+	// SetCookie is true when the client must be (re)issued Backend.CookieValue().
+	SetCookie bool
+}
+
+// leastConn is power-of-two-choices (Mitzenmacher): two distinct usable
+// backends drawn uniformly at random, the less loaded one wins. Unlike a
+// full least-connections scan it does not send a burst of new connections
+// to the one backend that happens to be lowest, and it needs no lock.
+func (p *Pool) leastConn(s *Snapshot, tried []*Backend) *Backend {
+	n := 0
+	var last *Backend
+	for _, b := range s.Backends {
+		if usable(b, tried) {
+			n++
+			last = b
+		}
+	}
+	switch n {
+	case 0:
+		return nil
+	case 1:
+		return last
+	}
+	i := uniform(p.rand(), n)
+	j := uniform(p.rand(), n-1)
+	if j >= i {
+		j++
+	}
+	var a, c *Backend
+	k := 0
+	for _, b := range s.Backends {
+		if !usable(b, tried) {
+			continue
+		}
+		if k == i {
+			a = b
+		}
+		if k == j {
+			c = b
+		}
+		k++
+	}
+	// Availability can change between the two scans; take what was found.
+	switch {
+	case a == nil && c == nil:
+		return last
+	case a == nil:
+		return c
+	case c == nil:
+		return a
+	}
+	if lessLoaded(c, a) {
+		return c
+	}
+	return a
+}
+
+// uniform maps r onto [0, n) without modulo bias worth speaking of (Lemire's
+// multiply-shift).
+func uniform(r uint64, n int) int {
+	hi, _ := bits.Mul64(r, uint64(n))
+	return int(hi)
+}
+
+// lessLoaded reports whether x would be less loaded than y after taking one
+// more connection, relative to weight: (x.Active+1)/x.Weight <
+// (y.Active+1)/y.Weight, compared exactly by cross-multiplying. Counting the
+// new connection makes weights matter even when both backends are idle.
+func lessLoaded(x, y *Backend) bool {
+	return (x.Active()+1)*y.weight.Load() < (y.Active()+1)*x.weight.Load()
+}
+
+// rendezvous is weighted rendezvous (highest random weight) hashing with
+// bounded load. Every usable backend gets a score from a deterministic hash
+// of (backend ID, client address); the highest score wins. Adding a backend
+// moves only the clients for which the new one scores highest (about
+// 1/(N+1) of them) and moves them only to it; removing one moves only its
+// own clients.
+//
+// Bounded load: a backend whose Active() has reached
+// ceil(BoundedLoad * (total+1) * weight / totalWeight) is skipped in favour
+// of the next in score order, so a hot client range cannot pile onto one
+// backend. The winner is found in one scan (the highest-scoring backend
+// under its bound), without sorting; one exists since the bounds sum to more
+// than the total.
+func (p *Pool) rendezvous(s *Snapshot, ip netip.Addr, tried []*Backend) *Backend {
+	var total, wsum, w0 int64
+	n := 0
+	sameWeight := true
+	for _, b := range s.Backends {
+		if !usable(b, tried) {
+			continue
+		}
+		w := b.weight.Load()
+		if n == 0 {
+			w0 = w
+		} else if w != w0 {
+			sameWeight = false
+		}
+		n++
+		total += b.Active()
+		wsum += w
+	}
+	if n == 0 {
+		return nil
+	}
+	perWeight := math.Inf(1)
+	if !math.IsInf(p.boundedLoad, 1) && n > 1 {
+		perWeight = p.boundedLoad * float64(total+1) / float64(wsum)
+	}
+	ipHash := hashAddr(ip)
+	var best, bestAny *Backend
+	bestScore, bestAnyScore := math.Inf(-1), math.Inf(-1)
+	for _, b := range s.Backends {
+		if !usable(b, tried) {
+			continue
+		}
+		w := b.weight.Load()
+		h := splitmix64(b.idHash ^ ipHash)
+		var score float64
+		if sameWeight {
+			// Equal weights: compare the hash itself (exactly, with no
+			// floating point that could differ between platforms).
+			score = float64(h >> 11)
+		} else {
+			// -ln(u)/w is exponential with rate w; the smallest wins with
+			// probability w/sum(w). Maximise its inverse.
+			u := (float64(h>>11) + 0.5) / (1 << 53)
+			score = float64(w) / -math.Log(u)
+		}
+		if score > bestAnyScore {
+			bestAny, bestAnyScore = b, score
+		}
+		if float64(b.Active()) >= math.Ceil(perWeight*float64(w)) {
+			continue
+		}
+		if score > bestScore {
+			best, bestScore = b, score
+		}
+	}
+	if best == nil {
+		// Counters moved under us between the scans; stay deterministic.
+		return bestAny
+	}
+	return best
+}

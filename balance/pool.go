@@ -1,0 +1,357 @@
+package balance
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Mode is how a pool chooses a backend for a new connection.
+type Mode int
+
+const (
+	// LeastConn is power-of-two-choices over active connections, weighted.
+	LeastConn Mode = iota
+	// Cookie issues a sticky cookie naming the backend; falls back to LeastConn.
+	Cookie
+	// ClientIP is rendezvous hashing of the client address with bounded load.
+	ClientIP
+)
+
+// String returns the configuration spelling of m ("least_conn", "cookie",
+// "client_ip").
+func (m Mode) String() string {
+	switch m {
+	case LeastConn:
+		return "least_conn"
+	case Cookie:
+		return "cookie"
+	case ClientIP:
+		return "client_ip"
+	}
+	return fmt.Sprintf("Mode(%d)", int(m))
+}
+
+// ParseMode is the inverse of Mode.String; "" means LeastConn.
+func ParseMode(s string) (Mode, error) {
+	switch s {
+	case "", "least_conn":
+		return LeastConn, nil
+	case "cookie":
+		return Cookie, nil
+	case "client_ip":
+		return ClientIP, nil
+	}
+	return 0, fmt.Errorf("balance: mode %q: want least_conn, cookie or client_ip", s)
+}
+
+// ErrNoBackend is returned by Pick when no backend is available.
+var ErrNoBackend = errors.New("balance: no available backend")
+
+// ErrInvalidMember is wrapped by the errors Update returns for a bad member
+// list; the pool then keeps its previous membership.
+var ErrInvalidMember = errors.New("invalid member")
+
+// MaxWeight is the largest weight a Member may have. It keeps the weighted
+// comparisons of Pick in exact integer arithmetic.
+const MaxWeight = 1_000_000
+
+// MinCookieKeyLen is the shortest accepted cookie key, in bytes.
+const MinCookieKeyLen = 16
+
+// DefaultBoundedLoad is the ClientIP load factor used when
+// PoolOptions.BoundedLoad is zero.
+const DefaultBoundedLoad = 1.25
+
+// DefaultEjectCooldown is used when EjectOptions.Failures is set and
+// Cooldown is zero.
+const DefaultEjectCooldown = 30 * time.Second
+
+// Member is one backend as declared by the config file or discovery.
+type Member struct {
+	ID     string // stable identity; defaults to Addr when empty
+	Addr   string // host:port of the plain-HTTP backend
+	Weight int    // relative weight, 1..MaxWeight; 0 means 1
+}
+
+// EjectOptions configure passive ejection.
+type EjectOptions struct {
+	Failures int           // failures within Window that eject; 0 disables
+	Window   time.Duration // sliding window for counting failures; 0 counts consecutive failures at any distance
+	Cooldown time.Duration // how long an ejected backend stays out; 0 means DefaultEjectCooldown
+}
+
+// CookieOptions configure sticky cookies.
+type CookieOptions struct {
+	// Keys[0] signs new cookies; values made with any key are accepted so a
+	// key can be rotated without losing stickiness (put the new key first,
+	// keep the old one second for at least a cookie lifetime). Each key must
+	// be at least MinCookieKeyLen bytes.
+	//
+	// With no keys, NewPool generates a random one: cookies then do not
+	// survive a restart and differ between the edges of a fleet, so
+	// stickiness across a fleet needs a shared, configured key.
+	Keys [][]byte
+}
+
+// PoolOptions configure a Pool.
+type PoolOptions struct {
+	Name string // names the pool in errors; also binds cookie values to the pool
+	Mode Mode
+	// BoundedLoad is the ClientIP load bound: a backend is skipped while its
+	// active connections reach BoundedLoad times its weighted share of the
+	// pool's connections (consistent hashing with bounded loads, Mirrokni,
+	// Thorup and Zadimoghaddam 2016). 0 means DefaultBoundedLoad; otherwise
+	// it must be >= 1, and math.Inf(1) disables the bound.
+	BoundedLoad        float64
+	MaxConnsPerBackend int64 // 0 means unlimited
+	Eject              EjectOptions
+	Cookie             CookieOptions
+	Now                func() time.Time // defaults to time.Now; used for ejection
+}
+
+// Snapshot is an immutable view of a pool's members. It and its Backends
+// slice must not be modified.
+type Snapshot struct {
+	Backends []*Backend // sorted by ID
+	byCookie map[string]cookieEntry
+}
+
+// cookieEntry is what a cookie value names: the backend, and whether the
+// value was made with the primary key (if not, the client gets a fresh one).
+type cookieEntry struct {
+	b       *Backend
+	primary bool
+}
+
+// ByID returns the backend with the given ID, or nil.
+func (s *Snapshot) ByID(id string) *Backend {
+	i, ok := slices.BinarySearchFunc(s.Backends, id, func(b *Backend, id string) int { return cmp.Compare(b.id, id) })
+	if !ok {
+		return nil
+	}
+	return s.Backends[i]
+}
+
+// Pool holds the members of one pool and picks among them. Pick and
+// Snapshot never lock; Update and SetCookieKeys serialise on a writer mutex
+// and publish a new Snapshot atomically.
+type Pool struct {
+	name        string
+	mode        Mode
+	boundedLoad float64
+	cfg         *backendConfig
+	rand        func() uint64 // lock-free, allocation-free; replaced in tests
+
+	mu      sync.Mutex // serialises writers
+	keys    [][]byte   // guarded by mu
+	keyGen  uint64     // guarded by mu; bumped when keys change
+	retired map[retiredKey]*Backend
+
+	snap atomic.Pointer[Snapshot]
+}
+
+// retiredKey names a removed backend that still holds connections, so that
+// a member flapping out and back in (a registry hiccup) keeps its counters.
+type retiredKey struct{ id, addr string }
+
+// NewPool validates opts and returns an empty pool.
+func NewPool(opts PoolOptions) (*Pool, error) {
+	var errs []error
+	if opts.Mode < LeastConn || opts.Mode > ClientIP {
+		errs = append(errs, fmt.Errorf("mode %d unknown", int(opts.Mode)))
+	}
+	bl := opts.BoundedLoad
+	switch {
+	case bl == 0:
+		bl = DefaultBoundedLoad
+	case math.IsNaN(bl) || bl < 1:
+		errs = append(errs, fmt.Errorf("bounded load %v: must be >= 1", opts.BoundedLoad))
+	}
+	if opts.MaxConnsPerBackend < 0 {
+		errs = append(errs, fmt.Errorf("max connections per backend %d: must be >= 0", opts.MaxConnsPerBackend))
+	}
+	ej := opts.Eject
+	if ej.Failures < 0 || ej.Window < 0 || ej.Cooldown < 0 {
+		errs = append(errs, fmt.Errorf("passive ejection %+v: values must be >= 0", ej))
+	}
+	if ej.Failures > 0 && ej.Cooldown == 0 {
+		ej.Cooldown = DefaultEjectCooldown
+	}
+	keys, err := copyKeys(opts.Cookie.Keys)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("balance: pool %q: %w", opts.Name, errors.Join(errs...))
+	}
+	if len(keys) == 0 {
+		keys = [][]byte{randomKey()}
+	}
+	now := opts.Now
+	if now == nil {
+		now = time.Now
+	}
+	p := &Pool{
+		name:        opts.Name,
+		mode:        opts.Mode,
+		boundedLoad: bl,
+		cfg:         &backendConfig{now: now, eject: ej, maxConns: opts.MaxConnsPerBackend},
+		rand:        rand.Uint64,
+		keys:        keys,
+		keyGen:      1,
+		retired:     map[retiredKey]*Backend{},
+	}
+	p.snap.Store(&Snapshot{byCookie: map[string]cookieEntry{}})
+	return p, nil
+}
+
+func copyKeys(in [][]byte) ([][]byte, error) {
+	out := make([][]byte, 0, len(in))
+	for i, k := range in {
+		if len(k) < MinCookieKeyLen {
+			return nil, fmt.Errorf("cookie key %d: %d bytes, want at least %d", i, len(k), MinCookieKeyLen)
+		}
+		out = append(out, slices.Clone(k))
+	}
+	return out, nil
+}
+
+// Name returns the pool's name.
+func (p *Pool) Name() string { return p.name }
+
+// Mode returns how the pool picks.
+func (p *Pool) Mode() Mode { return p.mode }
+
+// Snapshot returns the current immutable view.
+func (p *Pool) Snapshot() *Snapshot { return p.snap.Load() }
+
+// Update replaces the membership with the full list members. A backend keeps
+// its *Backend (and so its active count, health and ejection state) while
+// its ID and Addr stay the same; a changed Addr makes a new Backend. On any
+// invalid member (empty Addr, duplicate ID, weight out of range) Update
+// returns an error naming every bad member and the pool keeps its previous
+// membership.
+func (p *Pool) Update(members []Member) error {
+	type norm struct {
+		id, addr string
+		w        int64
+	}
+	list := make([]norm, 0, len(members))
+	seen := make(map[string]int, len(members))
+	var errs []error
+	for i, m := range members {
+		id := m.ID
+		if id == "" {
+			id = m.Addr
+		}
+		bad := func(format string, args ...any) {
+			errs = append(errs, fmt.Errorf("member %d (id %q): %w: %s", i, id, ErrInvalidMember, fmt.Sprintf(format, args...)))
+		}
+		switch {
+		case m.Addr == "":
+			bad("empty address")
+			continue
+		case m.Weight < 0 || m.Weight > MaxWeight:
+			bad("weight %d out of range 0..%d", m.Weight, MaxWeight)
+			continue
+		}
+		if j, dup := seen[id]; dup {
+			bad("duplicate id, first used by member %d", j)
+			continue
+		}
+		seen[id] = i
+		w := int64(m.Weight)
+		if w == 0 {
+			w = 1
+		}
+		list = append(list, norm{id, m.Addr, w})
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("balance: pool %q: %w", p.name, errors.Join(errs...))
+	}
+	slices.SortFunc(list, func(a, b norm) int { return cmp.Compare(a.id, b.id) })
+
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	old := p.snap.Load()
+	prev := make(map[string]*Backend, len(old.Backends))
+	for _, b := range old.Backends {
+		prev[b.id] = b
+	}
+	backends := make([]*Backend, 0, len(list))
+	kept := make(map[*Backend]bool, len(list))
+	for _, m := range list {
+		b := prev[m.id]
+		if b == nil || b.addr != m.addr {
+			rk := retiredKey{m.id, m.addr}
+			if b = p.retired[rk]; b != nil {
+				delete(p.retired, rk)
+			} else {
+				b = newBackend(m.id, m.addr, p.cfg)
+			}
+		}
+		b.weight.Store(m.w)
+		kept[b] = true
+		backends = append(backends, b)
+	}
+	for _, b := range old.Backends {
+		if !kept[b] && b.Active() > 0 {
+			p.retired[retiredKey{b.id, b.addr}] = b
+		}
+	}
+	for k, b := range p.retired {
+		if b.Active() <= 0 {
+			delete(p.retired, k)
+		}
+	}
+	p.publish(backends)
+	return nil
+}
+
+// SetCookieKeys replaces the cookie keys (see CookieOptions.Keys) without
+// touching membership or counters, for a configuration reload. An empty
+// list is rejected: a random key would break every client's stickiness.
+func (p *Pool) SetCookieKeys(keys [][]byte) error {
+	k, err := copyKeys(keys)
+	if err == nil && len(k) == 0 {
+		err = errors.New("no cookie keys")
+	}
+	if err != nil {
+		return fmt.Errorf("balance: pool %q: %w", p.name, err)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.keys = k
+	p.keyGen++
+	p.publish(p.snap.Load().Backends)
+	return nil
+}
+
+// publish builds and stores a snapshot of backends (sorted by ID). Callers
+// hold p.mu.
+func (p *Pool) publish(backends []*Backend) {
+	byCookie := make(map[string]cookieEntry, len(backends)*len(p.keys))
+	for _, b := range backends {
+		if b.cookieGen != p.keyGen {
+			b.cookies = make([]string, len(p.keys))
+			for i, k := range p.keys {
+				b.cookies[i] = cookieValue(k, p.name, b.id)
+			}
+			b.cookieGen = p.keyGen
+			b.cookie.Store(&b.cookies[0])
+		}
+		for i, v := range b.cookies {
+			if _, taken := byCookie[v]; i == 0 || !taken {
+				byCookie[v] = cookieEntry{b: b, primary: i == 0}
+			}
+		}
+	}
+	p.snap.Store(&Snapshot{Backends: backends, byCookie: byCookie})
+}

@@ -1,0 +1,374 @@
+// Command benchrun runs the benchmark of bench/README.md: for every repeat,
+// proxy (edge, HAProxy, nginx) and phase it starts three echo backends and the
+// proxy under test, drives bench/loadgen processes through the phase, reads
+// the proxy's CPU time and memory from /proc, and writes every figure to a
+// JSON file in -out. With -md it also renders docs/BENCHMARKS.md; with
+// -report it only renders the markdown from earlier JSON files.
+//
+// Placement: the proxy runs pinned to -proxy-cpu with one worker; generators
+// and backends share -load-cpu. The primary figure is the proxy's own CPU
+// time (utime+stime of its process tree) per operation over the window.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// options are the command-line settings of one run.
+type options struct {
+	proxies  []string
+	phases   []string
+	repeats  int
+	quick    bool
+	outDir   string
+	mdPath   string
+	command  string
+	proxyCPU int
+	loadCPU  int
+
+	edgeBin    string
+	backendBin string
+	loadgenBin string
+	haproxyBin string
+	nginxBin   string
+
+	idleConns  int
+	idleProcs  int
+	settle     time.Duration
+	echoConns  int
+	echoWindow time.Duration
+	rateConns  int
+	rateProcs  int
+	rate       float64
+	rateWindow time.Duration
+	connWork   int
+	connProcs  int
+	connWindow time.Duration
+	msgSize    int
+}
+
+const (
+	listenAddr = "127.0.0.1:18443"
+	adminAddr  = "127.0.0.1:19901"
+)
+
+var allPhases = []string{"idle", "echo", "rate", "connect-full", "connect-resume"}
+
+func main() {
+	var o options
+	var proxies, phases, report string
+	flag.StringVar(&proxies, "proxies", "edge,haproxy,nginx", "proxies to measure, comma-separated")
+	flag.StringVar(&phases, "phases", strings.Join(allPhases, ","), "phases to run, comma-separated")
+	flag.IntVar(&o.repeats, "repeats", 3, "repeats of every phase (interleaved across proxies)")
+	flag.BoolVar(&o.quick, "quick", false, "small counts and short windows, to check the setup")
+	flag.StringVar(&o.outDir, "out", "bench/out", "directory for JSON results, configs and logs")
+	flag.StringVar(&o.mdPath, "md", "", "also write the markdown report here (e.g. docs/BENCHMARKS.md)")
+	flag.StringVar(&report, "report", "", "only render -md from these JSON result files (comma-separated)")
+	flag.StringVar(&o.command, "command", "", "the command line to quote in the report (default: this one)")
+	flag.IntVar(&o.proxyCPU, "proxy-cpu", 0, "core of the proxy under test")
+	flag.IntVar(&o.loadCPU, "load-cpu", 1, "core of the generators and backends")
+	flag.StringVar(&o.edgeBin, "edge-bin", "bin/edge", "edge binary, run as EDGE_BIN -config FILE")
+	flag.StringVar(&o.backendBin, "backend-bin", "bench/out/bin/edge-backend", "echo backend binary (-listen ADDR -id NAME)")
+	flag.StringVar(&o.loadgenBin, "loadgen-bin", "bench/out/bin/loadgen", "load generator binary")
+	flag.StringVar(&o.haproxyBin, "haproxy-bin", "haproxy", "HAProxy binary")
+	flag.StringVar(&o.nginxBin, "nginx-bin", "nginx", "nginx binary")
+	flag.IntVar(&o.idleConns, "idle-conns", 9800, "idle phase: connections held")
+	flag.IntVar(&o.idleProcs, "idle-procs", 4, "idle phase: generator processes")
+	flag.DurationVar(&o.settle, "settle", 30*time.Second, "idle phase: delay before the settled RSS reading")
+	flag.IntVar(&o.echoConns, "echo-conns", 200, "echo phase: connections")
+	flag.DurationVar(&o.echoWindow, "echo-window", 20*time.Second, "echo phase: measured window")
+	flag.IntVar(&o.rateConns, "rate-conns", 5000, "rate phase: connections")
+	flag.IntVar(&o.rateProcs, "rate-procs", 2, "rate phase: generator processes")
+	flag.Float64Var(&o.rate, "rate", 2, "rate phase: messages per second per connection")
+	flag.DurationVar(&o.rateWindow, "rate-window", 20*time.Second, "rate phase: measured window")
+	flag.IntVar(&o.connWork, "connect-workers", 32, "connect phases: concurrent loops per generator process")
+	flag.IntVar(&o.connProcs, "connect-procs", 2, "connect phases: generator processes")
+	flag.DurationVar(&o.connWindow, "connect-window", 10*time.Second, "connect phases: measured window")
+	flag.IntVar(&o.msgSize, "size", 100, "echo and rate phases: message size in bytes")
+	flag.Parse()
+
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	if o.command == "" {
+		o.command = strings.Join(os.Args, " ")
+	}
+	if report != "" {
+		if o.mdPath == "" {
+			log.Error("-report needs -md")
+			os.Exit(2)
+		}
+		if err := renderFiles(strings.Split(report, ","), o.mdPath); err != nil {
+			log.Error("render report", "err", err)
+			os.Exit(1)
+		}
+		return
+	}
+	o.proxies = splitList(proxies)
+	o.phases = splitList(phases)
+	if o.quick {
+		o.quickDefaults()
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, o, log); err != nil {
+		log.Error("benchmark failed", "err", err)
+		os.Exit(1)
+	}
+}
+
+func splitList(s string) []string {
+	var out []string
+	for f := range strings.SplitSeq(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// quickDefaults shrinks every flag the user did not set.
+func (o *options) quickDefaults() {
+	set := map[string]bool{}
+	flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	def := func(name string, apply func()) {
+		if !set[name] {
+			apply()
+		}
+	}
+	def("repeats", func() { o.repeats = 1 })
+	def("idle-conns", func() { o.idleConns = 2000 })
+	def("idle-procs", func() { o.idleProcs = 2 })
+	def("settle", func() { o.settle = 5 * time.Second })
+	def("echo-window", func() { o.echoWindow = 5 * time.Second })
+	def("rate-conns", func() { o.rateConns = 1000 })
+	def("rate-window", func() { o.rateWindow = 5 * time.Second })
+	def("connect-window", func() { o.connWindow = 4 * time.Second })
+}
+
+// Result is the JSON file one run writes.
+type Result struct {
+	Started  time.Time         `json:"started"`
+	Finished time.Time         `json:"finished"`
+	Command  string            `json:"command"`
+	Quick    bool              `json:"quick"`
+	Machine  Machine           `json:"machine"`
+	Versions map[string]string `json:"versions"`
+	Settings map[string]string `json:"settings"`
+	Runs     []Run             `json:"runs"`
+}
+
+// Machine describes where the run happened.
+type Machine struct {
+	NProc    int    `json:"nproc"`
+	Model    string `json:"model"`
+	Kernel   string `json:"kernel"`
+	MemoryKB int64  `json:"memory_kb"`
+	FDLimit  string `json:"fd_limit"`
+}
+
+// Run is one phase of one proxy in one repeat.
+type Run struct {
+	Proxy   string             `json:"proxy"`
+	Phase   string             `json:"phase"`
+	Repeat  int                `json:"repeat"`
+	Metrics map[string]float64 `json:"metrics"`
+	// Saturated names the core that was at least 95% busy during the
+	// window ("cpu0", "cpu1", both, or "none").
+	Saturated string `json:"saturated"`
+	Cipher    string `json:"cipher,omitempty"`
+	Curve     string `json:"curve,omitempty"`
+	Errors    uint64 `json:"errors"`
+	Error     string `json:"error,omitempty"`
+}
+
+func run(ctx context.Context, o options, log *slog.Logger) error {
+	if runtime.NumCPU() < 2 && o.proxyCPU != o.loadCPU {
+		log.Warn("fewer than two cores visible; placement will not hold", "cpus", runtime.NumCPU())
+	}
+	stamp := time.Now().UTC().Format("20060102-150405")
+	dir, err := filepath.Abs(filepath.Join(o.outDir, "run-"+stamp))
+	if err != nil {
+		return fmt.Errorf("resolve output dir: %w", err)
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "nginx-tmp"), 0o755); err != nil {
+		return fmt.Errorf("create output dir %s: %w", dir, err)
+	}
+	if err := writeCert(dir); err != nil {
+		return err
+	}
+	var proxies []string
+	for _, p := range o.proxies {
+		switch p {
+		case "edge":
+			if _, err := os.Stat(o.edgeBin); err != nil {
+				log.Warn("edge binary missing; skipping edge", "bin", o.edgeBin, "err", err)
+				continue
+			}
+		case "haproxy", "nginx":
+		default:
+			return fmt.Errorf("unknown proxy %q (want edge, haproxy, nginx)", p)
+		}
+		proxies = append(proxies, p)
+	}
+	for _, ph := range o.phases {
+		if !contains(allPhases, ph) {
+			return fmt.Errorf("unknown phase %q (want %s)", ph, strings.Join(allPhases, ", "))
+		}
+	}
+	r := &runner{opt: o, dir: dir, procs: newProcs(), log: log}
+	defer r.procs.stopAll()
+
+	res := Result{
+		Started:  time.Now().UTC(),
+		Command:  o.command,
+		Quick:    o.quick,
+		Machine:  machine(),
+		Versions: versions(o, proxies),
+		Settings: o.settings(),
+	}
+	outPath := filepath.Join(o.outDir, "results-"+stamp+".json")
+	save := func() error {
+		res.Finished = time.Now().UTC()
+		b, err := json.MarshalIndent(res, "", "  ")
+		if err != nil {
+			return fmt.Errorf("encode results: %w", err)
+		}
+		if err := os.WriteFile(outPath, b, 0o644); err != nil {
+			return fmt.Errorf("write results %s: %w", outPath, err)
+		}
+		return os.WriteFile(filepath.Join(o.outDir, "latest.json"), b, 0o644)
+	}
+	for rep := 1; rep <= o.repeats; rep++ {
+		// Interleave proxies inside a repeat so that drift of the shared
+		// host spreads over all of them alike.
+		for _, ph := range o.phases {
+			for _, p := range proxies {
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				log.Info("phase", "repeat", rep, "proxy", p, "phase", ph)
+				run := r.phase(ctx, p, ph)
+				run.Repeat = rep
+				if run.Error != "" {
+					log.Error("phase failed", "proxy", p, "phase", ph, "err", run.Error)
+				} else {
+					log.Info("phase done", "proxy", p, "phase", ph, "metrics", fmtMetrics(run.Metrics), "saturated", run.Saturated, "errors", run.Errors)
+				}
+				res.Runs = append(res.Runs, run)
+				if err := save(); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	log.Info("results written", "file", outPath)
+	if o.mdPath != "" {
+		if err := renderFiles([]string{outPath}, o.mdPath); err != nil {
+			return err
+		}
+		log.Info("report written", "file", o.mdPath)
+	}
+	return nil
+}
+
+func fmtMetrics(m map[string]float64) string {
+	keys := sortedKeys(m)
+	parts := make([]string, 0, len(keys))
+	for _, k := range keys {
+		parts = append(parts, fmt.Sprintf("%s=%.4g", k, m[k]))
+	}
+	return strings.Join(parts, " ")
+}
+
+func contains(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
+
+func (o options) settings() map[string]string {
+	return map[string]string{
+		"placement":       fmt.Sprintf("proxy taskset -c %d (one worker: nbthread 1, worker_processes 1, GOMAXPROCS=1); generators and 3 backends taskset -c %d", o.proxyCPU, o.loadCPU),
+		"idle":            fmt.Sprintf("%d connections over %d generator processes, one 16-byte echo each, settle %v", o.idleConns, o.idleProcs, o.settle),
+		"echo":            fmt.Sprintf("closed loop, %d connections, %d-byte messages, window %v", o.echoConns, o.msgSize, o.echoWindow),
+		"rate":            fmt.Sprintf("%d connections x %g msg/s, %d-byte messages, window %v, latency from scheduled send", o.rateConns, o.rate, o.msgSize, o.rateWindow),
+		"connect":         fmt.Sprintf("%d processes x %d loops of dial+TLS 1.3 handshake+upgrade+16-byte echo+close, window %v", o.connProcs, o.connWork, o.connWindow),
+		"tls":             "TLS 1.3, TLS_AES_128_GCM_SHA256, X25519, ECDSA P-256 self-signed certificate, session tickets on",
+		"backends":        o.backendBin,
+		"forwarded":       "X-Forwarded-For added by every proxy",
+		"balance":         "least connections over 3 backends",
+		"tunnel_timeouts": "1h",
+	}
+}
+
+func machine() Machine {
+	m := Machine{NProc: runtime.NumCPU()}
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for line := range strings.SplitSeq(string(b), "\n") {
+			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+				m.Model = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	if out, err := exec.Command("nproc").Output(); err == nil {
+		fmt.Sscan(string(out), &m.NProc)
+	}
+	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		m.Kernel = strings.TrimSpace(string(b))
+	}
+	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
+		fmt.Sscanf(string(b), "MemTotal: %d kB", &m.MemoryKB)
+	}
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err == nil {
+		m.FDLimit = fmt.Sprintf("%d/%d", lim.Cur, lim.Max)
+	}
+	return m
+}
+
+func versions(o options, proxies []string) map[string]string {
+	v := map[string]string{"go": runtime.Version()}
+	first := func(b []byte) string {
+		s, _, _ := strings.Cut(strings.TrimSpace(string(b)), "\n")
+		return s
+	}
+	for _, p := range proxies {
+		switch p {
+		case "haproxy":
+			if out, err := exec.Command(o.haproxyBin, "-v").CombinedOutput(); err == nil {
+				v["haproxy"] = first(out)
+			}
+		case "nginx":
+			if out, err := exec.Command(o.nginxBin, "-v").CombinedOutput(); err == nil {
+				v["nginx"] = first(out)
+			}
+			if out, err := exec.Command("openssl", "version").CombinedOutput(); err == nil {
+				v["openssl"] = first(out)
+			}
+		case "edge":
+			if out, err := exec.Command("git", "rev-parse", "--short", "HEAD").Output(); err == nil {
+				rev := first(out)
+				if st, err := exec.Command("git", "status", "--porcelain").Output(); err == nil && len(st) > 0 {
+					rev += "+dirty"
+				}
+				v["edge"] = "git " + rev
+			}
+		}
+	}
+	return v
+}

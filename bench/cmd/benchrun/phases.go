@@ -1,0 +1,497 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"embed"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"text/template"
+	"time"
+
+	"github.com/edgelb/edge/bench/internal/stats"
+	"github.com/edgelb/edge/bench/internal/wire"
+)
+
+//go:embed templates/*.tmpl
+var templates embed.FS
+
+// runner runs phases; it owns the children it starts.
+type runner struct {
+	opt   options
+	dir   string
+	procs *procs
+	log   *slog.Logger
+}
+
+type backendAddr struct{ ID, Addr string }
+
+var backends = []backendAddr{
+	{"b1", "127.0.0.1:19001"},
+	{"b2", "127.0.0.1:19002"},
+	{"b3", "127.0.0.1:19003"},
+}
+
+// writeCert writes a self-signed ECDSA P-256 certificate for localhost and
+// 127.0.0.1 as cert.pem, key.pem and (for HAProxy) cert-and-key.pem.
+func writeCert(dir string) error {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return fmt.Errorf("generate benchmark key: %w", err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(time.Now().UnixNano()),
+		Subject:               pkix.Name{CommonName: "localhost"},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(30 * 24 * time.Hour),
+		KeyUsage:              x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		DNSNames:              []string{"localhost"},
+		IPAddresses:           []net.IP{net.IPv4(127, 0, 0, 1)},
+		BasicConstraintsValid: true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		return fmt.Errorf("create benchmark certificate: %w", err)
+	}
+	kder, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		return fmt.Errorf("encode benchmark key: %w", err)
+	}
+	certPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+	keyPEM := pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kder})
+	for name, data := range map[string][]byte{
+		"cert.pem":         certPEM,
+		"key.pem":          keyPEM,
+		"cert-and-key.pem": append(append([]byte{}, certPEM...), keyPEM...),
+	} {
+		if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
+			return fmt.Errorf("write %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// configData feeds the proxy configuration templates.
+type configData struct {
+	Dir         string
+	Listen      string
+	Admin       string
+	Backends    []backendAddr
+	MaxConn     int
+	NoFile      int
+	WorkerConns int
+}
+
+func (r *runner) renderConfig(tmplName, out string) (string, error) {
+	t, err := template.ParseFS(templates, "templates/"+tmplName)
+	if err != nil {
+		return "", fmt.Errorf("parse template %s: %w", tmplName, err)
+	}
+	var b bytes.Buffer
+	// 20,000 descriptors per process hold 9,9xx proxied connections at two
+	// descriptors each.
+	if err := t.Execute(&b, configData{Dir: r.dir, Listen: listenAddr, Admin: adminAddr, Backends: backends,
+		MaxConn: 9950, NoFile: 20000, WorkerConns: 19950}); err != nil {
+		return "", fmt.Errorf("render template %s: %w", tmplName, err)
+	}
+	path := filepath.Join(r.dir, out)
+	if err := os.WriteFile(path, b.Bytes(), 0o644); err != nil {
+		return "", fmt.Errorf("write config %s: %w", path, err)
+	}
+	return path, nil
+}
+
+// startProxy starts the named proxy pinned to the proxy core with one worker.
+func (r *runner) startProxy(ctx context.Context, name, tag string) (*proc, error) {
+	var argv, env []string
+	switch name {
+	case "haproxy":
+		cfg, err := r.renderConfig("haproxy.cfg.tmpl", "haproxy.cfg")
+		if err != nil {
+			return nil, err
+		}
+		// -db: foreground, no master process: one process to measure.
+		argv = []string{r.opt.haproxyBin, "-db", "-f", cfg}
+	case "nginx":
+		cfg, err := r.renderConfig("nginx.conf.tmpl", "nginx.conf")
+		if err != nil {
+			return nil, err
+		}
+		argv = []string{r.opt.nginxBin, "-c", cfg, "-p", r.dir}
+	case "edge":
+		cfg, err := r.renderConfig("edge.yaml.tmpl", "edge.yaml")
+		if err != nil {
+			return nil, err
+		}
+		argv = []string{r.opt.edgeBin, "-config", cfg}
+		env = []string{"GOMAXPROCS=1"}
+	default:
+		return nil, fmt.Errorf("unknown proxy %q", name)
+	}
+	p, err := r.procs.start(name, r.opt.proxyCPU, env, filepath.Join(r.dir, tag+"-"+name+".log"), nil, nil, argv...)
+	if err != nil {
+		return nil, err
+	}
+	if err := waitListening(ctx, p, listenAddr, 15*time.Second); err != nil {
+		p.stop(3 * time.Second)
+		return nil, err
+	}
+	return p, nil
+}
+
+func (r *runner) startBackends(ctx context.Context, tag string) ([]*proc, error) {
+	var out []*proc
+	for _, b := range backends {
+		p, err := r.procs.start("backend-"+b.ID, r.opt.loadCPU, nil, filepath.Join(r.dir, tag+"-backend-"+b.ID+".log"), nil, nil,
+			r.opt.backendBin, "-listen", b.Addr, "-id", b.ID)
+		if err != nil {
+			stopAll(out)
+			return nil, err
+		}
+		out = append(out, p)
+	}
+	for i, b := range backends {
+		if err := waitListening(ctx, out[i], b.Addr, 10*time.Second); err != nil {
+			stopAll(out)
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+func stopAll(ps []*proc) {
+	for _, p := range ps {
+		p.stop(3 * time.Second)
+	}
+}
+
+// phase runs one phase against one proxy with fresh backends and a fresh
+// proxy process, so that phases do not inherit each other's heap.
+func (r *runner) phase(ctx context.Context, proxy, phase string) Run {
+	run := Run{Proxy: proxy, Phase: phase, Metrics: map[string]float64{}}
+	tag := fmt.Sprintf("%s-%s-%d", phase, proxy, time.Now().UnixNano()%1e6)
+	bes, err := r.startBackends(ctx, tag)
+	if err != nil {
+		run.Error = err.Error()
+		return run
+	}
+	defer stopAll(bes)
+	px, err := r.startProxy(ctx, proxy, tag)
+	if err != nil {
+		run.Error = err.Error()
+		return run
+	}
+	defer px.stop(5 * time.Second)
+	// Let the proxy finish starting up before the baseline reading.
+	select {
+	case <-ctx.Done():
+	case <-time.After(time.Second):
+	}
+	switch phase {
+	case "idle":
+		err = r.idle(ctx, px, &run)
+	case "echo":
+		err = r.loop(ctx, px, &run, false)
+	case "rate":
+		err = r.loop(ctx, px, &run, true)
+	case "connect-full":
+		err = r.connect(ctx, px, &run, false)
+	case "connect-resume":
+		err = r.connect(ctx, px, &run, true)
+	}
+	if err != nil {
+		run.Error = err.Error()
+	}
+	if px.exited() {
+		run.Error = errors.Join(err, fmt.Errorf("%s exited during the phase: %v", proxy, px.err)).Error()
+	}
+	// JSON has no NaN: a metric without operations is left out.
+	for k, v := range run.Metrics {
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			delete(run.Metrics, k)
+		}
+	}
+	return run
+}
+
+// split divides n into k nearly equal positive parts.
+func split(n, k int) []int {
+	k = max(1, min(k, n))
+	out := make([]int, k)
+	for i := range out {
+		out[i] = n / k
+		if i < n%k {
+			out[i]++
+		}
+	}
+	return out
+}
+
+// srcPerProc is how many source addresses each generator process gets: the
+// processes use disjoint ranges of 127.0.0.2 and up.
+const srcPerProc = 200
+
+func (r *runner) genArgs(i int, mode string, extra ...string) []string {
+	return append([]string{"-mode", mode, "-target", listenAddr, "-host", "localhost", "-path", "/echo",
+		"-src-base", "127.0.0.2", "-src-offset", strconv.Itoa(i * srcPerProc), "-src-count", strconv.Itoa(srcPerProc),
+		"-max-life", "15m"}, extra...)
+}
+
+func (r *runner) startGens(parts []int, mode string, extra func(n int) []string) (gens, error) {
+	var gs gens
+	for i, n := range parts {
+		g, err := r.startGen(fmt.Sprintf("loadgen-%s-%d", mode, i), r.genArgs(i, mode, extra(n)...)...)
+		if err != nil {
+			gs.finish()
+			return nil, err
+		}
+		gs = append(gs, g)
+	}
+	return gs, nil
+}
+
+func sumErrors(run *Run, evs []wire.Event) {
+	for _, e := range evs {
+		run.Errors += e.Errors
+		if e.ErrorSample != "" && run.Error == "" {
+			run.Error = "generator: " + e.ErrorSample
+		}
+		if e.Cipher != "" {
+			run.Cipher, run.Curve = e.Cipher, e.Curve
+		}
+	}
+}
+
+// window holds the readings taken at the edges of a measured window.
+type window struct {
+	t0, t1 time.Time
+	u0, u1 usage
+	c0, c1 coreSample
+}
+
+func (w *window) begin(pid int) { w.t0, w.u0, w.c0 = time.Now(), measure(pid), sampleCores() }
+func (w *window) end(pid int)   { w.t1, w.u1, w.c1 = time.Now(), measure(pid), sampleCores() }
+
+// record stores CPU and core figures; ops is the operation count of the
+// window, unit the name of one operation in the metric key.
+func (r *runner) record(run *Run, w *window, ops uint64, unit string) {
+	secs := w.t1.Sub(w.t0).Seconds()
+	cpu := (w.u1.cpu - w.u0.cpu).Seconds()
+	c0 := coreBusy(w.c0, w.c1, r.opt.proxyCPU)
+	c1 := coreBusy(w.c0, w.c1, r.opt.loadCPU)
+	run.Metrics["cpu_us_per_"+unit] = stats.PerOp(cpu*1e6, ops)
+	run.Metrics[unit+"s_per_s"] = float64(ops) / secs
+	run.Metrics["proxy_cpu_pct"] = 100 * cpu / secs
+	run.Metrics["proxy_core_busy_pct"] = 100 * c0
+	run.Metrics["load_core_busy_pct"] = 100 * c1
+	run.Saturated = saturated(c0, c1)
+}
+
+// saturated names the cores at least 95% busy.
+func saturated(proxyCore, loadCore float64) string {
+	const full = 0.95
+	switch {
+	case proxyCore >= full && loadCore >= full:
+		return "both"
+	case proxyCore >= full:
+		return "proxy core"
+	case loadCore >= full:
+		return "load core"
+	default:
+		return "none"
+	}
+}
+
+const readyTimeout = 5 * time.Minute
+
+// idle measures resident memory per held connection.
+func (r *runner) idle(ctx context.Context, px *proc, run *Run) error {
+	before := measure(px.pid())
+	var w window
+	w.begin(px.pid())
+	gs, err := r.startGens(split(r.opt.idleConns, r.opt.idleProcs), "idle", func(n int) []string {
+		return []string{"-conns", strconv.Itoa(n), "-dial-concurrency", "32"}
+	})
+	if err != nil {
+		return err
+	}
+	defer gs.finish()
+	ready, err := gs.all(ctx, wire.EventReady, readyTimeout)
+	sumErrors(run, ready)
+	if err != nil {
+		return err
+	}
+	w.end(px.pid())
+	after := w.u1
+	var conns int
+	for _, e := range ready {
+		conns += e.Conns
+	}
+	n := uint64(conns)
+	// Connection setup cost: full handshakes, upgrades and one echo each.
+	r.record(run, &w, n, "conn")
+	delete(run.Metrics, "conns_per_s")
+	run.Metrics["setup_conns_per_s"] = float64(n) / w.t1.Sub(w.t0).Seconds()
+	run.Metrics["conns"] = float64(conns)
+	run.Metrics["rss_before_kib"] = float64(before.rssKB)
+	run.Metrics["rss_after_kib"] = float64(after.rssKB)
+	run.Metrics["kib_per_conn"] = stats.PerOp(float64(after.rssKB-before.rssKB), n)
+	run.Metrics["fds"] = float64(after.fds)
+	run.Metrics["fds_per_conn"] = stats.PerOp(float64(after.fds-before.fds), n)
+	if err := gs.send(wire.CmdStart); err != nil {
+		return err
+	}
+	// The settle delay: the proxy holds the connections untouched, so
+	// runtimes that return memory lazily (Go's scavenger, allocator caches)
+	// get the chance to. Its CPU over this time is the idle cost.
+	var s window
+	s.begin(px.pid())
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(r.opt.settle):
+	}
+	s.end(px.pid())
+	run.Metrics["rss_settled_kib"] = float64(s.u1.rssKB)
+	run.Metrics["kib_per_conn_settled"] = stats.PerOp(float64(s.u1.rssKB-before.rssKB), n)
+	run.Metrics["idle_proxy_cpu_pct"] = 100 * (s.u1.cpu - s.u0.cpu).Seconds() / s.t1.Sub(s.t0).Seconds()
+	if err := gs.send(wire.CmdStop); err != nil {
+		return err
+	}
+	res, err := gs.all(ctx, wire.EventResult, time.Minute)
+	sumErrors(run, res)
+	return err
+}
+
+// loop runs the closed-loop echo (paced false) or the fixed-rate phase.
+func (r *runner) loop(ctx context.Context, px *proc, run *Run, paced bool) error {
+	mode, conns, procs, win := "echo", r.opt.echoConns, 1, r.opt.echoWindow
+	if paced {
+		mode, conns, procs, win = "rate", r.opt.rateConns, r.opt.rateProcs, r.opt.rateWindow
+	}
+	gs, err := r.startGens(split(conns, procs), mode, func(n int) []string {
+		return []string{"-conns", strconv.Itoa(n), "-size", strconv.Itoa(r.opt.msgSize),
+			"-rate", strconv.FormatFloat(r.opt.rate, 'g', -1, 64), "-dial-concurrency", "32"}
+	})
+	if err != nil {
+		return err
+	}
+	defer gs.finish()
+	ready, err := gs.all(ctx, wire.EventReady, readyTimeout)
+	sumErrors(run, ready)
+	if err != nil {
+		return err
+	}
+	var w window
+	if err := gs.send(wire.CmdStart); err != nil {
+		return err
+	}
+	w.begin(px.pid())
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(win):
+	}
+	w.end(px.pid())
+	if err := gs.send(wire.CmdStop); err != nil {
+		return err
+	}
+	res, err := gs.all(ctx, wire.EventResult, time.Minute)
+	sumErrors(run, res)
+	if err != nil {
+		return err
+	}
+	var msgs uint64
+	var hist stats.Histogram
+	var held int
+	for _, e := range res {
+		msgs += e.Messages
+		held += e.Conns
+		hist.Merge(e.Latency)
+	}
+	r.record(run, &w, msgs, "msg")
+	run.Metrics["conns"] = float64(held)
+	if paced {
+		us := func(d time.Duration) float64 { return float64(d) / 1e3 }
+		run.Metrics["p50_us"] = us(hist.Quantile(0.50))
+		run.Metrics["p99_us"] = us(hist.Quantile(0.99))
+		run.Metrics["p999_us"] = us(hist.Quantile(0.999))
+		run.Metrics["max_us"] = us(hist.Max)
+		run.Metrics["mean_us"] = us(hist.Mean())
+		// Messages sent on schedule divided by those expected: below 1 the
+		// system could not keep the offered rate.
+		want := float64(held) * r.opt.rate * w.t1.Sub(w.t0).Seconds()
+		run.Metrics["rate_kept"] = float64(msgs) / want
+	}
+	return nil
+}
+
+// connect measures the CPU cost of connection establishment.
+func (r *runner) connect(ctx context.Context, px *proc, run *Run, resume bool) error {
+	gs, err := r.startGens(split(r.opt.connProcs*r.opt.connWork, r.opt.connProcs), "connect", func(n int) []string {
+		return []string{"-workers", strconv.Itoa(n), "-resume=" + strconv.FormatBool(resume), "-dial-concurrency", "32"}
+	})
+	if err != nil {
+		return err
+	}
+	defer gs.finish()
+	ready, err := gs.all(ctx, wire.EventReady, readyTimeout)
+	sumErrors(run, ready)
+	if err != nil {
+		return err
+	}
+	var w window
+	if err := gs.send(wire.CmdStart); err != nil {
+		return err
+	}
+	w.begin(px.pid())
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(r.opt.connWindow):
+	}
+	w.end(px.pid())
+	if err := gs.send(wire.CmdStop); err != nil {
+		return err
+	}
+	res, err := gs.all(ctx, wire.EventResult, time.Minute)
+	sumErrors(run, res)
+	if err != nil {
+		return err
+	}
+	var ops, resumed uint64
+	var hist stats.Histogram
+	for _, e := range res {
+		ops += e.Ops
+		resumed += e.Resumed
+		hist.Merge(e.Latency)
+	}
+	r.record(run, &w, ops, "upgrade")
+	run.Metrics["resumed_frac"] = stats.PerOp(float64(resumed), ops)
+	run.Metrics["p50_ms"] = float64(hist.Quantile(0.5)) / 1e6
+	run.Metrics["p99_ms"] = float64(hist.Quantile(0.99)) / 1e6
+	if resume && (ops == 0 || float64(resumed) < 0.99*float64(ops)) {
+		return fmt.Errorf("only %d of %d connections resumed their TLS session", resumed, ops)
+	}
+	if !resume && resumed > 0 {
+		return fmt.Errorf("%d of %d connections resumed although no ticket cache was set", resumed, ops)
+	}
+	if math.IsNaN(run.Metrics["cpu_us_per_upgrade"]) {
+		return errors.New("no connection completed in the window")
+	}
+	return nil
+}

@@ -1,0 +1,6 @@
+// Package bench holds the reproducible benchmark that compares edge with
+// HAProxy and nginx on one machine: a load generator (bench/loadgen), an echo
+// backend used when cmd/edge-backend is not built (bench/echobackend), the
+// orchestrator (bench/cmd/benchrun) and the pure helpers they share
+// (bench/internal/stats, bench/internal/procfs). See bench/README.md.
+package bench

@@ -1,0 +1,203 @@
+package procfs
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// ClockTick is the unit of the times in /proc/PID/stat and /proc/stat:
+// USER_HZ, which Linux fixes at 100 for every user-visible interface
+// regardless of the kernel's internal HZ.
+const ClockTick = 10 * time.Millisecond
+
+// ProcStat is the part of /proc/PID/stat the benchmark uses.
+type ProcStat struct {
+	PID  int
+	Comm string
+	PPID int
+	// UTime and STime are CPU time spent in user and kernel mode, in ticks.
+	UTime, STime uint64
+}
+
+// CPU returns utime+stime as a duration.
+func (s ProcStat) CPU() time.Duration {
+	return time.Duration(s.UTime+s.STime) * ClockTick
+}
+
+// ParseProcStat parses the contents of /proc/PID/stat. The command name is
+// in parentheses and may itself contain spaces and parentheses, so the fields
+// are counted from the last ')' (proc(5)).
+func ParseProcStat(b []byte) (ProcStat, error) {
+	open := bytes.IndexByte(b, '(')
+	closeIdx := bytes.LastIndexByte(b, ')')
+	if open < 0 || closeIdx < open {
+		return ProcStat{}, fmt.Errorf("parse /proc stat %q: no (comm)", trunc(b))
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b[:open])))
+	if err != nil {
+		return ProcStat{}, fmt.Errorf("parse /proc stat pid: %w", err)
+	}
+	// Fields after comm: 3 state, 4 ppid, ... 14 utime, 15 stime.
+	rest := strings.Fields(string(b[closeIdx+1:]))
+	if len(rest) < 13 {
+		return ProcStat{}, fmt.Errorf("parse /proc stat of pid %d: %d fields after comm, want at least 13", pid, len(rest))
+	}
+	s := ProcStat{PID: pid, Comm: string(b[open+1 : closeIdx])}
+	if s.PPID, err = strconv.Atoi(rest[1]); err != nil {
+		return ProcStat{}, fmt.Errorf("parse /proc stat ppid of pid %d: %w", pid, err)
+	}
+	if s.UTime, err = strconv.ParseUint(rest[11], 10, 64); err != nil {
+		return ProcStat{}, fmt.Errorf("parse /proc stat utime of pid %d: %w", pid, err)
+	}
+	if s.STime, err = strconv.ParseUint(rest[12], 10, 64); err != nil {
+		return ProcStat{}, fmt.Errorf("parse /proc stat stime of pid %d: %w", pid, err)
+	}
+	return s, nil
+}
+
+// ParseRSS returns VmRSS in KiB from the contents of /proc/PID/status.
+func ParseRSS(b []byte) (int64, error) {
+	for line := range strings.SplitSeq(string(b), "\n") {
+		v, ok := strings.CutPrefix(line, "VmRSS:")
+		if !ok {
+			continue
+		}
+		f := strings.Fields(v)
+		if len(f) != 2 || f[1] != "kB" {
+			return 0, fmt.Errorf("parse VmRSS %q: want \"N kB\"", line)
+		}
+		n, err := strconv.ParseInt(f[0], 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("parse VmRSS %q: %w", line, err)
+		}
+		return n, nil
+	}
+	return 0, fmt.Errorf("parse /proc status: no VmRSS line")
+}
+
+// CPUTimes is one line of /proc/stat for a core, in ticks.
+type CPUTimes struct {
+	Busy, Total uint64
+}
+
+// ParseCPUStat returns the times of each core ("cpu0", "cpu1", ...) from the
+// contents of /proc/stat, indexed by core number. Busy is every column except
+// idle and iowait; guest time is already included in user and nice, so it is
+// not added again.
+func ParseCPUStat(b []byte) (map[int]CPUTimes, error) {
+	out := make(map[int]CPUTimes)
+	for line := range strings.SplitSeq(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 5 || !strings.HasPrefix(f[0], "cpu") || f[0] == "cpu" {
+			continue
+		}
+		core, err := strconv.Atoi(f[0][3:])
+		if err != nil {
+			return nil, fmt.Errorf("parse /proc/stat %q: %w", f[0], err)
+		}
+		var t CPUTimes
+		// user nice system idle iowait irq softirq steal [guest guest_nice]
+		for i, s := range f[1:min(len(f), 9)] {
+			v, err := strconv.ParseUint(s, 10, 64)
+			if err != nil {
+				return nil, fmt.Errorf("parse /proc/stat %s column %d: %w", f[0], i+1, err)
+			}
+			t.Total += v
+			if i != 3 && i != 4 {
+				t.Busy += v
+			}
+		}
+		out[core] = t
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("parse /proc/stat: no per-core lines")
+	}
+	return out, nil
+}
+
+// Utilization returns the busy fraction (0..1) of a core between two samples.
+func Utilization(before, after CPUTimes) float64 {
+	total := after.Total - before.Total
+	if after.Total <= before.Total {
+		return 0
+	}
+	return float64(after.Busy-before.Busy) / float64(total)
+}
+
+// ReadProcStat reads /proc/PID/stat.
+func ReadProcStat(pid int) (ProcStat, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return ProcStat{}, fmt.Errorf("read stat of pid %d: %w", pid, err)
+	}
+	return ParseProcStat(b)
+}
+
+// ReadRSS reads VmRSS of pid in KiB.
+func ReadRSS(pid int) (int64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, fmt.Errorf("read status of pid %d: %w", pid, err)
+	}
+	return ParseRSS(b)
+}
+
+// ReadCPUStat reads /proc/stat.
+func ReadCPUStat() (map[int]CPUTimes, error) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return nil, fmt.Errorf("read /proc/stat: %w", err)
+	}
+	return ParseCPUStat(b)
+}
+
+// Tree returns pid and its descendants. A process that exits during the scan
+// is skipped: callers sum figures over a tree that may be changing.
+func Tree(pid int) []int {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return []int{pid}
+	}
+	children := make(map[int][]int)
+	for _, e := range entries {
+		n, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		s, err := ParseProcStat(b)
+		if err != nil {
+			continue
+		}
+		children[s.PPID] = append(children[s.PPID], n)
+	}
+	out := []int{pid}
+	for i := 0; i < len(out); i++ {
+		out = append(out, children[out[i]]...)
+	}
+	return out
+}
+
+// CountFDs returns the number of open descriptors of pid.
+func CountFDs(pid int) (int, error) {
+	entries, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	if err != nil {
+		return 0, fmt.Errorf("list fds of pid %d: %w", pid, err)
+	}
+	return len(entries), nil
+}
+
+func trunc(b []byte) string {
+	if len(b) > 64 {
+		return string(b[:64]) + "..."
+	}
+	return string(b)
+}

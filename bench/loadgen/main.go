@@ -1,0 +1,596 @@
+// Command loadgen is the benchmark's WebSocket-over-TLS load generator.
+//
+// It opens wss connections to one address, spreading their source addresses
+// over 127.0.0.2 and up (bind before connect with IP_BIND_ADDRESS_NO_PORT, so
+// the kernel picks the port per 4-tuple and ephemeral ports never run out),
+// and runs one of four workloads:
+//
+//	idle     hold -conns connections after one small echo each
+//	echo     closed loop: every connection sends -size bytes and awaits the echo
+//	rate     open loop: every connection sends -rate messages per second;
+//	         latency is measured from the scheduled send time, so a stalled
+//	         proxy cannot hide its queueing (no coordinated omission)
+//	connect  -workers loops of dial, TLS 1.3 handshake (full, or resumed with
+//	         -resume), WebSocket upgrade, one echo, close
+//
+// It is driven by bench/cmd/benchrun over standard input and output (package
+// bench/internal/wire) and stops by itself after -max-life.
+package main
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/netip"
+	"os"
+	"os/signal"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/gorilla/websocket"
+
+	"github.com/edgelb/edge/bench/internal/stats"
+	"github.com/edgelb/edge/bench/internal/wire"
+)
+
+// ipBindAddressNoPort is IP_BIND_ADDRESS_NO_PORT from linux/in.h (Linux 4.2+),
+// absent from package syscall: binding a source address with it defers the
+// port choice to connect(), which can then reuse a port for another
+// destination instead of reserving it for every destination.
+const ipBindAddressNoPort = 24
+
+type config struct {
+	mode      string
+	target    string
+	host      string
+	path      string
+	conns     int
+	size      int
+	rate      float64
+	workers   int
+	resume    bool
+	dialConc  int
+	srcBase   netip.Addr
+	srcOffset int
+	srcCount  int
+	maxLife   time.Duration
+	timeout   time.Duration
+}
+
+func main() {
+	var c config
+	var src string
+	flag.StringVar(&c.mode, "mode", "echo", "workload: idle, echo, rate or connect")
+	flag.StringVar(&c.target, "target", "127.0.0.1:18443", "address of the proxy under test")
+	flag.StringVar(&c.host, "host", "localhost", "TLS server name and Host header")
+	flag.StringVar(&c.path, "path", "/echo", "request path of the upgrade")
+	flag.IntVar(&c.conns, "conns", 100, "connections (idle, echo, rate)")
+	flag.IntVar(&c.size, "size", 100, "message size in bytes (echo, rate)")
+	flag.Float64Var(&c.rate, "rate", 2, "messages per second per connection (rate)")
+	flag.IntVar(&c.workers, "workers", 32, "concurrent connect loops (connect)")
+	flag.BoolVar(&c.resume, "resume", false, "resume TLS sessions with tickets (connect)")
+	flag.IntVar(&c.dialConc, "dial-concurrency", 64, "connections being established at once")
+	flag.StringVar(&src, "src-base", "127.0.0.2", "first source address")
+	flag.IntVar(&c.srcOffset, "src-offset", 0, "offset of this process's first source address from -src-base")
+	flag.IntVar(&c.srcCount, "src-count", 64, "number of source addresses this process uses")
+	flag.DurationVar(&c.maxLife, "max-life", 10*time.Minute, "exit after this long whatever happens")
+	flag.DurationVar(&c.timeout, "timeout", 15*time.Second, "timeout of one dial, handshake, upgrade or echo")
+	flag.Parse()
+
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	var err error
+	if c.srcBase, err = netip.ParseAddr(src); err != nil || !c.srcBase.Is4() || !c.srcBase.IsLoopback() {
+		fatal(log, fmt.Errorf("parse -src-base %q: want an IPv4 loopback address", src))
+	}
+	if last := addAddr(c.srcBase, c.srcOffset+c.srcCount-1); !last.IsLoopback() {
+		fatal(log, fmt.Errorf("source range -src-base %s -src-offset %d -src-count %d leaves 127.0.0.0/8", src, c.srcOffset, c.srcCount))
+	}
+	if c.srcCount < 1 || c.conns < 1 || c.workers < 1 || c.dialConc < 1 || c.size < 1 {
+		fatal(log, errors.New("-src-count, -conns, -workers, -dial-concurrency and -size must be positive"))
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	ctx, cancel := context.WithTimeout(ctx, c.maxLife)
+	defer cancel()
+
+	g := newGen(c)
+	cmds := readCommands(ctx, os.Stdin, cancel)
+	if err := g.run(ctx, cmds); err != nil {
+		fatal(log, err)
+	}
+}
+
+func fatal(log *slog.Logger, err error) {
+	log.Error("loadgen failed", "err", err)
+	_ = json.NewEncoder(os.Stdout).Encode(wire.Event{Event: wire.EventFatal, Error: err.Error()})
+	os.Exit(1)
+}
+
+// readCommands forwards command lines from r; the end of input (the
+// orchestrator went away) cancels the run.
+func readCommands(ctx context.Context, r io.Reader, cancel context.CancelFunc) <-chan string {
+	ch := make(chan string)
+	go func() {
+		defer cancel()
+		sc := bufio.NewScanner(r)
+		for sc.Scan() {
+			select {
+			case ch <- sc.Text():
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return ch
+}
+
+// await blocks until the command want arrives; ctx ending is an error.
+func await(ctx context.Context, cmds <-chan string, want string) error {
+	for {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("await %q: %w", want, context.Cause(ctx))
+		case got := <-cmds:
+			if got == want {
+				return nil
+			}
+		}
+	}
+}
+
+func addAddr(a netip.Addr, n int) netip.Addr {
+	b := a.As4()
+	v := uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
+	v += uint32(n)
+	return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
+}
+
+// gen is one generator process.
+type gen struct {
+	c       config
+	out     *json.Encoder
+	outMu   sync.Mutex
+	errs    atomic.Uint64
+	errOnce sync.Once
+	errText atomic.Pointer[string]
+	payload []byte
+}
+
+func newGen(c config) *gen {
+	p := make([]byte, c.size)
+	for i := range p {
+		p[i] = 'a' + byte(i%26)
+	}
+	return &gen{c: c, out: json.NewEncoder(os.Stdout), payload: p}
+}
+
+func (g *gen) emit(e wire.Event) {
+	e.Errors = g.errs.Load()
+	if s := g.errText.Load(); s != nil {
+		e.ErrorSample = *s
+	}
+	g.outMu.Lock()
+	defer g.outMu.Unlock()
+	_ = g.out.Encode(e)
+}
+
+func (g *gen) fail(err error) {
+	g.errs.Add(1)
+	g.errOnce.Do(func() {
+		s := err.Error()
+		g.errText.Store(&s)
+	})
+}
+
+func (g *gen) tlsConfig(cache tls.ClientSessionCache) *tls.Config {
+	return &tls.Config{
+		ServerName: g.c.host,
+		// The generator shares a core with the backends; verifying the
+		// self-signed certificate would only spend that core. The proxy's
+		// cost is the same either way.
+		InsecureSkipVerify: true, //nolint:gosec // benchmark client against a local self-signed certificate.
+		MinVersion:         tls.VersionTLS13,
+		MaxVersion:         tls.VersionTLS13,
+		// X25519 only: OpenSSL 3.0 (HAProxy, nginx) has no ML-KEM, while Go
+		// would negotiate the much larger hybrid X25519MLKEM768 with a Go
+		// server, so every proxy does the same key exchange.
+		CurvePreferences:   []tls.CurveID{tls.X25519},
+		NextProtos:         []string{"http/1.1"},
+		ClientSessionCache: cache,
+	}
+}
+
+// conn is one established connection.
+type conn struct {
+	ws  *websocket.Conn
+	tls *tls.Conn
+}
+
+// dial connects from src, completes the TLS handshake and the upgrade.
+func (g *gen) dial(ctx context.Context, src netip.Addr, cfg *tls.Config) (*conn, error) {
+	ctx, cancel := context.WithTimeout(ctx, g.c.timeout)
+	defer cancel()
+	var tc *tls.Conn
+	d := websocket.Dialer{
+		NetDialTLSContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			nd := net.Dialer{
+				LocalAddr: &net.TCPAddr{IP: src.AsSlice()},
+				Control: func(_, _ string, rc syscall.RawConn) error {
+					var serr error
+					if err := rc.Control(func(fd uintptr) {
+						serr = syscall.SetsockoptInt(int(fd), syscall.IPPROTO_IP, ipBindAddressNoPort, 1)
+					}); err != nil {
+						return err
+					}
+					return serr
+				},
+			}
+			raw, err := nd.DialContext(ctx, "tcp4", g.c.target)
+			if err != nil {
+				return nil, fmt.Errorf("dial %s from %s: %w", g.c.target, src, err)
+			}
+			c := tls.Client(raw, cfg)
+			if err := c.HandshakeContext(ctx); err != nil {
+				_ = raw.Close()
+				return nil, fmt.Errorf("tls handshake with %s: %w", g.c.target, err)
+			}
+			tc = c
+			return c, nil
+		},
+		ReadBufferSize:  1024,
+		WriteBufferSize: 1024,
+	}
+	ws, resp, err := d.DialContext(ctx, "wss://"+g.c.host+g.c.path, nil)
+	if resp != nil && resp.Body != nil {
+		_ = resp.Body.Close()
+	}
+	if err != nil {
+		if tc != nil {
+			_ = tc.Close()
+		}
+		return nil, fmt.Errorf("upgrade via %s: %w", g.c.target, err)
+	}
+	return &conn{ws: ws, tls: tc}, nil
+}
+
+// echo sends msg and reads one message back into buf, checking its length.
+func (c *conn) echo(msg, buf []byte, timeout time.Duration) error {
+	dl := time.Now().Add(timeout)
+	_ = c.ws.SetWriteDeadline(dl)
+	if err := c.ws.WriteMessage(websocket.BinaryMessage, msg); err != nil {
+		return fmt.Errorf("write echo: %w", err)
+	}
+	_ = c.ws.SetReadDeadline(dl)
+	_, r, err := c.ws.NextReader()
+	if err != nil {
+		return fmt.Errorf("read echo: %w", err)
+	}
+	n := 0
+	for {
+		m, err := r.Read(buf[n:])
+		n += m
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return fmt.Errorf("read echo: %w", err)
+		}
+		if n == len(buf) {
+			// Drain anything longer than expected to report it below.
+			rest, err := io.Copy(io.Discard, r)
+			if err != nil {
+				return fmt.Errorf("read echo: %w", err)
+			}
+			n += int(rest)
+			break
+		}
+	}
+	if n != len(msg) {
+		return fmt.Errorf("echo returned %d bytes, want %d", n, len(msg))
+	}
+	return nil
+}
+
+func (c *conn) close() { _ = c.ws.Close() }
+
+func (g *gen) src(i int) netip.Addr {
+	return addAddr(g.c.srcBase, g.c.srcOffset+i%g.c.srcCount)
+}
+
+// connectAll establishes n connections, each with one echo of msg, with
+// bounded concurrency. Failed ones are counted and left out.
+func (g *gen) connectAll(ctx context.Context, n int, msg []byte) []*conn {
+	cfg := g.tlsConfig(nil)
+	conns := make([]*conn, n)
+	sem := make(chan struct{}, g.c.dialConc)
+	var wg sync.WaitGroup
+	for i := range n {
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			c, err := g.dial(ctx, g.src(i), cfg)
+			if err != nil {
+				g.fail(err)
+				return
+			}
+			if err := c.echo(msg, make([]byte, len(msg)), g.c.timeout); err != nil {
+				g.fail(err)
+				c.close()
+				return
+			}
+			conns[i] = c
+		})
+	}
+	wg.Wait()
+	out := conns[:0]
+	for _, c := range conns {
+		if c != nil {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+func closeAll(conns []*conn) {
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 256)
+	for _, c := range conns {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			c.close()
+		})
+	}
+	wg.Wait()
+}
+
+func describe(c *conn) (cipher, curve string) {
+	if c == nil || c.tls == nil {
+		return "", ""
+	}
+	st := c.tls.ConnectionState()
+	return tls.CipherSuiteName(st.CipherSuite), st.CurveID.String()
+}
+
+func (g *gen) run(ctx context.Context, cmds <-chan string) error {
+	switch g.c.mode {
+	case "idle":
+		return g.runIdle(ctx, cmds)
+	case "echo":
+		return g.runLoop(ctx, cmds, false)
+	case "rate":
+		return g.runLoop(ctx, cmds, true)
+	case "connect":
+		return g.runConnect(ctx, cmds)
+	default:
+		return fmt.Errorf("unknown -mode %q", g.c.mode)
+	}
+}
+
+// runIdle holds connections after one small echo each: the memory phase.
+func (g *gen) runIdle(ctx context.Context, cmds <-chan string) error {
+	conns := g.connectAll(ctx, g.c.conns, g.payload[:min(16, len(g.payload))])
+	defer closeAll(conns)
+	var cipher, curve string
+	if len(conns) > 0 {
+		cipher, curve = describe(conns[0])
+	}
+	g.emit(wire.Event{Event: wire.EventReady, Conns: len(conns), Cipher: cipher, Curve: curve})
+	if err := await(ctx, cmds, wire.CmdStart); err != nil {
+		return err
+	}
+	t0 := time.Now()
+	if err := await(ctx, cmds, wire.CmdStop); err != nil {
+		return err
+	}
+	g.emit(wire.Event{Event: wire.EventResult, Conns: len(conns), Window: time.Since(t0)})
+	// Hold until the orchestrator has measured and closes our input.
+	<-ctx.Done()
+	return nil
+}
+
+// runLoop runs the closed-loop echo (paced false) or the fixed-rate echo
+// (paced true) on established connections.
+func (g *gen) runLoop(ctx context.Context, cmds <-chan string, paced bool) error {
+	conns := g.connectAll(ctx, g.c.conns, g.payload)
+	defer closeAll(conns)
+	var cipher, curve string
+	if len(conns) > 0 {
+		cipher, curve = describe(conns[0])
+	}
+	g.emit(wire.Event{Event: wire.EventReady, Conns: len(conns), Cipher: cipher, Curve: curve})
+	if err := await(ctx, cmds, wire.CmdStart); err != nil {
+		return err
+	}
+
+	var (
+		stopped  atomic.Bool
+		messages atomic.Uint64
+		histMu   sync.Mutex
+		hist     stats.Histogram
+	)
+	period := time.Duration(float64(time.Second) / g.c.rate)
+	t0 := time.Now()
+	runCtx, cancelRun := context.WithCancel(ctx)
+	defer cancelRun()
+	var wg sync.WaitGroup
+	for _, c := range conns {
+		wg.Go(func() {
+			buf := make([]byte, len(g.payload))
+			next := t0.Add(time.Duration(rand.Int64N(int64(period))))
+			for !stopped.Load() && runCtx.Err() == nil {
+				if paced {
+					if d := time.Until(next); d > 0 {
+						select {
+						case <-time.After(d):
+						case <-runCtx.Done():
+							return
+						}
+					}
+				}
+				if err := c.echo(g.payload, buf, g.c.timeout); err != nil {
+					if !stopped.Load() {
+						g.fail(err)
+					}
+					return
+				}
+				if stopped.Load() {
+					return
+				}
+				messages.Add(1)
+				if paced {
+					lat := time.Since(next)
+					histMu.Lock()
+					hist.Record(lat)
+					histMu.Unlock()
+					next = next.Add(period)
+				}
+			}
+		})
+	}
+	if err := await(ctx, cmds, wire.CmdStop); err != nil {
+		return err
+	}
+	stopped.Store(true)
+	window := time.Since(t0)
+	n := messages.Load()
+	histMu.Lock()
+	snap := hist.Clone()
+	histMu.Unlock()
+	e := wire.Event{Event: wire.EventResult, Conns: len(conns), Messages: n, Window: window}
+	if paced {
+		e.Latency = snap
+	}
+	g.emit(e)
+	// In-flight echoes finish within one round trip; a wedged one is cut by
+	// its deadline or by closing the connections.
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(g.c.timeout):
+		cancelRun()
+	case <-ctx.Done():
+	}
+	return nil
+}
+
+// runConnect measures connection establishment: each worker loops over dial,
+// handshake, upgrade, one echo and close. With -resume every worker keeps its
+// own one-entry ticket cache, primed by a warm-up connection before the window.
+func (g *gen) runConnect(ctx context.Context, cmds <-chan string) error {
+	type worker struct {
+		cfg *tls.Config
+		id  int
+	}
+	workers := make([]worker, g.c.workers)
+	for i := range workers {
+		var cache tls.ClientSessionCache
+		if g.c.resume {
+			cache = tls.NewLRUClientSessionCache(1)
+		}
+		workers[i] = worker{cfg: g.tlsConfig(cache), id: i}
+	}
+	msg := g.payload[:min(16, len(g.payload))]
+
+	var (
+		counting atomic.Bool
+		stopped  atomic.Bool
+		ops      atomic.Uint64
+		resumed  atomic.Uint64
+		histMu   sync.Mutex
+		hist     stats.Histogram
+		cipherMu sync.Mutex
+		cipher   string
+		curve    string
+	)
+	cycle := func(w worker, i int) error {
+		start := time.Now()
+		c, err := g.dial(ctx, g.src(w.id+i*g.c.workers), w.cfg)
+		if err != nil {
+			return err
+		}
+		defer c.close()
+		// The echo also makes the client read the NewSessionTicket that a
+		// TLS 1.3 server sends after the handshake (RFC 8446 section 4.6.1).
+		if err := c.echo(msg, make([]byte, len(msg)), g.c.timeout); err != nil {
+			return err
+		}
+		if counting.Load() && !stopped.Load() {
+			ops.Add(1)
+			if c.tls.ConnectionState().DidResume {
+				resumed.Add(1)
+			}
+			histMu.Lock()
+			hist.Record(time.Since(start))
+			histMu.Unlock()
+		}
+		cipherMu.Lock()
+		if cipher == "" {
+			cipher, curve = describe(c)
+		}
+		cipherMu.Unlock()
+		return nil
+	}
+
+	// Warm-up: one cycle per worker, which primes the ticket caches.
+	var warm sync.WaitGroup
+	sem := make(chan struct{}, g.c.dialConc)
+	for _, w := range workers {
+		sem <- struct{}{}
+		warm.Go(func() {
+			defer func() { <-sem }()
+			if err := cycle(w, 0); err != nil {
+				g.fail(err)
+			}
+		})
+	}
+	warm.Wait()
+	g.emit(wire.Event{Event: wire.EventReady, Conns: len(workers), Cipher: cipher, Curve: curve})
+	if err := await(ctx, cmds, wire.CmdStart); err != nil {
+		return err
+	}
+	t0 := time.Now()
+	counting.Store(true)
+	var wg sync.WaitGroup
+	for _, w := range workers {
+		wg.Go(func() {
+			for i := 1; !stopped.Load() && ctx.Err() == nil; i++ {
+				if err := cycle(w, i); err != nil && !stopped.Load() {
+					g.fail(err)
+					// Back off briefly so a refusing proxy is not hammered.
+					time.Sleep(10 * time.Millisecond)
+				}
+			}
+		})
+	}
+	if err := await(ctx, cmds, wire.CmdStop); err != nil {
+		return err
+	}
+	stopped.Store(true)
+	window := time.Since(t0)
+	histMu.Lock()
+	snap := hist.Clone()
+	histMu.Unlock()
+	g.emit(wire.Event{Event: wire.EventResult, Conns: len(workers), Ops: ops.Load(), Resumed: resumed.Load(),
+		Latency: snap, Window: window, Cipher: cipher, Curve: curve})
+	wg.Wait()
+	return nil
+}

@@ -1,0 +1,485 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/edgelb/edge/balance"
+	"github.com/edgelb/edge/conf"
+	"github.com/edgelb/edge/proxy"
+	edgetls "github.com/edgelb/edge/tls"
+	"golang.org/x/sync/errgroup"
+	"golang.org/x/sys/unix"
+)
+
+// edge is one running process: every component built from one config, and
+// the lifetimes that tie them together.
+type edge struct {
+	path string
+	log  *slog.Logger
+
+	mu    sync.Mutex // guards cfg and pools during reload
+	cfg   *conf.Config
+	pools map[string]*poolEntry
+
+	proxy     *proxy.Server
+	admin     *admin
+	listeners []*listener
+	metrics   *metrics
+}
+
+// poolEntry is one configured pool: its balancer survives reloads so that
+// live connections keep their *Backend and least-connections keeps its
+// memory (traefik#13913).
+type poolEntry struct {
+	mode    balance.Mode
+	keysum  string
+	bal     *balance.Pool
+	limiter *balance.Limiter
+	px      *proxy.Pool
+}
+
+// listener is one public port with its own HTTP server and TLS terminator.
+type listener struct {
+	cfg  conf.Listener
+	ln   net.Listener
+	srv  *http.Server
+	term *edgetls.Terminator // nil for plain ws://
+}
+
+func newEdge(cfg *conf.Config, path string, log *slog.Logger) (*edge, error) {
+	e := &edge{path: path, log: log, cfg: cfg, pools: map[string]*poolEntry{}}
+	e.metrics = newMetrics(e.allPools)
+	pools, err := e.buildPools(cfg)
+	if err != nil {
+		return nil, err
+	}
+	e.pools = pools
+	access := slog.New(slog.DiscardHandler)
+	if cfg.Log.AccessLog {
+		access = log.With("log", "access")
+	}
+	e.proxy, err = proxy.New(proxy.Options{
+		Routes:    routesFor(cfg, pools),
+		MaxConns:  cfg.Limits.MaxConnections,
+		Logger:    log,
+		AccessLog: access,
+		Observer:  e.metrics,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("routes: %w", err)
+	}
+	e.admin = &admin{addr: cfg.Admin.Address, reg: e.metrics.reg, log: log, status: e.status}
+	if err := e.admin.listen(); err != nil {
+		return nil, fmt.Errorf("admin listener %s: %w", cfg.Admin.Address, err)
+	}
+	for i := range cfg.Listeners {
+		l, err := e.buildListener(cfg, cfg.Listeners[i])
+		if err != nil {
+			e.closeListeners()
+			_ = e.admin.listener.Close()
+			return nil, err
+		}
+		e.listeners = append(e.listeners, l)
+	}
+	return e, nil
+}
+
+func (e *edge) allPools() []*balance.Pool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	out := make([]*balance.Pool, 0, len(e.pools))
+	for _, p := range e.pools {
+		out = append(out, p.bal)
+	}
+	return out
+}
+
+// buildPools maps the config's pools onto balance pools, reusing the running
+// pool of the same name when its mode and keys are unchanged.
+func (e *edge) buildPools(cfg *conf.Config) (map[string]*poolEntry, error) {
+	out := map[string]*poolEntry{}
+	var errs []error
+	for i := range cfg.Pools {
+		pc := &cfg.Pools[i]
+		ent, err := e.buildPool(pc)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("pool %s: %w", pc.Name, err))
+			continue
+		}
+		out[pc.Name] = ent
+	}
+	return out, errors.Join(errs...)
+}
+
+func modeOf(s string) balance.Mode {
+	switch s {
+	case conf.BalanceCookie:
+		return balance.Cookie
+	case conf.BalanceClientIP:
+		return balance.ClientIP
+	}
+	return balance.LeastConn
+}
+
+func sameSiteOf(s string) http.SameSite {
+	switch s {
+	case conf.SameSiteStrict:
+		return http.SameSiteStrictMode
+	case conf.SameSiteNone:
+		return http.SameSiteNoneMode
+	}
+	return http.SameSiteLaxMode
+}
+
+func (e *edge) buildPool(pc *conf.Pool) (*poolEntry, error) {
+	mode := modeOf(pc.Balance)
+	var keys [][]byte
+	if mode == balance.Cookie {
+		cur, prev, err := pc.Cookie.Secrets()
+		if err != nil {
+			return nil, err
+		}
+		if cur != nil {
+			keys = append(keys, cur)
+			keys = append(keys, prev...)
+		} else {
+			e.log.Warn("no cookie secret: stickiness will not survive a restart nor span a fleet", "pool", pc.Name)
+		}
+	}
+	keysum := fmt.Sprintf("%x", keys) // compared only, never logged
+	old := e.pools[pc.Name]
+	ent := &poolEntry{mode: mode, keysum: keysum}
+	if old != nil && old.mode == mode && old.keysum == keysum {
+		ent.bal, ent.limiter = old.bal, old.limiter
+	} else {
+		bal, err := balance.NewPool(balance.PoolOptions{
+			Name:               pc.Name,
+			Mode:               mode,
+			BoundedLoad:        pc.ClientIP.BoundedLoad,
+			MaxConnsPerBackend: pc.Limits.MaxConnectionsPerBackend,
+			Eject: balance.EjectOptions{
+				Failures: pc.PassiveEjection.Failures,
+				Window:   pc.PassiveEjection.Window.Std(),
+				Cooldown: pc.PassiveEjection.Cooldown.Std(),
+			},
+			Cookie: balance.CookieOptions{Keys: keys},
+		})
+		if err != nil {
+			return nil, err
+		}
+		ent.bal = bal
+		if old != nil {
+			// Carry the members over so the new balancer serves at once.
+			members := make([]balance.Member, 0, len(old.bal.Snapshot().Backends))
+			for _, b := range old.bal.Snapshot().Backends {
+				members = append(members, balance.Member{ID: b.ID(), Addr: b.Addr(), Weight: b.Weight()})
+			}
+			_ = bal.Update(members)
+		}
+	}
+	if ent.limiter == nil {
+		ent.limiter = balance.NewLimiter(balance.LimiterOptions{
+			MaxConnsPerIP: pc.Limits.MaxConnectionsPerClientIP,
+			Rate:          pc.Limits.ConnectionRatePerClientIP,
+			Burst:         pc.Limits.ConnectionBurstPerClientIP,
+		})
+	}
+	if pc.Consul.Service == "" {
+		members := make([]balance.Member, 0, len(pc.Backends))
+		for _, b := range pc.Backends {
+			members = append(members, balance.Member{ID: b.ID, Addr: b.Address, Weight: b.Weight})
+		}
+		if err := ent.bal.Update(members); err != nil {
+			return nil, err
+		}
+	}
+	ent.px = &proxy.Pool{
+		Name:             pc.Name,
+		Balancer:         ent.bal,
+		Limiter:          ent.limiter,
+		MaxConns:         pc.Limits.MaxConnections,
+		DialTimeout:      pc.Timeouts.Dial.Std(),
+		HandshakeTimeout: pc.Timeouts.Handshake.Std(),
+		IdleTimeout:      pc.Timeouts.Idle.Std(),
+		WriteTimeout:     pc.Timeouts.Write.Std(),
+		Retries:          pc.Retries,
+		Cookie: proxy.CookieSettings{
+			Name:     pc.Cookie.Name,
+			Path:     pc.Cookie.Path,
+			MaxAge:   pc.Cookie.MaxAge.Std(),
+			SameSite: sameSiteOf(pc.Cookie.SameSite),
+		},
+	}
+	return ent, nil
+}
+
+func routesFor(cfg *conf.Config, pools map[string]*poolEntry) []proxy.Route {
+	out := make([]proxy.Route, 0, len(cfg.Routes))
+	for _, r := range cfg.Routes {
+		p := pools[r.Pool]
+		if p == nil {
+			continue // conf.Validate already refused unknown pools
+		}
+		out = append(out, proxy.Route{Hosts: r.Hosts, PathPrefix: r.PathPrefix, Default: r.Default, Pool: p.px})
+	}
+	return out
+}
+
+// listenReusePort binds with SO_REUSEPORT so several edge processes can
+// share a port on one box (and a new process can bind before the old one
+// has finished draining).
+func listenReusePort(addr string) (net.Listener, error) {
+	lc := net.ListenConfig{Control: func(_, _ string, c syscall.RawConn) error {
+		var serr error
+		err := c.Control(func(fd uintptr) {
+			serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_REUSEPORT, 1)
+		})
+		if err != nil {
+			return err
+		}
+		return serr
+	}}
+	return lc.Listen(context.Background(), "tcp", addr)
+}
+
+func (e *edge) buildListener(cfg *conf.Config, lc conf.Listener) (*listener, error) {
+	l := &listener{cfg: lc}
+	lo := proxy.ListenerOptions{
+		Name:           lc.Name,
+		TLS:            lc.TLS != nil,
+		TrustedProxies: lc.TrustedProxies,
+		Forwarded:      lc.ForwardedHeader,
+	}
+	if lc.TLS != nil {
+		certs := make([]edgetls.CertFiles, 0, len(lc.TLS.Certificates))
+		for _, c := range lc.TLS.Certificates {
+			certs = append(certs, edgetls.CertFiles{CertFile: c.CertFile, KeyFile: c.KeyFile})
+		}
+		term, err := edgetls.New(edgetls.Options{
+			Certificates: certs,
+			MinVersion:   lc.TLS.Version(),
+			ClientCAFile: lc.TLS.ClientCAFile,
+			Tickets: edgetls.TicketOptions{
+				Disabled:    !lc.TLS.SessionTickets.Enabled,
+				RotateEvery: lc.TLS.SessionTickets.RotateEvery.Std(),
+				Keep:        lc.TLS.SessionTickets.Keep,
+				KeyFile:     lc.TLS.SessionTickets.KeyFile,
+			},
+			OCSP: edgetls.OCSPOptions{
+				Disabled:   !lc.TLS.OCSP.Enabled,
+				MustStaple: lc.TLS.OCSP.MustStaple,
+			},
+			StateDir: cfg.StateDir,
+			Logger:   e.log.With("listener", lc.Name),
+			Observer: e.metrics.tlsObserver(lc.Name),
+		})
+		if err != nil {
+			return nil, fmt.Errorf("listener %s: %w", lc.Name, err)
+		}
+		l.term = term
+		lo.ClientCertHeader = lc.TLS.ClientCertHeader
+	}
+	ln, err := listenReusePort(lc.Address)
+	if err != nil {
+		return nil, fmt.Errorf("listener %s: %w", lc.Name, err)
+	}
+	if lc.ProxyProtocol.Enabled {
+		ln = proxy.ListenProxyProtocol(ln, lc.ProxyProtocol.Trusted, lc.ProxyProtocol.Timeout.Std())
+	}
+	var tlsCfg *tls.Config
+	if l.term != nil {
+		tlsCfg = l.term.TLSConfig()
+		e.metrics.countHandshakes(lc.Name, tlsCfg)
+		ln = tls.NewListener(ln, tlsCfg)
+	}
+	l.ln = ln
+	// net/http bounds the TLS handshake by the smallest of its read
+	// timeouts, so the handshake gets min(tls_handshake_timeout,
+	// read_header_timeout); a stalled handshake or slow headers close that
+	// connection only.
+	rht := lc.ReadHeaderTimeout.Std()
+	if l.term != nil && lc.TLSHandshakeTimeout.Std() > 0 && lc.TLSHandshakeTimeout.Std() < rht {
+		rht = lc.TLSHandshakeTimeout.Std()
+	}
+	l.srv = &http.Server{
+		Handler:           e.proxy.Handler(lo),
+		ReadHeaderTimeout: rht,
+		MaxHeaderBytes:    lc.MaxHeaderBytes,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(e.log.With("listener", lc.Name).Handler(), slog.LevelDebug),
+	}
+	return l, nil
+}
+
+func (e *edge) closeListeners() {
+	for _, l := range e.listeners {
+		_ = l.ln.Close()
+	}
+}
+
+// serve runs every component until ctx ends, then drains.
+func (e *edge) serve(ctx context.Context, hup <-chan os.Signal) error {
+	bg, stopBG := context.WithCancel(context.Background())
+	defer stopBG()
+	g, gctx := errgroup.WithContext(bg)
+	g.Go(func() error { return e.admin.Run(gctx) })
+	for _, l := range e.listeners {
+		if l.term != nil {
+			g.Go(func() error { return l.term.Run(gctx) })
+		}
+		g.Go(func() error {
+			err := l.srv.Serve(l.ln)
+			if errors.Is(err, http.ErrServerClosed) {
+				return nil
+			}
+			return fmt.Errorf("listener %s: %w", l.cfg.Name, err)
+		})
+	}
+	e.startDynamic(gctx, g)
+	e.admin.ready.Store(true)
+	e.log.Info("edge started", "version", versionString(), "listeners", len(e.listeners), "admin", e.admin.listener.Addr().String())
+
+	var failed error
+loop:
+	for {
+		select {
+		case <-ctx.Done():
+			break loop
+		case <-gctx.Done():
+			failed = context.Cause(gctx)
+			break loop
+		case <-hup:
+			e.reload()
+		}
+	}
+	e.drain()
+	stopBG()
+	if err := g.Wait(); err != nil && failed == nil && !errors.Is(err, context.Canceled) {
+		failed = err
+	}
+	if errors.Is(failed, context.Canceled) {
+		failed = nil
+	}
+	return failed
+}
+
+// drain is the graceful stop: readiness off, listeners closed, WebSockets
+// sent 1001 spread over the window, the rest closed at the deadline.
+// http.Server.Shutdown does not know hijacked connections (traefik#3630),
+// hence proxy.Drain.
+func (e *edge) drain() {
+	e.mu.Lock()
+	d := e.cfg.Drain
+	e.mu.Unlock()
+	e.admin.ready.Store(false)
+	e.log.Info("draining", "connections", e.proxy.Active(), "window", d.Window.String(), "timeout", d.Timeout.String())
+	ctx, cancel := context.WithTimeout(context.Background(), d.Timeout.Std())
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, l := range e.listeners {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_ = l.srv.Shutdown(ctx)
+		}()
+	}
+	e.proxy.Drain(ctx, d.Window.Std())
+	wg.Wait()
+	_ = e.proxy.Close()
+	e.log.Info("drained", "left", e.proxy.Active())
+}
+
+// reload re-reads the file and swaps routes, pools and certificates. A file
+// that does not validate changes nothing.
+func (e *edge) reload() {
+	cfg, err := conf.Load(e.path)
+	if err != nil {
+		e.metrics.reloads.WithLabelValues("error").Inc()
+		e.log.Error("reload refused, keeping the running configuration", "err", err)
+		return
+	}
+	e.mu.Lock()
+	pools, err := e.buildPools(cfg)
+	if err != nil {
+		e.mu.Unlock()
+		e.metrics.reloads.WithLabelValues("error").Inc()
+		e.log.Error("reload refused, keeping the running configuration", "err", err)
+		return
+	}
+	if err := e.proxy.SetRoutes(routesFor(cfg, pools)); err != nil {
+		e.mu.Unlock()
+		e.metrics.reloads.WithLabelValues("error").Inc()
+		e.log.Error("reload refused, keeping the running configuration", "err", err)
+		return
+	}
+	e.pools = pools
+	old := e.cfg
+	e.cfg = cfg
+	e.mu.Unlock()
+	if !sameListeners(old, cfg) {
+		e.log.Warn("listener settings changed; they take effect on restart")
+	}
+	for _, l := range e.listeners {
+		if l.term != nil {
+			if err := l.term.Reload(); err != nil {
+				e.log.Error("certificate reload refused, old certificates keep serving", "listener", l.cfg.Name, "err", err)
+			}
+		}
+	}
+	e.metrics.reloads.WithLabelValues("ok").Inc()
+	e.log.Info("configuration reloaded")
+}
+
+func sameListeners(a, b *conf.Config) bool {
+	if len(a.Listeners) != len(b.Listeners) {
+		return false
+	}
+	for i := range a.Listeners {
+		if fmt.Sprint(a.Listeners[i]) != fmt.Sprint(b.Listeners[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+// status is the admin /status document.
+func (e *edge) status() any {
+	type poolStatus struct {
+		Name     string           `json:"name"`
+		Backends []map[string]any `json:"backends"`
+	}
+	out := struct {
+		Version   string         `json:"version"`
+		Active    int            `json:"active_connections"`
+		Pools     []poolStatus   `json:"pools"`
+		TLS       map[string]any `json:"tls,omitempty"`
+		Discovery any            `json:"discovery,omitempty"`
+	}{Version: versionString(), Active: e.proxy.Active(), TLS: map[string]any{}}
+	for _, p := range e.allPools() {
+		ps := poolStatus{Name: p.Name()}
+		for _, b := range p.Snapshot().Backends {
+			ps.Backends = append(ps.Backends, map[string]any{
+				"id": b.ID(), "address": b.Addr(), "weight": b.Weight(), "active": b.Active(),
+				"healthy": b.Healthy(), "ejected": b.Ejected(), "available": b.Available(),
+			})
+		}
+		out.Pools = append(out.Pools, ps)
+	}
+	for _, l := range e.listeners {
+		if l.term != nil {
+			out.TLS[l.cfg.Name] = l.term.Status()
+		}
+	}
+	out.Discovery = e.discoveryStatus()
+	return out
+}

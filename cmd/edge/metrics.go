@@ -1,0 +1,213 @@
+package main
+
+import (
+	"crypto/tls"
+	"strconv"
+	"time"
+
+	"github.com/edgelb/edge/balance"
+	"github.com/edgelb/edge/proxy"
+	edgetls "github.com/edgelb/edge/tls"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
+
+// poolCollector reads every pool's snapshot at scrape time, so a backend
+// that leaves a pool stops being reported without any bookkeeping.
+type poolCollector struct {
+	pools  func() []*balance.Pool
+	up     *prometheus.Desc
+	active *prometheus.Desc
+	eject  *prometheus.Desc
+	weight *prometheus.Desc
+	size   *prometheus.Desc
+}
+
+func newPoolCollector(pools func() []*balance.Pool) *poolCollector {
+	l := []string{"pool", "backend", "address"}
+	return &poolCollector{
+		pools:  pools,
+		up:     prometheus.NewDesc("edge_backend_available", "1 when the backend may receive new connections (healthy, not ejected, under its limit).", l, nil),
+		active: prometheus.NewDesc("edge_backend_active_connections", "Connections currently proxied to the backend.", l, nil),
+		eject:  prometheus.NewDesc("edge_backend_ejected", "1 while passive ejection keeps the backend out.", l, nil),
+		weight: prometheus.NewDesc("edge_backend_weight", "The backend's balancing weight.", l, nil),
+		size:   prometheus.NewDesc("edge_pool_backends", "Members of the pool.", []string{"pool"}, nil),
+	}
+}
+
+// Describe implements prometheus.Collector.
+func (c *poolCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.up
+	ch <- c.active
+	ch <- c.eject
+	ch <- c.weight
+	ch <- c.size
+}
+
+// Collect implements prometheus.Collector.
+func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, p := range c.pools() {
+		s := p.Snapshot()
+		ch <- prometheus.MustNewConstMetric(c.size, prometheus.GaugeValue, float64(len(s.Backends)), p.Name())
+		for _, b := range s.Backends {
+			lv := []string{p.Name(), b.ID(), b.Addr()}
+			ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, b2f(b.Available()), lv...)
+			ch <- prometheus.MustNewConstMetric(c.active, prometheus.GaugeValue, float64(b.Active()), lv...)
+			ch <- prometheus.MustNewConstMetric(c.eject, prometheus.GaugeValue, b2f(b.Ejected()), lv...)
+			ch <- prometheus.MustNewConstMetric(c.weight, prometheus.GaugeValue, float64(b.Weight()), lv...)
+		}
+	}
+}
+
+func b2f(v bool) float64 {
+	if v {
+		return 1
+	}
+	return 0
+}
+
+// newRegistry returns the edge's private registry with the Go and process
+// collectors (RSS per connection is a headline figure operators watch).
+func newRegistry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return reg
+}
+
+// durationBuckets suit WebSocket lifetimes: from a refused handshake to a
+// day-long session.
+var durationBuckets = []float64{0.01, 0.1, 1, 10, 60, 300, 1800, 3600, 4 * 3600, 24 * 3600}
+
+// metrics owns the private registry and implements the Observer interfaces
+// of the core packages, which never import Prometheus themselves.
+type metrics struct {
+	reg *prometheus.Registry
+
+	opened     *prometheus.CounterVec
+	closed     *prometheus.CounterVec
+	duration   *prometheus.HistogramVec
+	bytes      *prometheus.CounterVec
+	dialFail   *prometheus.CounterVec
+	rejected   *prometheus.CounterVec
+	requests   *prometheus.CounterVec
+	reqDur     *prometheus.HistogramVec
+	handshakes *prometheus.CounterVec
+	certReload *prometheus.CounterVec
+	ocsp       *prometheus.CounterVec
+	tickets    *prometheus.CounterVec
+	reloads    *prometheus.CounterVec
+	discovery  *prometheus.CounterVec
+	discErrors *prometheus.CounterVec
+	probes     *prometheus.CounterVec
+}
+
+func newMetrics(pools func() []*balance.Pool) *metrics {
+	m := &metrics{reg: newRegistry()}
+	f := func(c prometheus.Collector) { m.reg.MustRegister(c) }
+	m.opened = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "edge_connections_opened_total", Help: "WebSocket connections spliced to a backend."}, []string{"route", "backend"})
+	m.closed = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "edge_connections_closed_total", Help: "WebSocket connections ended, by reason."}, []string{"route", "reason"})
+	m.duration = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "edge_connection_duration_seconds", Help: "Lifetime of WebSocket connections.", Buckets: durationBuckets}, []string{"route"})
+	m.bytes = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "edge_bytes_total", Help: "Bytes spliced, by direction (in: client to backend)."}, []string{"route", "direction"})
+	m.dialFail = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "edge_dial_failures_total", Help: "Failed dials or broken backend handshakes (each one is a passive failure)."}, []string{"route", "backend"})
+	m.rejected = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "edge_rejected_total", Help: "Requests answered by the edge itself, by status and reason."}, []string{"route", "code", "reason"})
+	m.requests = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "edge_http_requests_total", Help: "Plain HTTP requests proxied."}, []string{"route", "backend", "code"})
+	m.reqDur = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "edge_http_request_duration_seconds", Help: "Plain HTTP request latency.", Buckets: prometheus.DefBuckets}, []string{"route"})
+	m.handshakes = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "edge_tls_handshakes_total", Help: "Completed TLS handshakes, full or resumed."}, []string{"listener", "kind", "version"})
+	m.certReload = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "edge_tls_certificate_reloads_total", Help: "Certificate reloads, by result."}, []string{"listener", "result"})
+	m.ocsp = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "edge_tls_ocsp_refreshes_total", Help: "OCSP refresh attempts, by status."}, []string{"listener", "status"})
+	m.tickets = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "edge_tls_ticket_key_rotations_total", Help: "Session-ticket key rotations."}, []string{"listener"})
+	m.reloads = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "edge_config_reloads_total", Help: "Configuration reloads, by result."}, []string{"result"})
+	m.discovery = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "edge_discovery_updates_total", Help: "Membership updates published from Consul."}, []string{"pool"})
+	m.discErrors = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "edge_discovery_errors_total", Help: "Failed Consul queries (the last good set keeps serving)."}, []string{"pool"})
+	m.probes = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "edge_health_probes_total", Help: "Active health probes, by result."}, []string{"pool", "backend", "result"})
+	for _, c := range []prometheus.Collector{m.opened, m.closed, m.duration, m.bytes, m.dialFail, m.rejected, m.requests, m.reqDur, m.handshakes, m.certReload, m.ocsp, m.tickets, m.reloads, m.discovery, m.discErrors, m.probes} {
+		f(c)
+	}
+	f(newPoolCollector(pools))
+	return m
+}
+
+// ConnOpened implements proxy.Observer.
+func (m *metrics) ConnOpened(route, backend string) { m.opened.WithLabelValues(route, backend).Inc() }
+
+// ConnClosed implements proxy.Observer.
+func (m *metrics) ConnClosed(route, _ string, reason string, dur time.Duration, in, out int64) {
+	m.closed.WithLabelValues(route, reason).Inc()
+	m.duration.WithLabelValues(route).Observe(dur.Seconds())
+	m.bytes.WithLabelValues(route, "in").Add(float64(in))
+	m.bytes.WithLabelValues(route, "out").Add(float64(out))
+}
+
+// DialFailed implements proxy.Observer.
+func (m *metrics) DialFailed(route, backend string, _ error) {
+	m.dialFail.WithLabelValues(route, backend).Inc()
+}
+
+// Rejected implements proxy.Observer.
+func (m *metrics) Rejected(route string, status int, reason string) {
+	m.rejected.WithLabelValues(route, strconv.Itoa(status), reason).Inc()
+}
+
+// HTTPRequest implements proxy.Observer.
+func (m *metrics) HTTPRequest(route, backend string, status int, dur time.Duration) {
+	m.requests.WithLabelValues(route, backend, strconv.Itoa(status)).Inc()
+	m.reqDur.WithLabelValues(route).Observe(dur.Seconds())
+}
+
+var _ proxy.Observer = (*metrics)(nil)
+
+// tlsMetrics adapts the terminator's events of one listener.
+type tlsMetrics struct {
+	m        *metrics
+	listener string
+}
+
+var _ edgetls.Observer = tlsMetrics{}
+
+func (m *metrics) tlsObserver(listener string) tlsMetrics {
+	return tlsMetrics{m: m, listener: listener}
+}
+
+// CertReloaded implements edgetls.Observer.
+func (t tlsMetrics) CertReloaded(_ string, err error) {
+	r := "ok"
+	if err != nil {
+		r = "error"
+	}
+	t.m.certReload.WithLabelValues(t.listener, r).Inc()
+}
+
+// OCSPRefreshed implements edgetls.Observer.
+func (t tlsMetrics) OCSPRefreshed(_, status string, _ error) {
+	t.m.ocsp.WithLabelValues(t.listener, status).Inc()
+}
+
+// TicketKeysRotated implements edgetls.Observer.
+func (t tlsMetrics) TicketKeysRotated() { t.m.tickets.WithLabelValues(t.listener).Inc() }
+
+// countHandshakes wraps a listener's tls.Config so every completed
+// handshake, full or resumed, is counted: VerifyConnection runs on both.
+func (m *metrics) countHandshakes(listener string, cfg *tls.Config) {
+	next := cfg.VerifyConnection
+	full := map[uint16]prometheus.Counter{}
+	resumed := map[uint16]prometheus.Counter{}
+	for _, v := range []uint16{tls.VersionTLS12, tls.VersionTLS13} {
+		full[v] = m.handshakes.WithLabelValues(listener, "full", tls.VersionName(v))
+		resumed[v] = m.handshakes.WithLabelValues(listener, "resumed", tls.VersionName(v))
+	}
+	cfg.VerifyConnection = func(cs tls.ConnectionState) error {
+		if next != nil {
+			if err := next(cs); err != nil {
+				return err
+			}
+		}
+		if cs.DidResume {
+			if c := resumed[cs.Version]; c != nil {
+				c.Inc()
+			}
+		} else if c := full[cs.Version]; c != nil {
+			c.Inc()
+		}
+		return nil
+	}
+}

@@ -1,0 +1,391 @@
+package conf
+
+import (
+	"crypto/tls"
+	"net/netip"
+)
+
+// Values accepted by enumerated settings. cmd/edge maps them onto the
+// types of the component that uses them.
+const (
+	BalanceLeastConn = "least_conn" // power of two choices over active connections, weighted
+	BalanceCookie    = "cookie"     // sticky cookie set on the 101 response, then least_conn
+	BalanceClientIP  = "client_ip"  // rendezvous hash of the client address with bounded load
+
+	SameSiteLax    = "lax"
+	SameSiteStrict = "strict"
+	SameSiteNone   = "none"
+
+	MustStapleRefuse = "refuse" // a must-staple certificate without a staple is not served
+	MustStapleServe  = "serve"  // serve it anyway and let the client decide
+
+	HealthNone      = ""          // no active checks; passive ejection still applies
+	HealthTCP       = "tcp"       // connect only
+	HealthHTTP      = "http"      // GET path, expect expect_status
+	HealthWebSocket = "websocket" // full upgrade handshake on path, expect 101
+
+	LogJSON = "json"
+	LogText = "text"
+)
+
+// Config is the whole configuration file. It is built by [Parse] or [Load],
+// which apply the defaults documented on each field to keys absent from the
+// file and then run [Config.Validate]. A Config is never mutated after it is
+// handed out: a reload parses a new one.
+type Config struct {
+	// Admin is the separate listener for /metrics, /healthz, /readyz and
+	// the admin API. It never shares a port with public traffic.
+	Admin Admin `yaml:"admin"`
+	// StateDir holds state that must survive restarts: OCSP staples and the
+	// last good backend set of each discovered pool (so a cold start works
+	// while Consul is down). Optional; a relative path is resolved against
+	// the directory of the configuration file.
+	StateDir string `yaml:"state_dir"`
+	// Log configures the process log and the access log.
+	Log Log `yaml:"log"`
+	// Limits are process-wide admission limits.
+	Limits Limits `yaml:"limits"`
+	// Drain controls how live WebSockets are closed on shutdown.
+	Drain Drain `yaml:"drain"`
+	// Listeners are the public ports. At least one is required.
+	Listeners []Listener `yaml:"listeners"`
+	// Routes map a request's host and path onto a pool, shared by all
+	// listeners. Most specific host first, then longest path prefix; the
+	// default route catches the rest.
+	Routes []Route `yaml:"routes"`
+	// Pools are groups of interchangeable backends.
+	Pools []Pool `yaml:"pools"`
+	// Consul is the connection to the Consul agent used by discovery and
+	// self-registration.
+	Consul Consul `yaml:"consul"`
+
+	src      *source  // where each setting came from; nil for a Config built in code
+	warnings []*Error // from the last Validate
+}
+
+// Admin configures the admin listener.
+type Admin struct {
+	// Address is host:port. Default 127.0.0.1:9901 (loopback only).
+	Address string `yaml:"address" default:"127.0.0.1:9901"`
+}
+
+// Log configures logging.
+type Log struct {
+	// Level is debug, info, warn or error. Default info.
+	Level string `yaml:"level" default:"info"`
+	// Format is json or text. Default json.
+	Format string `yaml:"format" default:"json"`
+	// AccessLog writes one line per finished connection or request.
+	// Default true.
+	AccessLog bool `yaml:"access_log" default:"true"`
+}
+
+// Limits are global admission limits.
+type Limits struct {
+	// MaxConnections caps concurrent client connections over all
+	// listeners. Default 0, unlimited.
+	MaxConnections int64 `yaml:"max_connections"`
+}
+
+// Drain controls graceful shutdown. HTTP servers forget hijacked
+// connections on shutdown (traefik#3630), and closing every WebSocket at
+// once causes a reconnect stampede (caddy#5471), so edge sends close frames
+// spread over Window and force-closes what is left at Timeout.
+type Drain struct {
+	// Window spreads close frames (1001 going away) over this span.
+	// Default 10s; 0 closes everything at once.
+	Window Duration `yaml:"window" default:"10s"`
+	// Timeout force-closes connections still open this long after the
+	// drain began. Default 30s; must be >= Window.
+	Timeout Duration `yaml:"timeout" default:"30s"`
+}
+
+// Listener is one public port.
+type Listener struct {
+	// Name appears in metrics and logs. Default "listener-N" where N is the
+	// index in the list, starting at 0.
+	Name string `yaml:"name"`
+	// Address is host:port; an empty host listens on all interfaces.
+	// Required.
+	Address string `yaml:"address"`
+	// TLS terminates TLS (wss://). Absent means plain ws://.
+	TLS *TLS `yaml:"tls,omitempty"`
+	// ProxyProtocol accepts a PROXY protocol v1/v2 header from trusted
+	// peers, as sent by an L4 load balancer in front of edge.
+	ProxyProtocol ProxyProtocol `yaml:"proxy_protocol"`
+	// TrustedProxies are peers whose X-Forwarded-For is believed and
+	// extended. From anyone else the header is replaced, never appended
+	// to, so clients cannot choose their address (gorouter#179). Bare
+	// addresses mean /32 or /128.
+	TrustedProxies []netip.Prefix `yaml:"trusted_proxies"`
+	// ForwardedHeader also sends an RFC 7239 Forwarded header to backends.
+	// Default false.
+	ForwardedHeader bool `yaml:"forwarded_header"`
+	// ReadHeaderTimeout bounds reading the request head. Default 10s.
+	ReadHeaderTimeout Duration `yaml:"read_header_timeout" default:"10s"`
+	// TLSHandshakeTimeout bounds the TLS handshake. Default 10s.
+	TLSHandshakeTimeout Duration `yaml:"tls_handshake_timeout" default:"10s"`
+	// MaxHeaderBytes bounds the request head, 1024 to 1048576.
+	// Default 16384.
+	MaxHeaderBytes int `yaml:"max_header_bytes" default:"16384"`
+}
+
+// TLS configures TLS termination on a listener.
+type TLS struct {
+	// Certificates are chosen by SNI; the first is the fallback. At least
+	// one. Files are watched and reloaded.
+	Certificates []Certificate `yaml:"certificates"`
+	// MinVersion is "1.2" or "1.3". Default "1.2".
+	MinVersion string `yaml:"min_version" default:"1.2"`
+	// ClientCAFile turns on mutual TLS: clients must present a certificate
+	// signed by a CA in this PEM file. Default empty (no client auth).
+	ClientCAFile string `yaml:"client_ca_file"`
+	// ClientCertHeader names a request header that carries the verified
+	// client certificate's subject to the backend. Any copy sent by the
+	// client is removed. Needs ClientCAFile. Default empty (not sent).
+	ClientCertHeader string `yaml:"client_cert_header"`
+	// SessionTickets configures TLS session resumption.
+	SessionTickets SessionTickets `yaml:"session_tickets"`
+	// OCSP configures OCSP stapling.
+	OCSP OCSP `yaml:"ocsp"`
+}
+
+// Version returns MinVersion as a crypto/tls constant (tls.VersionTLS12
+// unless MinVersion is "1.3").
+func (t *TLS) Version() uint16 {
+	if t.MinVersion == "1.3" {
+		return tls.VersionTLS13
+	}
+	return tls.VersionTLS12
+}
+
+// Certificate is one certificate chain and its private key, both PEM.
+// Relative paths are resolved against the configuration file's directory.
+type Certificate struct {
+	CertFile string `yaml:"cert_file"`
+	KeyFile  string `yaml:"key_file"`
+}
+
+// SessionTickets configures TLS session-ticket keys. Resumption fails when
+// the next connection lands on another node unless the fleet shares keys
+// (traefik PR #10284, envoy#7397): set KeyFile to share them.
+type SessionTickets struct {
+	// Enabled offers session tickets. Default true.
+	Enabled bool `yaml:"enabled" default:"true"`
+	// RotateEvery is how often a fresh key starts signing. Default 1h.
+	RotateEvery Duration `yaml:"rotate_every" default:"1h"`
+	// Keep is how many keys, the signing one included, still decrypt
+	// tickets. Default 3.
+	Keep int `yaml:"keep" default:"3"`
+	// KeyFile, when set, holds the keys shared by the fleet instead of
+	// keys generated per process. It is secret; edge only reads it.
+	KeyFile string `yaml:"key_file"`
+}
+
+// OCSP configures stapling. A certificate without an OCSP responder is
+// normal (many CAs have stopped running them) and is not an error.
+type OCSP struct {
+	// Enabled fetches and staples OCSP responses before serving, not
+	// lazily (acme.sh#2938). Default true.
+	Enabled bool `yaml:"enabled" default:"true"`
+	// MustStaple says what to do with a must-staple certificate that has
+	// no valid staple: refuse (do not serve it) or serve. Default refuse.
+	MustStaple string `yaml:"must_staple" default:"refuse"`
+}
+
+// ProxyProtocol configures the PROXY protocol on a listener.
+type ProxyProtocol struct {
+	// Enabled expects a PROXY header from trusted peers. Default false.
+	Enabled bool `yaml:"enabled"`
+	// Trusted are the peers allowed to send the header; required when
+	// enabled. Others are served with their own address.
+	Trusted []netip.Prefix `yaml:"trusted"`
+	// Timeout bounds reading the header. Default 5s.
+	Timeout Duration `yaml:"timeout" default:"5s"`
+}
+
+// Route maps requests onto a pool.
+type Route struct {
+	// Hosts are exact names or "*.domain" (one leading label). Matching is
+	// case-insensitive; names are stored lower-case. Empty matches any
+	// host.
+	Hosts []string `yaml:"hosts"`
+	// PathPrefix matches the request path by prefix. Default "/".
+	PathPrefix string `yaml:"path_prefix"`
+	// Default marks the route taken when no other matches. At most one;
+	// it takes no hosts or path_prefix.
+	Default bool `yaml:"default"`
+	// Pool is the name of the pool serving the route. Required.
+	Pool string `yaml:"pool"`
+}
+
+// Pool is a group of interchangeable backends.
+type Pool struct {
+	// Name identifies the pool in routes, metrics and logs: letters,
+	// digits, '_', '-' and '.'. Required and unique.
+	Name string `yaml:"name"`
+	// Balance is least_conn, cookie or client_ip. Default least_conn.
+	Balance string `yaml:"balance" default:"least_conn"`
+	// Backends are the static members. Required unless Consul.Service is
+	// set, and not allowed with it.
+	Backends []Backend `yaml:"backends"`
+	// Cookie configures balance: cookie.
+	Cookie Cookie `yaml:"cookie"`
+	// ClientIP configures balance: client_ip.
+	ClientIP ClientIP `yaml:"client_ip"`
+	// Timeouts for the backend leg.
+	Timeouts Timeouts `yaml:"timeouts"`
+	// Retries is how many other backends are tried when a dial or the
+	// upgrade handshake fails, before anything reached the client.
+	// 0 to 10, default 2.
+	Retries int `yaml:"retries" default:"2"`
+	// PassiveEjection takes backends out after repeated failures seen on
+	// real traffic.
+	PassiveEjection PassiveEjection `yaml:"passive_ejection"`
+	// Limits are per-pool admission limits; 0 means unlimited.
+	Limits PoolLimits `yaml:"limits"`
+	// Consul discovers the members from a Consul service.
+	Consul PoolConsul `yaml:"consul"`
+	// Health configures active health checks.
+	Health Health `yaml:"health"`
+}
+
+// Backend is one static pool member.
+type Backend struct {
+	// Address is host:port. Required.
+	Address string `yaml:"address"`
+	// ID identifies the backend in cookies and metrics; it must be stable
+	// across restarts for stickiness to survive them. Default: Address.
+	ID string `yaml:"id"`
+	// Weight is relative, 1 to 1000. Default 1; 0 also means 1.
+	Weight int `yaml:"weight"`
+}
+
+// Cookie configures sticky-cookie balancing. The cookie is set on the 101
+// response itself (traefik#3343) and is signed with an HMAC key, so every
+// edge in a fleet that shares the secret honours the others' cookies.
+type Cookie struct {
+	// Name of the cookie. Default edge_sticky.
+	Name string `yaml:"name" default:"edge_sticky"`
+	// Path attribute. Default "/".
+	Path string `yaml:"path" default:"/"`
+	// MaxAge attribute; 0 makes a session cookie. Default 0s.
+	MaxAge Duration `yaml:"max_age"`
+	// SameSite is lax, strict or none. Default lax.
+	SameSite string `yaml:"same_site" default:"lax"`
+	// SecretFile holds the signing key (at least 16 bytes; surrounding
+	// whitespace is trimmed). Relative to the configuration file.
+	SecretFile string `yaml:"secret_file"`
+	// SecretEnv names an environment variable holding the signing key,
+	// instead of SecretFile. With neither, a random key is made per
+	// process: stickiness then survives neither restarts nor a fleet.
+	SecretEnv string `yaml:"secret_env"`
+	// PreviousSecretFile holds the key being rotated out: cookies signed
+	// with it are still honoured, and re-signed with the current one.
+	PreviousSecretFile string `yaml:"previous_secret_file"`
+	// PreviousSecretEnv names an environment variable holding the previous
+	// key, instead of PreviousSecretFile. An unset variable means no
+	// previous key.
+	PreviousSecretEnv string `yaml:"previous_secret_env"`
+}
+
+// ClientIP configures client-address balancing.
+type ClientIP struct {
+	// BoundedLoad caps any backend at this factor times the mean load;
+	// clients hashed to a full backend move to the next one in their
+	// rendezvous order. At least 1.0. Default 1.25.
+	BoundedLoad float64 `yaml:"bounded_load" default:"1.25"`
+}
+
+// Timeouts for the backend leg of a connection.
+type Timeouts struct {
+	// Dial bounds the TCP connect. Default 2s.
+	Dial Duration `yaml:"dial" default:"2s"`
+	// Handshake bounds sending the upgrade and reading the 101. Default 10s.
+	Handshake Duration `yaml:"handshake" default:"10s"`
+	// Idle closes a WebSocket with no traffic in either direction for this
+	// long; 0 means never. Default 1h: the 60s of ALB and nginx and the 5
+	// minutes of Envoy kill quiet WebSockets (envoy#20062).
+	Idle Duration `yaml:"idle" default:"1h"`
+	// Write bounds one write to a peer that stopped reading. Default 30s.
+	Write Duration `yaml:"write" default:"30s"`
+}
+
+// PassiveEjection configures ejection on failures seen on real traffic.
+type PassiveEjection struct {
+	// Failures within Window eject a backend; 0 turns ejection off.
+	// Default 5.
+	Failures int `yaml:"failures" default:"5"`
+	// Window over which failures are counted. Default 30s.
+	Window Duration `yaml:"window" default:"30s"`
+	// Cooldown before an ejected backend gets traffic again. Default 30s.
+	Cooldown Duration `yaml:"cooldown" default:"30s"`
+}
+
+// PoolLimits are per-pool admission limits. Every limit defaults to 0,
+// unlimited. Reconnect storms after a restart (mattermost-webapp#10960)
+// are what the per-client-IP rate is for.
+type PoolLimits struct {
+	MaxConnections             int64 `yaml:"max_connections"`
+	MaxConnectionsPerBackend   int64 `yaml:"max_connections_per_backend"`
+	MaxConnectionsPerClientIP  int   `yaml:"max_connections_per_client_ip"`
+	ConnectionRatePerClientIP  float64 `yaml:"connection_rate_per_client_ip"` // new connections per second
+	ConnectionBurstPerClientIP int   `yaml:"connection_burst_per_client_ip"` // default: the rate rounded up
+}
+
+// PoolConsul discovers a pool's members from Consul.
+type PoolConsul struct {
+	// Service is the Consul service name; empty means static backends.
+	Service string `yaml:"service"`
+	// Tag filters instances by tag. Default empty (all).
+	Tag string `yaml:"tag"`
+	// Datacenter to query. Default empty (the agent's).
+	Datacenter string `yaml:"datacenter"`
+	// PassingOnly takes only instances whose checks pass. Default true.
+	// edge still runs its own checks: Consul's view is not edge's
+	// (fabio#393).
+	PassingOnly bool `yaml:"passing_only" default:"true"`
+}
+
+// Health configures active health checks.
+type Health struct {
+	// Type is "" (no active checks), tcp, http or websocket. Default "".
+	Type string `yaml:"type"`
+	// Interval between probes of one backend. Default 5s.
+	Interval Duration `yaml:"interval" default:"5s"`
+	// Timeout of one probe, at most Interval. Default 2s.
+	Timeout Duration `yaml:"timeout" default:"2s"`
+	// Rise successes in a row mark a backend healthy. Default 2.
+	Rise int `yaml:"rise" default:"2"`
+	// Fall failures in a row mark it unhealthy. Default 3.
+	Fall int `yaml:"fall" default:"3"`
+	// Path probed by http and websocket checks. Default "/".
+	Path string `yaml:"path" default:"/"`
+	// ExpectStatus is the status an http check expects, 100 to 599.
+	// Default 200. websocket checks always expect 101.
+	ExpectStatus int `yaml:"expect_status" default:"200"`
+}
+
+// Consul configures the Consul client.
+type Consul struct {
+	// Address of the agent, host:port or http(s)://host:port. Default
+	// empty, meaning the local agent at 127.0.0.1:8500.
+	Address string `yaml:"address"`
+	// Token is an ACL token. Prefer TokenFile or the CONSUL_HTTP_TOKEN
+	// environment variable; see [Consul.ACLToken].
+	Token Secret `yaml:"token"`
+	// TokenFile holds the ACL token. Relative to the configuration file.
+	TokenFile string `yaml:"token_file"`
+	// CAFile verifies the agent's certificate when Address is https.
+	CAFile string `yaml:"ca_file"`
+	// Register registers edge itself as a Consul service.
+	Register ConsulRegister `yaml:"register"`
+}
+
+// ConsulRegister configures self-registration.
+type ConsulRegister struct {
+	// Enabled registers edge. Default false.
+	Enabled bool `yaml:"enabled"`
+	// Service name to register under. Default edge.
+	Service string `yaml:"service" default:"edge"`
+}

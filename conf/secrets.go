@@ -1,0 +1,139 @@
+package conf
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+)
+
+const (
+	// minSecretLen is the shortest cookie signing key accepted: 128 bits,
+	// so that the HMAC cannot be brute-forced offline from one cookie.
+	minSecretLen = 16
+	// maxSecretSize bounds what a secret file may hold.
+	maxSecretSize = 64 << 10
+)
+
+// ConsulTokenEnv is the environment variable consulted for the Consul ACL
+// token when the file sets neither token nor token_file. It is the name the
+// consul CLI uses.
+const ConsulTokenEnv = "CONSUL_HTTP_TOKEN"
+
+// Secrets returns the cookie signing keys: current from secret_file or
+// secret_env (nil when neither is set: the caller then makes a random key
+// per process), and previous from previous_secret_file or
+// previous_secret_env (empty when neither is set or the variable is unset).
+// Keys are trimmed of surrounding whitespace and must be at least 16 bytes.
+// Errors name the file or variable, never the content.
+func (k *Cookie) Secrets() (current []byte, previous [][]byte, err error) {
+	current, err = secret("secret", k.SecretFile, k.SecretEnv, true)
+	if err != nil {
+		return nil, nil, err
+	}
+	prev, err := secret("previous_secret", k.PreviousSecretFile, k.PreviousSecretEnv, false)
+	if err != nil {
+		return nil, nil, err
+	}
+	if prev != nil {
+		previous = [][]byte{prev}
+	}
+	return current, previous, nil
+}
+
+// secret reads one key from a file or an environment variable. A named
+// variable that is unset is an error only when required: a previous key
+// variable left configured after a rotation finished simply means "none".
+func secret(what, file, env string, required bool) ([]byte, error) {
+	switch {
+	case file != "" && env != "":
+		return nil, fmt.Errorf("set only one of %s_file and %s_env", what, what)
+	case file != "":
+		b, err := readSecretFile(file)
+		if err != nil {
+			return nil, fmt.Errorf("cookie %s_file: %w", what, err)
+		}
+		if len(b) < minSecretLen {
+			return nil, fmt.Errorf("cookie %s_file %s: %d bytes, need at least %d", what, file, len(b), minSecretLen)
+		}
+		return b, nil
+	case env != "":
+		v, ok := os.LookupEnv(env)
+		b := bytes.TrimSpace([]byte(v))
+		if !ok || len(b) == 0 {
+			if !required {
+				return nil, nil
+			}
+			return nil, fmt.Errorf("cookie %s_env: environment variable %s is unset or empty", what, env)
+		}
+		if len(b) < minSecretLen {
+			return nil, fmt.Errorf("cookie %s_env: environment variable %s holds %d bytes, need at least %d", what, env, len(b), minSecretLen)
+		}
+		return b, nil
+	}
+	return nil, nil
+}
+
+// readSecretFile reads a small regular file and trims surrounding
+// whitespace (the trailing newline editors add). Devices and pipes are
+// refused so that a typo such as /dev/zero cannot hang or exhaust edge.
+func readSecretFile(path string) ([]byte, error) {
+	if err := checkFile(path); err != nil {
+		return nil, err
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxSecretSize+1))
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	if len(b) > maxSecretSize {
+		return nil, fmt.Errorf("%s: larger than %d bytes", path, maxSecretSize)
+	}
+	b = bytes.TrimSpace(b)
+	if len(b) == 0 {
+		return nil, fmt.Errorf("%s: empty", path)
+	}
+	return b, nil
+}
+
+// checkFile reports whether path names an existing regular file, in words
+// an operator can act on.
+func checkFile(path string) error {
+	fi, err := os.Stat(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return fmt.Errorf("%s: no such file", path)
+	case errors.Is(err, fs.ErrPermission):
+		return fmt.Errorf("%s: permission denied", path)
+	case err != nil:
+		return err
+	case !fi.Mode().IsRegular():
+		return fmt.Errorf("%s: not a regular file", path)
+	}
+	return nil
+}
+
+// ACLToken returns the Consul ACL token: token if set, else the content of
+// token_file, else the CONSUL_HTTP_TOKEN environment variable, else "" (no
+// ACLs). Errors name the file, never the content.
+func (c *Consul) ACLToken() (Secret, error) {
+	switch {
+	case c.Token != "" && c.TokenFile != "":
+		return "", errors.New("consul: set only one of token and token_file")
+	case c.Token != "":
+		return c.Token, nil
+	case c.TokenFile != "":
+		b, err := readSecretFile(c.TokenFile)
+		if err != nil {
+			return "", fmt.Errorf("consul token_file: %w", err)
+		}
+		return Secret(b), nil
+	}
+	return Secret(os.Getenv(ConsulTokenEnv)), nil
+}

@@ -1,0 +1,534 @@
+package conf
+
+import (
+	"fmt"
+	"math"
+	"net"
+	"net/netip"
+	"net/url"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// Validate checks the whole configuration and returns an *Errors listing
+// every problem, each with the file and line of the setting when the
+// Config came from Parse or Load. It also reads secret files, so that a
+// missing key is found at start and at reload rather than on the first
+// sticky connection, and refreshes [Config.Warnings].
+func (c *Config) Validate() error {
+	errs, warns := c.validate()
+	c.warnings = warns
+	return asError(errs)
+}
+
+type validator struct {
+	c     *Config
+	errs  []*Error
+	warns []*Error
+}
+
+func (v *validator) at(path, format string, args ...any) *Error {
+	e := &Error{Line: v.c.src.line(path), Path: path, Msg: fmt.Sprintf(format, args...)}
+	if v.c.src != nil {
+		e.File = v.c.src.file
+	}
+	return e
+}
+
+func (v *validator) errf(path, format string, args ...any) {
+	v.errs = append(v.errs, v.at(path, format, args...))
+}
+
+func (v *validator) warnf(path, format string, args ...any) {
+	v.warns = append(v.warns, v.at(path, format, args...))
+}
+
+func (v *validator) line(path string) int { return v.c.src.line(path) }
+
+func (c *Config) validate() (errs, warns []*Error) {
+	v := &validator{c: c}
+	v.hostPort("admin.address", c.Admin.Address, true)
+	if c.StateDir != "" {
+		if fi, err := os.Stat(c.StateDir); err == nil && !fi.IsDir() {
+			v.errf("state_dir", "%s is not a directory", c.StateDir)
+		}
+	}
+	v.oneOf("log.level", c.Log.Level, "debug", "info", "warn", "error")
+	v.oneOf("log.format", c.Log.Format, LogJSON, LogText)
+	v.nonNegative("limits.max_connections", c.Limits.MaxConnections)
+	v.duration("drain.window", c.Drain.Window, true)
+	v.duration("drain.timeout", c.Drain.Timeout, false)
+	if c.Drain.Timeout > 0 && c.Drain.Window > c.Drain.Timeout {
+		v.errf("drain.window", "%s is longer than drain.timeout %s", c.Drain.Window, c.Drain.Timeout)
+	}
+
+	if len(c.Listeners) == 0 {
+		v.errf("listeners", "at least one listener is required")
+	}
+	names := map[string]string{}
+	addrs := map[string]string{}
+	for i := range c.Listeners {
+		v.listener(index("listeners", i), &c.Listeners[i], names, addrs)
+	}
+
+	pools := map[string]int{}
+	for i := range c.Pools {
+		p := index("pools", i)
+		v.pool(p, &c.Pools[i])
+		name := c.Pools[i].Name
+		if name == "" {
+			continue
+		}
+		if j, dup := pools[name]; dup {
+			v.errf(p+".name", "duplicate pool name %q (first at line %d)", name, v.line(index("pools", j)))
+			continue
+		}
+		pools[name] = i
+	}
+	used := v.routes(pools)
+	for i := range c.Pools {
+		if name := c.Pools[i].Name; name != "" && !used[name] && len(c.Routes) > 0 {
+			v.warnf(index("pools", i), "pool %q is not used by any route", name)
+		}
+	}
+	v.consul()
+	return v.errs, v.warns
+}
+
+func (v *validator) listener(path string, l *Listener, names, addrs map[string]string) {
+	if l.Name != "" {
+		v.name(path+".name", l.Name)
+		if first, dup := names[l.Name]; dup {
+			v.errf(path+".name", "duplicate listener name %q (first at %s)", l.Name, first)
+		} else {
+			names[l.Name] = path
+		}
+	} else {
+		v.errf(path+".name", "must not be empty")
+	}
+	if l.Address == "" {
+		v.errf(path+".address", "required: host:port to listen on, e.g. 127.0.0.1:8443 or :443")
+	} else if v.hostPort(path+".address", l.Address, true) {
+		if _, port, _ := net.SplitHostPort(l.Address); port != "0" {
+			if first, dup := addrs[l.Address]; dup {
+				v.errf(path+".address", "%s is also used by %s", l.Address, first)
+			} else {
+				addrs[l.Address] = path
+			}
+		}
+	}
+	if l.TLS != nil {
+		v.tls(path+".tls", l.TLS)
+	}
+	pp := path + ".proxy_protocol"
+	if l.ProxyProtocol.Enabled && len(l.ProxyProtocol.Trusted) == 0 {
+		v.errf(pp+".trusted", "required when proxy_protocol is enabled: a PROXY header from anyone would let any client choose its address")
+	}
+	v.duration(pp+".timeout", l.ProxyProtocol.Timeout, false)
+	v.duration(path+".read_header_timeout", l.ReadHeaderTimeout, false)
+	v.duration(path+".tls_handshake_timeout", l.TLSHandshakeTimeout, false)
+	if l.MaxHeaderBytes < 1024 || l.MaxHeaderBytes > 1<<20 {
+		v.errf(path+".max_header_bytes", "%d is outside 1024..1048576", l.MaxHeaderBytes)
+	}
+}
+
+func (v *validator) tls(path string, t *TLS) {
+	if len(t.Certificates) == 0 {
+		v.errf(path+".certificates", "at least one certificate (cert_file and key_file) is required")
+	}
+	for i, c := range t.Certificates {
+		p := index(path+".certificates", i)
+		v.file(p+".cert_file", c.CertFile, true)
+		v.file(p+".key_file", c.KeyFile, true)
+	}
+	v.oneOf(path+".min_version", t.MinVersion, "1.2", "1.3")
+	v.file(path+".client_ca_file", t.ClientCAFile, false)
+	if t.ClientCertHeader != "" {
+		if t.ClientCAFile == "" {
+			v.errf(path+".client_cert_header", "needs client_ca_file: without client certificates there is no verified identity to send")
+		}
+		if !isToken(t.ClientCertHeader) {
+			v.errf(path+".client_cert_header", "%q is not a valid header name", t.ClientCertHeader)
+		}
+	}
+	st := path + ".session_tickets"
+	v.duration(st+".rotate_every", t.SessionTickets.RotateEvery, false)
+	if t.SessionTickets.Keep < 1 || t.SessionTickets.Keep > 100 {
+		v.errf(st+".keep", "%d is outside 1..100", t.SessionTickets.Keep)
+	}
+	v.file(st+".key_file", t.SessionTickets.KeyFile, false)
+	v.oneOf(path+".ocsp.must_staple", t.OCSP.MustStaple, MustStapleRefuse, MustStapleServe)
+}
+
+// routes checks the routes and returns the names of the pools they use.
+func (v *validator) routes(pools map[string]int) map[string]bool {
+	c := v.c
+	used := map[string]bool{}
+	if len(c.Routes) == 0 && len(c.Listeners) > 0 {
+		v.warnf("routes", "no routes: every request will be answered 404")
+	}
+	// A pool name that failed to decode would make every route to it look
+	// dangling; skip that check then.
+	poolNamesKnown := true
+	for i := range c.Pools {
+		if c.src != nil && c.src.isBad(index("pools", i)+".name") {
+			poolNamesKnown = false
+		}
+	}
+	defaultRoute := -1
+	claimed := map[string]string{} // host + " " + prefix -> route path
+	for i, r := range c.Routes {
+		path := index("routes", i)
+		switch {
+		case r.Pool == "":
+			v.errf(path+".pool", "required: the name of a pool")
+		case poolNamesKnown:
+			if _, ok := pools[r.Pool]; !ok {
+				names := make([]string, 0, len(pools))
+				for n := range pools {
+					names = append(names, n)
+				}
+				slices.Sort(names)
+				v.errf(path+".pool", "no pool named %q%s", r.Pool, suggest(r.Pool, names))
+			}
+		}
+		used[r.Pool] = true
+		if r.Default {
+			if defaultRoute >= 0 {
+				v.errf(path+".default", "only one default route is allowed (the first is routes[%d] at line %d)", defaultRoute, v.line(index("routes", defaultRoute)))
+			} else {
+				defaultRoute = i
+			}
+			if len(r.Hosts) > 0 || r.PathPrefix != "" {
+				v.errf(path, "a default route takes no hosts or path_prefix: it catches what no other route matches")
+			}
+			continue
+		}
+		if !strings.HasPrefix(r.PathPrefix, "/") || strings.ContainsAny(r.PathPrefix, "?# \t") {
+			v.errf(path+".path_prefix", "%q must start with / and hold no query, fragment or space", r.PathPrefix)
+		}
+		hosts := r.Hosts
+		if len(hosts) == 0 {
+			hosts = []string{""}
+		}
+		for j, h := range hosts {
+			hp := path + ".hosts"
+			if len(r.Hosts) > 0 {
+				hp = index(hp, j)
+				if msg := checkHostPattern(h); msg != "" {
+					v.errf(hp, "%q %s", h, msg)
+					continue
+				}
+			}
+			key := h + " " + r.PathPrefix
+			if first, dup := claimed[key]; dup {
+				what := "any host"
+				if h != "" {
+					what = strconv.Quote(h)
+				}
+				v.errf(hp, "%s with path_prefix %q is already routed by %s (line %d)", what, r.PathPrefix, first, v.line(first))
+				continue
+			}
+			claimed[key] = path
+		}
+	}
+	return used
+}
+
+// checkHostPattern accepts an exact DNS name or "*.domain"; it returns
+// what is wrong otherwise.
+func checkHostPattern(h string) string {
+	name := strings.TrimPrefix(h, "*.")
+	if strings.Contains(name, "*") {
+		return "has a wildcard other than a leading \"*.\""
+	}
+	if strings.Contains(name, ":") {
+		return "is not a host name: hosts match without a port"
+	}
+	if !isDNSName(name) {
+		return "is not a valid host name"
+	}
+	return ""
+}
+
+func isDNSName(s string) bool {
+	if s == "" || len(s) > 253 {
+		return false
+	}
+	for label := range strings.SplitSeq(strings.TrimSuffix(s, "."), ".") {
+		if label == "" || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' {
+			return false
+		}
+		for _, r := range label {
+			if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_') {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+func (v *validator) pool(path string, p *Pool) {
+	if p.Name == "" {
+		v.errf(path+".name", "required")
+	} else {
+		v.name(path+".name", p.Name)
+	}
+	v.oneOf(path+".balance", p.Balance, BalanceLeastConn, BalanceCookie, BalanceClientIP)
+
+	switch {
+	case p.Consul.Service != "" && len(p.Backends) > 0:
+		v.errf(path+".backends", "set either backends or consul.service, not both")
+	case p.Consul.Service == "" && len(p.Backends) == 0:
+		v.errf(path+".backends", "at least one backend is required unless consul.service is set")
+	}
+	ids := map[string]int{}
+	for i, b := range p.Backends {
+		bp := index(path+".backends", i)
+		if b.Address == "" {
+			v.errf(bp+".address", "required: host:port of the backend")
+		} else {
+			v.hostPort(bp+".address", b.Address, false)
+		}
+		if b.ID == "" {
+			v.errf(bp+".id", "must not be empty")
+		} else if !isID(b.ID) {
+			v.errf(bp+".id", "%q may hold only printable ASCII without spaces, quotes, commas, semicolons or backslashes (it travels in cookies), at most 128 bytes", b.ID)
+		} else if j, dup := ids[b.ID]; dup {
+			v.errf(bp+".id", "duplicate backend id %q in this pool (first at line %d); give each backend a distinct id", b.ID, v.line(index(path+".backends", j)))
+		} else {
+			ids[b.ID] = i
+		}
+		if b.Weight < 1 || b.Weight > 1000 {
+			v.errf(bp+".weight", "%d is outside 1..1000", b.Weight)
+		}
+	}
+
+	k := p.Cookie
+	cp := path + ".cookie"
+	if !isToken(k.Name) {
+		v.errf(cp+".name", "%q is not a valid cookie name", k.Name)
+	}
+	if !strings.HasPrefix(k.Path, "/") || strings.ContainsFunc(k.Path, func(r rune) bool { return r == ';' || r < 0x20 || r == 0x7f }) {
+		v.errf(cp+".path", "%q must start with / and hold no ';' or control characters", k.Path)
+	}
+	v.duration(cp+".max_age", k.MaxAge, true)
+	v.oneOf(cp+".same_site", k.SameSite, SameSiteLax, SameSiteStrict, SameSiteNone)
+	if k.SecretFile != "" && k.SecretEnv != "" {
+		v.errf(cp+".secret_env", "set only one of secret_file and secret_env")
+	}
+	if k.PreviousSecretFile != "" && k.PreviousSecretEnv != "" {
+		v.errf(cp+".previous_secret_env", "set only one of previous_secret_file and previous_secret_env")
+	}
+	if p.Balance == BalanceCookie {
+		if _, _, err := k.Secrets(); err != nil {
+			v.errf(cp, "%v", err)
+		} else if k.SecretFile == "" && k.SecretEnv == "" {
+			v.warnf(cp, "no secret_file or secret_env: cookies are signed with a random key per process, so stickiness survives neither a restart nor a second edge")
+		}
+	} else if v.c.src.has(cp) {
+		v.warnf(cp, "ignored: balance is %s, not cookie", p.Balance)
+	}
+
+	if b := p.ClientIP.BoundedLoad; math.IsNaN(b) || b < 1 {
+		v.errf(path+".client_ip.bounded_load", "%g must be at least 1.0 (1.0 is a perfect spread, more lets hashing keep more clients in place)", b)
+	}
+	if p.Balance != BalanceClientIP && v.c.src.has(path+".client_ip") {
+		v.warnf(path+".client_ip", "ignored: balance is %s, not client_ip", p.Balance)
+	}
+
+	t := path + ".timeouts"
+	v.duration(t+".dial", p.Timeouts.Dial, false)
+	v.duration(t+".handshake", p.Timeouts.Handshake, false)
+	v.duration(t+".idle", p.Timeouts.Idle, true)
+	v.duration(t+".write", p.Timeouts.Write, false)
+	if p.Retries < 0 || p.Retries > 10 {
+		v.errf(path+".retries", "%d is outside 0..10", p.Retries)
+	}
+
+	pe := path + ".passive_ejection"
+	if p.PassiveEjection.Failures < 0 {
+		v.errf(pe+".failures", "%d must be >= 0 (0 turns passive ejection off)", p.PassiveEjection.Failures)
+	} else if p.PassiveEjection.Failures > 0 {
+		v.duration(pe+".window", p.PassiveEjection.Window, false)
+		v.duration(pe+".cooldown", p.PassiveEjection.Cooldown, false)
+	}
+
+	l := p.Limits
+	lp := path + ".limits"
+	v.nonNegative(lp+".max_connections", l.MaxConnections)
+	v.nonNegative(lp+".max_connections_per_backend", int64(l.MaxConnectionsPerBackend))
+	v.nonNegative(lp+".max_connections_per_client_ip", int64(l.MaxConnectionsPerClientIP))
+	if r := l.ConnectionRatePerClientIP; math.IsNaN(r) || r < 0 {
+		v.errf(lp+".connection_rate_per_client_ip", "%g must be >= 0 (0 is unlimited)", r)
+	}
+	v.nonNegative(lp+".connection_burst_per_client_ip", int64(l.ConnectionBurstPerClientIP))
+
+	if s := p.Consul.Service; s != "" && strings.ContainsFunc(s, func(r rune) bool { return r <= ' ' || r == 0x7f || r == '/' }) {
+		v.errf(path+".consul.service", "%q is not a valid Consul service name", s)
+	}
+
+	h := p.Health
+	hp := path + ".health"
+	v.oneOf(hp+".type", h.Type, HealthNone, HealthTCP, HealthHTTP, HealthWebSocket)
+	v.duration(hp+".interval", h.Interval, false)
+	v.duration(hp+".timeout", h.Timeout, false)
+	if h.Timeout > h.Interval && h.Interval > 0 {
+		v.errf(hp+".timeout", "%s is longer than interval %s: probes would overlap", h.Timeout, h.Interval)
+	}
+	if h.Rise < 1 {
+		v.errf(hp+".rise", "%d must be at least 1", h.Rise)
+	}
+	if h.Fall < 1 {
+		v.errf(hp+".fall", "%d must be at least 1", h.Fall)
+	}
+	if !strings.HasPrefix(h.Path, "/") || strings.ContainsFunc(h.Path, func(r rune) bool { return r <= ' ' || r == 0x7f }) {
+		v.errf(hp+".path", "%q must start with / and hold no spaces or control characters", h.Path)
+	}
+	if h.ExpectStatus < 100 || h.ExpectStatus > 599 {
+		v.errf(hp+".expect_status", "%d is not an HTTP status (100..599)", h.ExpectStatus)
+	}
+	if h.Type == HealthNone && v.c.src.has(hp) && !v.c.src.has(hp+".type") {
+		v.warnf(hp, "health.type is not set: no active checks run")
+	}
+}
+
+func (v *validator) consul() {
+	c := v.c.Consul
+	if a := c.Address; a != "" {
+		if strings.Contains(a, "://") {
+			u, err := url.Parse(a)
+			if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || (u.Path != "" && u.Path != "/") {
+				v.errf("consul.address", "%q must be host:port or http(s)://host:port", a)
+			} else {
+				v.hostPort("consul.address", u.Host, false)
+			}
+		} else {
+			v.hostPort("consul.address", a, false)
+		}
+	}
+	if c.Token != "" && c.TokenFile != "" {
+		v.errf("consul.token_file", "set only one of token and token_file")
+	} else if c.TokenFile != "" {
+		if _, err := c.ACLToken(); err != nil {
+			v.errf("consul.token_file", "%v", err)
+		}
+	}
+	v.file("consul.ca_file", c.CAFile, false)
+	if c.Register.Enabled && c.Register.Service == "" {
+		v.errf("consul.register.service", "required when register is enabled")
+	}
+}
+
+// hostPort checks host:port. Listeners may leave the host empty (all
+// interfaces) and use port 0 (any free port, for tests); backends and the
+// Consul agent need both.
+func (v *validator) hostPort(path, addr string, listen bool) bool {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		v.errf(path, "%q is not host:port (IPv6 addresses go in brackets: [::1]:8443)", addr)
+		return false
+	}
+	n, err := strconv.Atoi(port)
+	lo := 1
+	if listen {
+		lo = 0
+	}
+	if err != nil || n < lo || n > 65535 {
+		v.errf(path, "%q: port must be a number in %d..65535", addr, lo)
+		return false
+	}
+	if host == "" {
+		if !listen {
+			v.errf(path, "%q has no host", addr)
+			return false
+		}
+		return true
+	}
+	if _, err := netip.ParseAddr(host); err != nil && !isDNSName(host) {
+		v.errf(path, "%q: %q is neither an IP address nor a host name", addr, host)
+		return false
+	}
+	return true
+}
+
+func (v *validator) oneOf(path, got string, allowed ...string) {
+	if slices.Contains(allowed, got) {
+		return
+	}
+	quoted := make([]string, len(allowed))
+	for i, a := range allowed {
+		quoted[i] = strconv.Quote(a)
+	}
+	v.errf(path, "%q is not one of %s%s", got, strings.Join(quoted, ", "), suggest(got, allowed))
+}
+
+// duration checks d > 0, or d >= 0 where zero has a documented meaning.
+func (v *validator) duration(path string, d Duration, zeroOK bool) {
+	switch {
+	case d < 0:
+		v.errf(path, "%s must not be negative", d)
+	case d == 0 && !zeroOK:
+		v.errf(path, "must be greater than 0")
+	}
+}
+
+func (v *validator) nonNegative(path string, n int64) {
+	if n < 0 {
+		v.errf(path, "%d must be >= 0 (0 is unlimited)", n)
+	}
+}
+
+// name checks a listener or pool name, which becomes a metrics label
+// value and appears in logs.
+func (v *validator) name(path, s string) {
+	if len(s) > 64 || strings.ContainsFunc(s, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '-' || r == '.')
+	}) {
+		v.errf(path, "%q may hold only letters, digits, '_', '-' and '.', at most 64", s)
+	}
+}
+
+// file checks that a referenced file exists and is a regular file; its
+// content is the business of the component that reads it.
+func (v *validator) file(path, name string, required bool) {
+	if name == "" {
+		if required {
+			v.errf(path, "required")
+		}
+		return
+	}
+	if err := checkFile(name); err != nil {
+		v.errf(path, "%v", err)
+	}
+}
+
+// isToken reports whether s is an RFC 7230 token (header and cookie names).
+func isToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c <= ' ' || c >= 0x7f || strings.IndexByte(`"(),/:;<=>?@[\]{}`, c) >= 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// isID reports whether s can serve as a backend id.
+func isID(s string) bool {
+	if len(s) > 128 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c <= ' ' || c >= 0x7f || c == '"' || c == ',' || c == ';' || c == '\\' {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,51 @@
+package edge_test
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/edgelb/edge"
+
+// TestImportRules keeps the package picture of docs/ARCHITECTURE.md true:
+// dependencies point toward pure logic, and only cmd/edge knows Prometheus,
+// the config schema and the TLS terminator.
+func TestImportRules(t *testing.T) {
+	rules := []struct {
+		pkg      string
+		ours     []string // packages of ours it may import
+		forbid   []string // import-path prefixes it must not reach
+		noStdNet bool     // forbid net/http (pure logic)
+	}{
+		{pkg: "balance", noStdNet: true},
+		{pkg: "conf"},
+		{pkg: "tls"},
+		{pkg: "proxy", ours: []string{"balance"}},
+		{pkg: "discovery", ours: []string{"balance"}},
+		{pkg: "health", ours: []string{"balance"}},
+	}
+	for _, r := range rules {
+		t.Run(r.pkg, func(t *testing.T) {
+			out, err := exec.Command("go", "list", "-deps", "-f", "{{.ImportPath}}", "./"+r.pkg).CombinedOutput()
+			if err != nil {
+				t.Fatalf("go list ./%s: %v\n%s", r.pkg, err, out)
+			}
+			allowed := map[string]bool{module + "/" + r.pkg: true}
+			for _, o := range r.ours {
+				allowed[module+"/"+o] = true
+			}
+			for _, dep := range strings.Fields(string(out)) {
+				if strings.HasPrefix(dep, module+"/") && !allowed[dep] {
+					t.Errorf("%s imports %s; allowed of ours: %v", r.pkg, dep, r.ours)
+				}
+				if strings.HasPrefix(dep, "github.com/prometheus/") {
+					t.Errorf("%s reaches %s: only cmd/edge may know Prometheus", r.pkg, dep)
+				}
+				if r.noStdNet && dep == "net/http" {
+					t.Errorf("%s reaches net/http: it must stay pure logic", r.pkg)
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,78 @@
+// Package discovery keeps edge's pools in step with Consul: one Watcher per
+// pool follows a service with blocking queries on the health endpoint and
+// gives the pool the full, sorted member list (never deltas) through
+// balance.Pool.Update.
+//
+// # Watching
+//
+// Blocking queries follow Consul's "Blocking Queries" rules: an answer with
+// the index that was sent is a timeout and changes nothing; an index lower
+// than before resets the wait index to 0; an index of 0 is replaced by 1.
+// Errors are retried with exponential backoff and jitter (100 ms to 30 s by
+// default) and every wait ends with the context.
+//
+// An error never changes membership: only a successful answer does. The
+// pool keeps serving what it had while Consul is down or restarting
+// (fabio#861, fabio#162).
+//
+// # Translation
+//
+// Members (a pure function) turns an answer into members: passing instances
+// (optionally also warning ones), ID "node/serviceID", address from
+// Service.Address or else Node.Address, weight from Service.Weights or the
+// "edge-weight" meta key. Instances in maintenance mode are critical and
+// therefore absent.
+//
+// # Panic threshold
+//
+// An answer that keeps fewer than PanicThreshold (default 50 %) of the
+// members accepted before it is held back for PanicHold (default 1 minute):
+// the pool serves the known members plus any new ones, Status reports Panic
+// with the number of members held, and a warning is logged. If the answer
+// recovers within the hold, nothing was lost; if the small answer persists,
+// it is believed after the hold (a genuine large scale-down). This keeps a
+// flapping registry, a Consul server restarted without its state, or a
+// partition between Consul and the checks from emptying a pool in one step.
+// Held members that are really gone fail their dials (the proxy retries
+// elsewhere) and fail active health checks when the pool has them. A pool of
+// one member is protected too: losing its only member is a 100 % drop.
+//
+// # Persistence
+//
+// With StateDir, every published set is written to
+// StateDir/discovery-<pool>.json (temporary file, fsync, rename) and Run
+// restores it before the first query, so a fresh edge serves while Consul is
+// down (traefik#1689). Status shows the source ("persisted" or "consul"), the
+// last index, the last contact and the staleness, and the last error.
+//
+// # Routes declared in the registry
+//
+// A service may declare its own route with tags or meta:
+//
+//	tag  edge.host=chat.example.com[,other.example.com]   (repeatable)
+//	tag  edge.path=/ws                                     (path prefix)
+//	tag  edge.sticky=none|cookie|client_ip
+//	tag  edge.max-conns=1000
+//	meta edge-route-host, edge-route-path, edge-route-sticky, edge-route-max-conns
+//	tag  edge                                              (marker for meta-only declarations)
+//
+// A declaration needs a host or a path. Unknown edge.* keys, bad values and
+// conflicting values are errors: ParseRouteDecl reports them, RouteWatcher
+// ignores that declaration (keeping the service's previous valid one, if any)
+// and lists the problem in RouteStatus.Warnings; nothing panics. All instances
+// of a service that declare a route must declare the same one. When two
+// services claim the same host and path prefix, the smaller service name
+// wins.
+//
+// Precedence: routes from the configuration file win. When a file route and
+// a declared route claim the same host and path prefix (RouteDecl.Matches),
+// the declared route is dropped whole, so the registry can add routes but
+// never take over one an operator wrote down.
+//
+// # Self-registration and client
+//
+// Register puts edge itself in the catalog with an HTTP check on the admin
+// /readyz and returns the deregistration for shutdown. NewClient starts from
+// api.DefaultConfig (CONSUL_HTTP_ADDR, CONSUL_HTTP_TOKEN, CONSUL_CACERT...)
+// and applies explicit settings on top; the token is never logged.
+package discovery

@@ -1,0 +1,358 @@
+package discovery
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/edgelb/edge/balance"
+	"github.com/hashicorp/consul/api"
+)
+
+// Defaults for WatcherOptions.
+const (
+	DefaultWaitTime       = 5 * time.Minute // Consul's own default; its maximum is 10m
+	DefaultPanicThreshold = 0.5
+	DefaultPanicHold      = time.Minute
+	DefaultMinBackoff     = 100 * time.Millisecond
+	DefaultMaxBackoff     = 30 * time.Second
+)
+
+// Sources of a pool's current member set, as shown by Status.
+const (
+	SourceNone      = "none"      // nothing published yet
+	SourcePersisted = "persisted" // the set saved by an earlier run
+	SourceConsul    = "consul"    // a successful answer of this run
+)
+
+// Target is what a Watcher feeds: *balance.Pool.
+type Target interface {
+	Update([]balance.Member) error
+}
+
+var _ Target = (*balance.Pool)(nil)
+
+// WatcherOptions configure a Watcher.
+type WatcherOptions struct {
+	Pool   string // pool name, for logs, status and the state file; required
+	Target Target // required
+	Client *api.Client
+
+	Service    string // Consul service name; required
+	Tag        string // only instances carrying this tag; optional
+	Datacenter string // optional; default the agent's
+	Members    MemberOptions
+
+	// WaitTime is the blocking-query wait; Consul adds up to WaitTime/16 of
+	// jitter. Default DefaultWaitTime.
+	WaitTime time.Duration
+	// PanicThreshold is the fraction of the current members an answer must
+	// keep to be applied at once (see applyPanic). 0 means
+	// DefaultPanicThreshold; negative disables the threshold.
+	PanicThreshold float64
+	// PanicHold is how long a shrunken answer is held back before it is
+	// believed. Default DefaultPanicHold.
+	PanicHold time.Duration
+	// MinBackoff and MaxBackoff bound the retry delay after errors.
+	MinBackoff, MaxBackoff time.Duration
+
+	// StateDir, when set, keeps the last good set in
+	// StateDir/discovery-<pool>.json and restores it at start.
+	StateDir string
+
+	Logger   *slog.Logger
+	Observer Observer
+	Now      func() time.Time
+}
+
+// Status is a point-in-time view of a watcher for the admin endpoint.
+type Status struct {
+	Pool       string `json:"pool"`
+	Service    string `json:"service"`
+	Source     string `json:"source"` // SourceNone, SourcePersisted or SourceConsul
+	Members    int    `json:"members"`
+	LastIndex  uint64 `json:"last_index"`
+	// LastUpdate is when the published set last changed.
+	LastUpdate time.Time `json:"last_update"`
+	// LastContact is when Consul last answered successfully (including
+	// "no change"); for a restored set, when it was saved.
+	LastContact time.Time `json:"last_contact"`
+	// Staleness is how long ago the set was last confirmed (now - LastContact).
+	Staleness   time.Duration `json:"staleness_ns"`
+	LastError   string        `json:"last_error,omitempty"`
+	LastErrorAt time.Time     `json:"last_error_at"`
+	Errors      int           `json:"consecutive_errors"`
+	Panic       bool          `json:"panic"`
+	PanicSince  time.Time     `json:"panic_since"`
+	// PanicHeld is how many members are served only because of the panic
+	// threshold (known members missing from the answer).
+	PanicHeld int       `json:"panic_held"`
+	Warnings  []Warning `json:"warnings,omitempty"`
+}
+
+// Watcher keeps one pool's membership in step with a Consul service.
+type Watcher struct {
+	opts WatcherOptions
+	path string // state file, or ""
+
+	// Owned by Run's goroutine.
+	index     uint64
+	base      []balance.Member // last set accepted without panic
+	published []balance.Member
+
+	mu     sync.Mutex
+	status Status
+}
+
+// NewWatcher validates opts and fills defaults.
+func NewWatcher(opts WatcherOptions) (*Watcher, error) {
+	switch {
+	case opts.Pool == "":
+		return nil, errors.New("discovery: watcher: pool name is required")
+	case opts.Target == nil:
+		return nil, fmt.Errorf("discovery: pool %q: target is required", opts.Pool)
+	case opts.Client == nil:
+		return nil, fmt.Errorf("discovery: pool %q: consul client is required", opts.Pool)
+	case opts.Service == "":
+		return nil, fmt.Errorf("discovery: pool %q: service is required", opts.Pool)
+	case opts.PanicThreshold > 1:
+		return nil, fmt.Errorf("discovery: pool %q: panic threshold %v above 1", opts.Pool, opts.PanicThreshold)
+	}
+	if opts.WaitTime <= 0 {
+		opts.WaitTime = DefaultWaitTime
+	}
+	if opts.PanicThreshold == 0 {
+		opts.PanicThreshold = DefaultPanicThreshold
+	}
+	if opts.PanicHold <= 0 {
+		opts.PanicHold = DefaultPanicHold
+	}
+	if opts.MinBackoff <= 0 {
+		opts.MinBackoff = DefaultMinBackoff
+	}
+	if opts.MaxBackoff <= 0 {
+		opts.MaxBackoff = DefaultMaxBackoff
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	opts.Logger = opts.Logger.With("pool", opts.Pool, "service", opts.Service)
+	if opts.Observer == nil {
+		opts.Observer = nopObserver{}
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	w := &Watcher{opts: opts}
+	if opts.StateDir != "" {
+		w.path = statePath(opts.StateDir, opts.Pool)
+	}
+	w.status = Status{Pool: opts.Pool, Service: opts.Service, Source: SourceNone}
+	return w, nil
+}
+
+// Status returns the current status. Safe for concurrent use.
+func (w *Watcher) Status() Status {
+	w.mu.Lock()
+	s := w.status
+	s.Warnings = append([]Warning(nil), s.Warnings...)
+	w.mu.Unlock()
+	if !s.LastContact.IsZero() {
+		s.Staleness = w.opts.Now().Sub(s.LastContact)
+	}
+	return s
+}
+
+// Run restores the persisted set (if any), then follows the service with
+// blocking queries until ctx ends, when it returns nil. Errors are retried
+// with backoff and never change the membership. A panic inside one round is
+// recovered and treated as an error of that round.
+func (w *Watcher) Run(ctx context.Context) error {
+	w.restore()
+	bo := newBackoff(w.opts.MinBackoff, w.opts.MaxBackoff)
+	for ctx.Err() == nil {
+		if err := w.round(ctx); err != nil {
+			if ctx.Err() != nil {
+				break
+			}
+			w.fail(err)
+			if !sleep(ctx, bo.next()) {
+				break
+			}
+			continue
+		}
+		bo.reset()
+	}
+	return nil
+}
+
+// restore publishes the persisted set so the pool serves while Consul is
+// down at start (traefik#1689, fabio#162).
+func (w *Watcher) restore() {
+	if w.path == "" {
+		return
+	}
+	s, ok, err := loadSet(w.path)
+	if err != nil {
+		w.opts.Logger.Warn("discovery: ignoring persisted set", "err", err)
+		w.opts.Observer.Error(w.opts.Pool, err)
+		return
+	}
+	if !ok || len(s.Members) == 0 {
+		return
+	}
+	if err := w.opts.Target.Update(s.Members); err != nil {
+		err = fmt.Errorf("discovery: pool %q: restoring persisted set: %w", w.opts.Pool, err)
+		w.opts.Logger.Warn("discovery: persisted set rejected", "err", err)
+		w.opts.Observer.Error(w.opts.Pool, err)
+		return
+	}
+	w.base, w.published = s.Members, s.Members
+	w.mu.Lock()
+	w.status.Source = SourcePersisted
+	w.status.Members = len(s.Members)
+	w.status.LastUpdate = w.opts.Now()
+	w.status.LastContact = s.Saved
+	w.mu.Unlock()
+	w.opts.Logger.Info("discovery: serving persisted set until Consul answers",
+		"members", len(s.Members), "saved", s.Saved)
+	w.opts.Observer.Updated(w.opts.Pool, len(s.Members))
+}
+
+// round performs one blocking query and applies its answer.
+func (w *Watcher) round(ctx context.Context) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("discovery: pool %q: panic: %v", w.opts.Pool, r)
+		}
+	}()
+	wait := w.opts.WaitTime
+	w.mu.Lock()
+	panicking, since := w.status.Panic, w.status.PanicSince
+	w.mu.Unlock()
+	if panicking {
+		// Wake up when the hold ends even if Consul has no news.
+		left := since.Add(w.opts.PanicHold).Sub(w.opts.Now())
+		wait = max(min(wait, left), time.Second)
+	}
+	// Guard against a connection that hangs without an answer: Consul
+	// answers a blocking query within wait + wait/16.
+	qctx, cancel := context.WithTimeout(ctx, wait+wait/16+10*time.Second)
+	defer cancel()
+	q := (&api.QueryOptions{WaitIndex: w.index, WaitTime: wait, Datacenter: w.opts.Datacenter}).WithContext(qctx)
+	// passingOnly=false: warning instances may be wanted, and Members
+	// filters on the aggregated status itself.
+	entries, meta, err := w.opts.Client.Health().Service(w.opts.Service, w.opts.Tag, false, q)
+	if err != nil {
+		return fmt.Errorf("discovery: pool %q: query service %q: %w", w.opts.Pool, w.opts.Service, err)
+	}
+	next, changed := nextIndex(w.index, meta.LastIndex)
+	if next == 0 {
+		w.opts.Logger.Info("discovery: Consul index went backwards; resetting", "was", w.index, "now", meta.LastIndex)
+	}
+	w.index = next
+	now := w.opts.Now()
+	w.mu.Lock()
+	w.status.LastIndex = meta.LastIndex
+	w.status.LastContact = now
+	w.status.LastError = ""
+	w.status.Errors = 0
+	w.mu.Unlock()
+	if !changed && !(panicking && now.Sub(since) >= w.opts.PanicHold) {
+		return nil
+	}
+	members, warns := Members(entries, w.opts.Members)
+	return w.apply(members, warns, meta.LastIndex, now)
+}
+
+// apply runs the panic threshold, publishes and persists.
+func (w *Watcher) apply(members []balance.Member, warns []Warning, index uint64, now time.Time) error {
+	w.mu.Lock()
+	wasPanic, since := w.status.Panic, w.status.PanicSince
+	w.mu.Unlock()
+	holding := !wasPanic || now.Sub(since) < w.opts.PanicHold
+	d := applyPanic(w.base, members, w.opts.PanicThreshold, holding)
+
+	switch {
+	case d.panic && !wasPanic:
+		since = now
+		w.opts.Logger.Warn("discovery: answer drops too many members at once; keeping known members",
+			"known", len(w.base), "answer", len(members), "threshold", w.opts.PanicThreshold, "hold", w.opts.PanicHold)
+	case !d.panic && wasPanic:
+		w.opts.Logger.Info("discovery: leaving panic mode", "members", len(members))
+	}
+	if !d.panic {
+		w.base = members
+	}
+	for _, wn := range warns {
+		w.opts.Logger.Debug("discovery: instance skipped", "instance", wn.ID, "reason", wn.Message)
+	}
+
+	source := SourceConsul
+	if !sameMembers(d.publish, w.published) {
+		if err := w.opts.Target.Update(d.publish); err != nil {
+			return fmt.Errorf("discovery: pool %q: update: %w", w.opts.Pool, err)
+		}
+		w.published = d.publish
+		w.opts.Logger.Info("discovery: members updated", "members", len(d.publish), "index", index, "panic", d.panic)
+		w.opts.Observer.Updated(w.opts.Pool, len(d.publish))
+		w.mu.Lock()
+		w.status.LastUpdate = now
+		w.mu.Unlock()
+	}
+	w.mu.Lock()
+	w.status.Source = source
+	w.status.Members = len(d.publish)
+	w.status.Panic = d.panic
+	w.status.PanicSince = time.Time{}
+	w.status.PanicHeld = 0
+	if d.panic {
+		w.status.PanicSince = since
+		w.status.PanicHeld = len(d.publish) - len(members)
+	}
+	w.status.Warnings = warns
+	w.mu.Unlock()
+
+	if w.path != "" {
+		// Persist what is served, so a restart serves the same.
+		if err := saveSet(w.path, savedSet{Pool: w.opts.Pool, Service: w.opts.Service, Index: index, Saved: now, Members: d.publish}); err != nil {
+			// The pool is up to date; only the cold-start copy is old.
+			w.opts.Logger.Warn("discovery: persisting member set", "err", err)
+			w.opts.Observer.Error(w.opts.Pool, err)
+		}
+	}
+	return nil
+}
+
+// fail records an error. The membership is left alone: an error never
+// publishes anything (fabio#861, fabio#162).
+func (w *Watcher) fail(err error) {
+	now := w.opts.Now()
+	w.mu.Lock()
+	w.status.LastError = err.Error()
+	w.status.LastErrorAt = now
+	w.status.Errors++
+	n := w.status.Errors
+	w.mu.Unlock()
+	if n == 1 {
+		w.opts.Logger.Warn("discovery: query failed; keeping current members", "err", err)
+	} else {
+		w.opts.Logger.Debug("discovery: query failed again", "err", err, "consecutive", n)
+	}
+	w.opts.Observer.Error(w.opts.Pool, err)
+}
+
+// sleep waits d or until ctx ends; it reports whether d elapsed.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

@@ -1,0 +1,144 @@
+package proxy
+
+import (
+	"context"
+	"math/rand/v2"
+	"sync"
+	"time"
+)
+
+// WebSocket close codes (RFC 6455 §7.4.1 and the IANA registry).
+const (
+	// CloseGoingAway (1001) is sent to every client when the proxy drains.
+	CloseGoingAway = 1001
+	// CloseServiceRestart (1012) suits a backend that leaves the pool.
+	CloseServiceRestart = 1012
+)
+
+// registry holds every live upgraded connection. http.Server.Shutdown does
+// not know hijacked connections (traefik#3630): draining them is ours.
+type registry struct {
+	mu       sync.Mutex
+	conns    map[*wsConn]struct{}
+	empty    chan struct{} // closed when conns becomes empty; nil if nobody waits
+	closed   bool          // no new registrations
+	draining bool
+	window   time.Duration
+}
+
+func (g *registry) init() { g.conns = map[*wsConn]struct{}{} }
+
+// add registers c; it reports false once the registry is closed.
+func (g *registry) add(c *wsConn) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed {
+		return false
+	}
+	g.conns[c] = struct{}{}
+	if g.draining {
+		// Registered while a drain is under way: schedule it like the rest.
+		c.scheduleCloseLocked(g.window, CloseGoingAway, "drain")
+	}
+	return true
+}
+
+func (g *registry) remove(c *wsConn) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	delete(g.conns, c)
+	if c.timer != nil {
+		c.timer.Stop()
+		c.timer = nil
+	}
+	if len(g.conns) == 0 && g.empty != nil {
+		close(g.empty)
+		g.empty = nil
+	}
+}
+
+// wait blocks until no connection is registered or ctx ends.
+func (g *registry) wait(ctx context.Context) error {
+	for {
+		g.mu.Lock()
+		if len(g.conns) == 0 {
+			g.mu.Unlock()
+			return nil
+		}
+		if g.empty == nil {
+			g.empty = make(chan struct{})
+		}
+		ch := g.empty
+		g.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+func (g *registry) each(f func(c *wsConn)) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for c := range g.conns {
+		f(c)
+	}
+}
+
+// Active returns the number of live upgraded connections.
+func (s *Server) Active() int {
+	s.reg.mu.Lock()
+	defer s.reg.mu.Unlock()
+	return len(s.reg.conns)
+}
+
+// Drain stops the Server gracefully. New requests get 503 with
+// "Connection: close" at once. Every live WebSocket is sent a close frame
+// with status 1001 (going away) after a random delay in [0, window), so
+// clients do not reconnect in one stampede (caddy#5471); the close is
+// injected between two backend frames, never inside one, and the client's
+// close reply still flows to the backend. Drain returns when every
+// connection has ended, or force-closes what is left when ctx ends and
+// returns once their goroutines have finished.
+func (s *Server) Drain(ctx context.Context, window time.Duration) {
+	s.draining.Store(true)
+	s.reg.mu.Lock()
+	s.reg.draining = true
+	s.reg.window = window
+	for c := range s.reg.conns {
+		c.scheduleCloseLocked(window, CloseGoingAway, "drain")
+	}
+	s.reg.mu.Unlock()
+	if s.reg.wait(ctx) == nil {
+		return
+	}
+	s.reg.each(func(c *wsConn) { c.closeBoth("shutdown") })
+	s.reg.wait(context.Background())
+}
+
+// CloseBackend sends a close frame with code (use CloseServiceRestart) to
+// every connection placed on the backend with this id, spread over window
+// like Drain. It returns how many connections were asked to close.
+func (s *Server) CloseBackend(id string, code int, window time.Duration) int {
+	n := 0
+	s.reg.each(func(c *wsConn) {
+		if c.be.ID() == id {
+			c.scheduleCloseLocked(window, code, "backend_gone")
+			n++
+		}
+	})
+	return n
+}
+
+// scheduleCloseLocked arms the jittered close request; the registry lock is held.
+func (c *wsConn) scheduleCloseLocked(window time.Duration, code int, reason string) {
+	if c.timer != nil {
+		return
+	}
+	var d time.Duration
+	if window > 0 {
+		d = rand.N(window)
+	}
+	c.timer = time.AfterFunc(d, func() { c.requestClose(code, reason) })
+}

@@ -1,0 +1,260 @@
+package proxy
+
+import (
+	"crypto/x509"
+	"net"
+	"net/http"
+	"net/netip"
+	"strconv"
+	"strings"
+)
+
+// identity is what this file decides about one request: who sent it.
+type identity struct {
+	peer    netip.Addr // the TCP peer, or the PROXY-protocol source
+	client  netip.Addr // the decided client; used for stickiness, limits, X-Real-IP
+	trusted bool       // the peer is a trusted proxy
+}
+
+// peerAddr parses http.Request.RemoteAddr. With the PROXY-protocol listener
+// wrapper RemoteAddr is already the source address from the header.
+func peerAddr(remote string) netip.Addr {
+	if ap, err := netip.ParseAddrPort(remote); err == nil {
+		return ap.Addr().Unmap()
+	}
+	if a, err := netip.ParseAddr(remote); err == nil {
+		return a.Unmap()
+	}
+	return netip.Addr{}
+}
+
+func isTrusted(a netip.Addr, trusted []netip.Prefix) bool {
+	if !a.IsValid() {
+		return false
+	}
+	for _, p := range trusted {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+// decideClient is the one function that decides the client address. The peer
+// is the client unless it is a trusted proxy; then the right-most
+// X-Forwarded-For hop that is not itself trusted is the client, because
+// everything to its left was written by parties we cannot vouch for
+// (gorouter#179). If every hop is trusted, the left-most one is the client.
+// A hop that does not parse stops the walk at the last trusted address seen.
+func decideClient(remote string, xff []string, trusted []netip.Prefix) identity {
+	id := identity{peer: peerAddr(remote)}
+	id.client = id.peer
+	id.trusted = isTrusted(id.peer, trusted)
+	if !id.trusted {
+		return id
+	}
+	for i := len(xff) - 1; i >= 0; i-- {
+		v := xff[i]
+		for v != "" {
+			var hop string
+			if j := strings.LastIndexByte(v, ','); j >= 0 {
+				hop, v = v[j+1:], v[:j]
+			} else {
+				hop, v = v, ""
+			}
+			hop = strings.TrimSpace(hop)
+			if hop == "" {
+				continue
+			}
+			a := parseHop(hop)
+			if !a.IsValid() {
+				return id
+			}
+			id.client = a
+			if !isTrusted(a, trusted) {
+				return id
+			}
+		}
+	}
+	return id
+}
+
+// parseHop accepts "1.2.3.4", "1.2.3.4:80", "::1", "[::1]" and "[::1]:80".
+func parseHop(s string) netip.Addr {
+	if a, err := netip.ParseAddr(s); err == nil {
+		return a.Unmap()
+	}
+	if ap, err := netip.ParseAddrPort(s); err == nil {
+		return ap.Addr().Unmap()
+	}
+	if len(s) > 2 && s[0] == '[' && s[len(s)-1] == ']' {
+		if a, err := netip.ParseAddr(s[1 : len(s)-1]); err == nil {
+			return a.Unmap()
+		}
+	}
+	return netip.Addr{}
+}
+
+// hopByHop are the RFC 7230 §6.1 connection-specific headers, plus the
+// Proxy-Connection and Keep-Alive headers legacy clients send.
+var hopByHop = [...]string{
+	"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate",
+	"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade",
+}
+
+// removeHopByHop deletes hop-by-hop headers, including every header named
+// in Connection (RFC 7230 §6.1).
+func removeHopByHop(h http.Header) {
+	for _, v := range h["Connection"] {
+		for _, name := range strings.Split(v, ",") {
+			if name = strings.TrimSpace(name); name != "" {
+				h.Del(name)
+			}
+		}
+	}
+	for _, k := range hopByHop {
+		delete(h, k)
+	}
+}
+
+// backendHeader builds the header sent to the backend: the client's header
+// without hop-by-hop fields, with the forwarded headers set as ListenerOptions
+// says. The client's header is not modified.
+func backendHeader(r *http.Request, lo *ListenerOptions, id identity) http.Header {
+	h := r.Header.Clone()
+	if h == nil {
+		h = http.Header{}
+	}
+	removeHopByHop(h)
+
+	proto := "http"
+	if r.TLS != nil || lo.TLS {
+		proto = "https"
+	}
+	host := r.Host
+	port := localPort(r, proto)
+
+	peer := ""
+	if id.peer.IsValid() {
+		peer = id.peer.String()
+	}
+	if id.trusted {
+		if v := r.Header["X-Forwarded-For"]; len(v) > 0 {
+			h.Set("X-Forwarded-For", strings.Join(v, ", ")+", "+peer)
+		} else {
+			h.Set("X-Forwarded-For", peer)
+		}
+		setIfEmpty(h, "X-Forwarded-Proto", proto)
+		setIfEmpty(h, "X-Forwarded-Host", host)
+		setIfEmpty(h, "X-Forwarded-Port", port)
+	} else {
+		// An untrusted client's own forwarding claims are discarded, never
+		// extended (gorouter#179).
+		h.Set("X-Forwarded-For", peer)
+		h.Set("X-Forwarded-Proto", proto)
+		h.Set("X-Forwarded-Host", host)
+		h.Set("X-Forwarded-Port", port)
+	}
+	if id.client.IsValid() {
+		h.Set("X-Real-Ip", id.client.String())
+	} else {
+		delete(h, "X-Real-Ip")
+	}
+
+	if lo.Forwarded {
+		elem := "for=" + forwardedNode(id.peer) + ";proto=" + proto
+		if host != "" {
+			elem += ";host=" + forwardedValue(host)
+		}
+		if v := r.Header["Forwarded"]; id.trusted && len(v) > 0 {
+			h.Set("Forwarded", strings.Join(v, ", ")+", "+elem)
+		} else {
+			h.Set("Forwarded", elem)
+		}
+	} else if !id.trusted {
+		delete(h, "Forwarded")
+	}
+
+	if lo.ClientCertHeader != "" {
+		// Always drop a client-sent copy: only a verified certificate may
+		// speak through this header.
+		h.Del(lo.ClientCertHeader)
+		if r.TLS != nil && len(r.TLS.VerifiedChains) > 0 && len(r.TLS.PeerCertificates) > 0 {
+			if name := certName(r.TLS.PeerCertificates[0]); name != "" {
+				h.Set(lo.ClientCertHeader, name)
+			}
+		}
+	}
+	return h
+}
+
+func setIfEmpty(h http.Header, k, v string) {
+	if h.Get(k) == "" {
+		h.Set(k, v)
+	}
+}
+
+// localPort is the port the client connected to.
+func localPort(r *http.Request, proto string) string {
+	if a, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok {
+		if ap, err := netip.ParseAddrPort(a.String()); err == nil {
+			return strconv.Itoa(int(ap.Port()))
+		}
+	}
+	if _, p, err := net.SplitHostPort(r.Host); err == nil && p != "" {
+		return p
+	}
+	if proto == "https" {
+		return "443"
+	}
+	return "80"
+}
+
+// forwardedNode renders a node for RFC 7239 "for=": IPv6 addresses are
+// bracketed and quoted (§6), unknown peers are "unknown" (§6.2).
+func forwardedNode(a netip.Addr) string {
+	switch {
+	case !a.IsValid():
+		return "unknown"
+	case a.Is6():
+		return `"[` + a.String() + `]"`
+	default:
+		return a.String()
+	}
+}
+
+// forwardedValue quotes v unless it is an RFC 7230 token (RFC 7239 §4).
+func forwardedValue(v string) string {
+	for i := 0; i < len(v); i++ {
+		if !isTokenChar(v[i]) {
+			return strconv.Quote(v)
+		}
+	}
+	return v
+}
+
+func isTokenChar(c byte) bool {
+	switch {
+	case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
+		return true
+	}
+	return strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0
+}
+
+// certName is the identity of a verified client certificate: the subject
+// common name, else the first DNS, e-mail, URI or IP subject alternative name.
+func certName(c *x509.Certificate) string {
+	switch {
+	case c.Subject.CommonName != "":
+		return c.Subject.CommonName
+	case len(c.DNSNames) > 0:
+		return c.DNSNames[0]
+	case len(c.EmailAddresses) > 0:
+		return c.EmailAddresses[0]
+	case len(c.URIs) > 0:
+		return c.URIs[0].String()
+	case len(c.IPAddresses) > 0:
+		return c.IPAddresses[0].String()
+	}
+	return ""
+}

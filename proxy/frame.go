@@ -1,0 +1,139 @@
+package proxy
+
+import "errors"
+
+// RFC 6455 §5.2 opcodes used by the proxy.
+const (
+	opClose = 0x8
+)
+
+// maxFrameHeader is the longest frame header: 2 bytes, 8 bytes of extended
+// length and a 4-byte masking key (RFC 6455 §5.2).
+const maxFrameHeader = 14
+
+// errFrameLength reports a 64-bit payload length with its most significant
+// bit set, which RFC 6455 §5.2 forbids.
+var errFrameLength = errors.New("websocket frame: 64-bit length has the most significant bit set")
+
+// frameHeader is the part of an RFC 6455 §5.2 frame header the proxy needs.
+type frameHeader struct {
+	fin    bool
+	opcode byte
+	masked bool
+	length uint64 // payload length
+	size   int    // header length in bytes, 2..14
+}
+
+// parseFrameHeader parses the frame header at the start of b. It returns
+// size 0 and no error when b does not yet hold the whole header. Server
+// frames are unmasked, but the mask bit is honoured anyway so the parser
+// also works on client frames.
+func parseFrameHeader(b []byte) (frameHeader, error) {
+	var h frameHeader
+	if len(b) < 2 {
+		return h, nil
+	}
+	h.fin = b[0]&0x80 != 0
+	h.opcode = b[0] & 0x0f
+	h.masked = b[1]&0x80 != 0
+	size := 2
+	switch l := b[1] & 0x7f; l {
+	case 126:
+		size += 2
+		if len(b) < size {
+			return frameHeader{}, nil
+		}
+		h.length = uint64(b[2])<<8 | uint64(b[3])
+	case 127:
+		size += 8
+		if len(b) < size {
+			return frameHeader{}, nil
+		}
+		if b[2]&0x80 != 0 {
+			return frameHeader{}, errFrameLength
+		}
+		for _, c := range b[2:10] {
+			h.length = h.length<<8 | uint64(c)
+		}
+	default:
+		h.length = uint64(l)
+	}
+	if h.masked {
+		size += 4
+	}
+	if len(b) < size {
+		return frameHeader{}, nil
+	}
+	h.size = size
+	return h, nil
+}
+
+// frameTracker follows frame boundaries in one direction of a WebSocket
+// stream fed in arbitrary chunks, so that a close frame can be injected
+// between two frames and never inside one. Control frames may be injected
+// between the fragments of a message (RFC 6455 §5.4), so every frame
+// boundary is a safe point.
+type frameTracker struct {
+	hdr       [maxFrameHeader]byte // partial header carried across chunks
+	hn        int                  // bytes in hdr
+	remaining uint64               // payload bytes left in the current frame
+	closeSeen bool                 // a close frame header went by
+	broken    bool                 // framing lost; boundaries unknown
+}
+
+// atBoundary reports whether the stream is between two frames.
+func (t *frameTracker) atBoundary() bool {
+	return !t.broken && t.hn == 0 && t.remaining == 0
+}
+
+// feed consumes p. When stop is true it stops right after the first frame
+// that ends inside p and returns how many bytes that is; otherwise, or when
+// no frame ends in p, it returns len(p). After a framing error the tracker is
+// broken and consumes everything.
+func (t *frameTracker) feed(p []byte, stop bool) int {
+	i := 0
+	for i < len(p) && !t.broken {
+		if t.remaining > 0 {
+			k := uint64(len(p) - i)
+			if k > t.remaining {
+				k = t.remaining
+			}
+			i += int(k)
+			t.remaining -= k
+			if t.remaining == 0 && stop {
+				return i
+			}
+			continue
+		}
+		// Collect header bytes: copy what may belong to the header, parse,
+		// and hand back whatever turned out to be payload.
+		before := t.hn
+		k := copy(t.hdr[t.hn:], p[i:])
+		t.hn += k
+		h, err := parseFrameHeader(t.hdr[:t.hn])
+		if err != nil {
+			t.broken = true
+			return len(p)
+		}
+		if h.size == 0 {
+			i += k
+			continue
+		}
+		i += h.size - before
+		t.hn = 0
+		t.remaining = h.length
+		if h.opcode == opClose {
+			t.closeSeen = true
+		}
+		if t.remaining == 0 && stop {
+			return i
+		}
+	}
+	return len(p)
+}
+
+// closeFrame returns an unmasked server close frame with the status code
+// (RFC 6455 §5.5.1) and no reason.
+func closeFrame(code int) []byte {
+	return []byte{0x80 | opClose, 2, byte(code >> 8), byte(code)}
+}

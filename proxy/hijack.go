@@ -1,0 +1,101 @@
+package proxy
+
+import (
+	"net/http"
+	"time"
+
+	"golang.org/x/net/http/httpguts"
+)
+
+// serveWebSocket runs the upgrade: backend handshake first, hijack second.
+// After the hijack no HTTP error is ever written to the client: failures
+// just close the connection.
+func (s *Server) serveWebSocket(w http.ResponseWriter, x *exchange) {
+	bc, status, err := s.dialUpgrade(x.r.Context(), x)
+	if err != nil {
+		x.release()
+		x.status, x.reason = status, "dial_failed"
+		if status == 499 {
+			x.reason = "client_closed"
+		} else {
+			s.obs.Rejected(x.routeName(), status, "dial_failed")
+			http.Error(w, http.StatusText(status), status)
+		}
+		x.logAccess()
+		return
+	}
+	if bc.resp.StatusCode != http.StatusSwitchingProtocols {
+		bc.backend.Release()
+		x.release()
+		x.status, x.reason = bc.resp.StatusCode, "backend_refused"
+		relayResponse(w, bc)
+		x.out = int64(len(bc.buffered))
+		x.logAccess()
+		return
+	}
+	x.status = http.StatusSwitchingProtocols
+
+	client, brw, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		// Nothing was written yet (HTTP/2 or a wrapped writer): an ordinary
+		// error is still possible here.
+		bc.conn.Close()
+		bc.backend.Release()
+		x.release()
+		x.status, x.reason = http.StatusInternalServerError, "hijack_failed"
+		s.log.Error("hijack failed", "route", x.routeName(), "err", err)
+		http.Error(w, http.StatusText(x.status), x.status)
+		x.logAccess()
+		return
+	}
+	// Bytes the client sent right behind its request (often its first
+	// frame) were read by net/http into brw.Reader: forward them, or they
+	// are lost (a bug Caddy shipped).
+	var clientBuffered []byte
+	if n := brw.Reader.Buffered(); n > 0 {
+		clientBuffered, _ = brw.Reader.Peek(n)
+		clientBuffered = append([]byte(nil), clientBuffered...)
+	}
+
+	c := newWSConn(s, x, client, bc)
+	head := s.switchingResponse(x, bc)
+	c.start(head, clientBuffered, bc.buffered)
+}
+
+// switchingResponse renders the 101 for the client: the backend's headers
+// (hop-by-hop fields normalised) plus the sticky cookie when balance asks
+// for one (traefik#3343: the cookie must be on the 101 itself).
+func (s *Server) switchingResponse(x *exchange, bc *backendConn) []byte {
+	b := make([]byte, 0, 512)
+	b = append(b, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"...)
+	h := bc.resp.Header
+	removeHopByHop(h)
+	for k, vv := range h {
+		if !httpguts.ValidHeaderFieldName(k) {
+			continue
+		}
+		for _, v := range vv {
+			if !httpguts.ValidHeaderFieldValue(v) {
+				continue
+			}
+			b = append(b, k...)
+			b = append(b, ": "...)
+			b = append(b, v...)
+			b = append(b, "\r\n"...)
+		}
+	}
+	if bc.setCookie {
+		b = append(b, "Set-Cookie: "...)
+		b = append(b, setCookieValue(x.pool, bc.backend, x.lo.TLS || x.r.TLS != nil)...)
+		b = append(b, "\r\n"...)
+	}
+	return append(b, "\r\n"...)
+}
+
+// deadline returns now+d, or the zero time when d is 0.
+func deadline(d time.Duration) time.Time {
+	if d <= 0 {
+		return time.Time{}
+	}
+	return time.Now().Add(d)
+}

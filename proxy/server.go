@@ -1,0 +1,397 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"net"
+	"net/http"
+	"net/netip"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/edgelb/edge/balance"
+)
+
+// Defaults applied when a Pool leaves a field zero.
+const (
+	defaultDialTimeout      = 2 * time.Second
+	defaultHandshakeTimeout = 10 * time.Second
+	defaultRequestTimeout   = 60 * time.Second
+	defaultMaxBodyBytes     = 10 << 20
+	defaultCookieName       = "edge_sticky"
+	// maxRelayBody bounds the body of a non-101 answer to an upgrade.
+	maxRelayBody = 64 << 10
+	// retryAfterBusy is the Retry-After sent with 503 for concurrency caps.
+	retryAfterBusy = "1"
+)
+
+// Options configure a Server.
+type Options struct {
+	Routes    []Route
+	MaxConns  int64        // connections and in-flight requests, all routes; 0 = unlimited
+	Logger    *slog.Logger // errors and debug; nil discards
+	AccessLog *slog.Logger // one Info line per connection or request; nil discards
+	Observer  Observer     // nil means NopObserver
+	Now       func() time.Time
+}
+
+// Route sends requests for some hosts and a path prefix to a pool.
+type Route struct {
+	// Hosts are exact names or "*.example.com" (one or more labels below
+	// example.com). Case-insensitive; a port in the request is ignored.
+	// Empty means any host.
+	Hosts []string
+	// PathPrefix matches on segment boundaries: "/chat" matches "/chat" and
+	// "/chat/x", not "/chatroom". Empty or "/" matches every path.
+	PathPrefix string
+	// Default marks the route used when no other matches. At most one.
+	Default bool
+	Pool    *Pool
+}
+
+// Pool is a balance pool with its connection settings.
+type Pool struct {
+	Name             string
+	Balancer         *balance.Pool
+	Limiter          *balance.Limiter // per client IP; nil means none
+	MaxConns         int64            // connections and in-flight requests of this pool; 0 = unlimited
+	DialTimeout      time.Duration    // 0 means 2s
+	HandshakeTimeout time.Duration    // writing the upgrade and reading the answer; 0 means 10s
+	IdleTimeout      time.Duration    // no bytes either way; 0 means none
+	WriteTimeout     time.Duration    // one write to either side; 0 means none
+	Retries          int              // further backends tried after a dial or handshake failure
+	Cookie           CookieSettings
+	// RequestTimeout bounds a whole plain HTTP exchange; 0 means 60s.
+	RequestTimeout time.Duration
+	// MaxBodyBytes bounds plain HTTP request and response bodies; 0 means 10 MiB.
+	MaxBodyBytes int64
+}
+
+// CookieSettings shape the sticky cookie issued when balance asks for one.
+type CookieSettings struct {
+	Name     string        // "" means "edge_sticky"
+	Path     string        // "" means "/"
+	MaxAge   time.Duration // 0 means a session cookie
+	SameSite http.SameSite
+}
+
+// ListenerOptions describe the listener a Handler serves.
+type ListenerOptions struct {
+	Name           string
+	TLS            bool           // the listener terminates TLS (cookies get Secure)
+	TrustedProxies []netip.Prefix // peers whose X-Forwarded-For is believed and extended
+	Forwarded      bool           // also send RFC 7239 Forwarded
+	// ClientCertHeader, when set, carries the verified client certificate's
+	// subject CN (or first SAN) to the backend; a client-sent copy is always
+	// removed.
+	ClientCertHeader string
+}
+
+// Server proxies WebSocket and plain HTTP requests to backend pools.
+type Server struct {
+	log, access *slog.Logger
+	obs         Observer
+	now         func() time.Time
+	maxConns    int64
+
+	routes   atomic.Pointer[routeTable]
+	inflight atomic.Int64 // for MaxConns
+	poolMu   sync.Mutex
+	poolUse  map[string]*atomic.Int64 // per pool name, kept across reloads
+
+	ctx    context.Context // ends when the Server is closed
+	cancel context.CancelFunc
+	bufs   sync.Pool // *[]byte of bufSize
+	small  sync.Pool // *[]byte of smallBufSize
+
+	reg      registry
+	draining atomic.Bool
+	hc       hostClients
+}
+
+// New returns a Server for the routes in opts.
+func New(opts Options) (*Server, error) {
+	s := &Server{
+		log:      opts.Logger,
+		access:   opts.AccessLog,
+		obs:      opts.Observer,
+		now:      opts.Now,
+		maxConns: opts.MaxConns,
+		poolUse:  map[string]*atomic.Int64{},
+	}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	if s.access == nil {
+		s.access = slog.New(slog.DiscardHandler)
+	}
+	if s.obs == nil {
+		s.obs = NopObserver{}
+	}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	if err := s.SetRoutes(opts.Routes); err != nil {
+		return nil, err
+	}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	s.reg.init()
+	return s, nil
+}
+
+// SetRoutes validates and atomically replaces the routing table. Live
+// connections keep the pool they were placed in. On error the old table
+// stays.
+func (s *Server) SetRoutes(routes []Route) error {
+	t, err := compileRoutes(routes)
+	if err != nil {
+		return err
+	}
+	s.routes.Store(t)
+	return nil
+}
+
+// Close force-closes every live connection and waits until their
+// goroutines have finished. Call Drain first for a graceful stop.
+func (s *Server) Close() error {
+	s.draining.Store(true)
+	s.reg.mu.Lock()
+	s.reg.closed = true
+	s.reg.mu.Unlock()
+	s.cancel()
+	s.reg.wait(context.Background())
+	s.hc.closeAll()
+	return nil
+}
+
+// poolCounter returns the connection counter of a pool, by name, so that a
+// reload building new Pool values keeps counting the old connections.
+func (s *Server) poolCounter(name string) *atomic.Int64 {
+	s.poolMu.Lock()
+	defer s.poolMu.Unlock()
+	c := s.poolUse[name]
+	if c == nil {
+		c = new(atomic.Int64)
+		s.poolUse[name] = c
+	}
+	return c
+}
+
+// Handler returns the http.Handler for one listener.
+func (s *Server) Handler(lo ListenerOptions) http.Handler {
+	return &handler{s: s, lo: lo}
+}
+
+type handler struct {
+	s  *Server
+	lo ListenerOptions
+}
+
+// exchange is the state of one request shared by the WebSocket and plain
+// HTTP paths, down to its access-log line.
+type exchange struct {
+	s       *Server
+	lo      *ListenerOptions
+	r       *http.Request
+	start   time.Time
+	route   *Route
+	pool    *Pool
+	id      identity
+	backend string
+	status  int
+	reason  string
+	in, out int64
+	kind    string // "ws" or "http"
+	release func()
+}
+
+func (x *exchange) routeName() string {
+	if x.pool == nil {
+		return ""
+	}
+	return x.pool.Name
+}
+
+func (x *exchange) logAccess() {
+	client := ""
+	if x.id.client.IsValid() {
+		client = x.id.client.String()
+	}
+	x.s.access.LogAttrs(context.Background(), slog.LevelInfo, "access",
+		slog.String("listener", x.lo.Name),
+		slog.String("kind", x.kind),
+		slog.String("client", client),
+		slog.String("method", x.r.Method),
+		slog.String("host", x.r.Host),
+		slog.String("path", x.r.URL.Path),
+		slog.String("route", x.routeName()),
+		slog.String("backend", x.backend),
+		slog.Int("status", x.status),
+		slog.Duration("dur", x.s.now().Sub(x.start)),
+		slog.Int64("bytes_in", x.in),
+		slog.Int64("bytes_out", x.out),
+		slog.String("reason", x.reason),
+	)
+}
+
+// reject answers the request from the proxy itself.
+func (x *exchange) reject(w http.ResponseWriter, status int, reason string) {
+	x.status, x.reason = status, reason
+	x.s.obs.Rejected(x.routeName(), status, reason)
+	http.Error(w, http.StatusText(status), status)
+	x.logAccess()
+}
+
+// ServeHTTP is the top of the path of one connection.
+func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	s := h.s
+	x := &exchange{s: s, lo: &h.lo, r: r, start: s.now(), kind: "http"}
+	ws := wantsUpgrade(r.Header)
+	if ws {
+		x.kind = "ws"
+	}
+	x.id = decideClient(r.RemoteAddr, r.Header["X-Forwarded-For"], h.lo.TrustedProxies)
+
+	if s.draining.Load() {
+		w.Header().Set("Connection", "close")
+		w.Header().Set("Retry-After", retryAfterBusy)
+		x.reject(w, http.StatusServiceUnavailable, "drain")
+		return
+	}
+	x.route = s.routes.Load().match(r.Host, r.URL.Path)
+	if x.route == nil {
+		x.reject(w, http.StatusMisdirectedRequest, "no_route")
+		return
+	}
+	x.pool = x.route.Pool
+	if ws {
+		if e := checkUpgrade(r); e != nil {
+			x.status, x.reason = e.status, e.reason
+			s.obs.Rejected(x.routeName(), e.status, e.reason)
+			writeUpgradeError(w, e)
+			x.logAccess()
+			return
+		}
+	}
+	if !x.admit(w) {
+		return
+	}
+	if ws {
+		s.serveWebSocket(w, x)
+		return
+	}
+	defer x.release()
+	s.servePlain(w, x)
+	x.logAccess()
+}
+
+// admit applies the limits in order: global, pool, then per client IP. On
+// success x.release undoes them exactly once.
+func (x *exchange) admit(w http.ResponseWriter) bool {
+	s, p := x.s, x.pool
+	if n := s.inflight.Add(1); s.maxConns > 0 && n > s.maxConns {
+		s.inflight.Add(-1)
+		w.Header().Set("Retry-After", retryAfterBusy)
+		x.reject(w, http.StatusServiceUnavailable, "max_conns")
+		return false
+	}
+	pc := s.poolCounter(p.Name)
+	if n := pc.Add(1); p.MaxConns > 0 && n > p.MaxConns {
+		pc.Add(-1)
+		s.inflight.Add(-1)
+		w.Header().Set("Retry-After", retryAfterBusy)
+		x.reject(w, http.StatusServiceUnavailable, "pool_max_conns")
+		return false
+	}
+	ip := x.id.client
+	if p.Limiter != nil {
+		if ok, after := p.Limiter.Admit(ip); !ok {
+			pc.Add(-1)
+			s.inflight.Add(-1)
+			if after > 0 {
+				// A rate limit: the client may come back after the bucket refills.
+				w.Header().Set("Retry-After", strconv.FormatInt(int64(math.Ceil(after.Seconds())), 10))
+				x.reject(w, http.StatusTooManyRequests, "rate_limit")
+			} else {
+				w.Header().Set("Retry-After", retryAfterBusy)
+				x.reject(w, http.StatusServiceUnavailable, "client_max_conns")
+			}
+			return false
+		}
+	}
+	var once sync.Once
+	x.release = func() {
+		once.Do(func() {
+			if p.Limiter != nil {
+				p.Limiter.Done(ip)
+			}
+			pc.Add(-1)
+			s.inflight.Add(-1)
+		})
+	}
+	return true
+}
+
+// stickyCookie reads the pool's sticky cookie from the request.
+func stickyCookie(r *http.Request, p *Pool) string {
+	name := p.Cookie.Name
+	if name == "" {
+		name = defaultCookieName
+	}
+	if c, err := r.Cookie(name); err == nil {
+		return c.Value
+	}
+	return ""
+}
+
+// setCookieValue renders the Set-Cookie value naming backend b.
+func setCookieValue(p *Pool, b *balance.Backend, secure bool) string {
+	c := http.Cookie{
+		Name:     p.Cookie.Name,
+		Value:    b.CookieValue(),
+		Path:     p.Cookie.Path,
+		Secure:   secure,
+		HttpOnly: true,
+		SameSite: p.Cookie.SameSite,
+	}
+	if c.Name == "" {
+		c.Name = defaultCookieName
+	}
+	if c.Path == "" {
+		c.Path = "/"
+	}
+	if p.Cookie.MaxAge > 0 {
+		c.MaxAge = int(math.Ceil(p.Cookie.MaxAge.Seconds()))
+	}
+	return c.String()
+}
+
+func dialTimeout(p *Pool) time.Duration {
+	if p.DialTimeout > 0 {
+		return p.DialTimeout
+	}
+	return defaultDialTimeout
+}
+
+func handshakeTimeout(p *Pool) time.Duration {
+	if p.HandshakeTimeout > 0 {
+		return p.HandshakeTimeout
+	}
+	return defaultHandshakeTimeout
+}
+
+// isTimeout reports whether err is a deadline or timeout error.
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// errNoBackend wraps balance.ErrNoBackend with the pool name.
+func errNoBackend(p *Pool, err error) error {
+	return fmt.Errorf("pool %q: %w", p.Name, err)
+}

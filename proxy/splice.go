@@ -1,0 +1,461 @@
+package proxy
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/edgelb/edge/balance"
+	"github.com/pires/go-proxyproto"
+)
+
+// Buffer sizes. A busy direction borrows a 16 KiB buffer (one TLS record)
+// and gives it back as soon as its source would block, so an idle
+// connection holds no copy buffer at all: memory per idle connection is the
+// headline figure. Sources that expose no socket fall back to a small buffer
+// held across a blocking read.
+const (
+	bufSize      = 16 << 10
+	smallBufSize = 2 << 10
+)
+
+// aLongTimeAgo is a read deadline in the past: a read with it returns only
+// what a layer above the socket (crypto/tls, a PROXY-protocol reader)
+// already holds, and a parked wait returns at once.
+var aLongTimeAgo = time.Unix(1, 0)
+
+// errWake reports a close request noticed before parking.
+var errWake = errors.New("close requested")
+
+// wsConn is one live upgraded connection.
+type wsConn struct {
+	s       *Server
+	x       *exchange
+	client  net.Conn
+	backend *net.TCPConn
+	be      *balance.Backend
+	pool    *Pool
+
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	closeCode atomic.Int32 // requested close code; 0 = none
+	timer     *time.Timer  // jittered close request; guarded by the registry lock
+
+	reasonMu sync.Mutex
+	reason   string
+
+	closeOnce sync.Once
+	last      atomic.Int64 // unix nanos of the last byte read either way
+	in, out   atomic.Int64
+
+	// b2c state, owned by the backend->client goroutine.
+	frames       frameTracker
+	closeNoticed bool
+	closeSent    bool
+}
+
+func newWSConn(s *Server, x *exchange, client net.Conn, bc *backendConn) *wsConn {
+	c := &wsConn{s: s, x: x, client: client, backend: bc.conn, be: bc.backend, pool: x.pool}
+	c.ctx, c.cancel = context.WithCancel(s.ctx)
+	c.touch()
+	return c
+}
+
+// start registers the connection and runs it on its own goroutines, so the
+// net/http goroutine (with its grown stack) ends now.
+func (c *wsConn) start(head, clientBuffered []byte, backendBuffered []byte) {
+	if !c.s.reg.add(c) {
+		c.closeBoth("shutdown")
+		c.finish()
+		return
+	}
+	go c.run(head, clientBuffered, backendBuffered)
+}
+
+// setReason records why the connection ends; the first reason wins.
+func (c *wsConn) setReason(r string) {
+	c.reasonMu.Lock()
+	if c.reason == "" {
+		c.reason = r
+	}
+	c.reasonMu.Unlock()
+}
+
+func (c *wsConn) getReason() string {
+	c.reasonMu.Lock()
+	defer c.reasonMu.Unlock()
+	return c.reason
+}
+
+// closeBoth closes both sockets once; every parked read and write returns.
+func (c *wsConn) closeBoth(reason string) {
+	c.setReason(reason)
+	c.closeOnce.Do(func() {
+		c.client.Close()
+		c.backend.Close()
+	})
+}
+
+// requestClose asks the backend->client direction to send a close frame
+// with code at the next frame boundary. The past read deadline wakes a
+// parked wait; the direction re-checks closeCode after re-arming its own
+// deadline, so the wake-up cannot be lost.
+func (c *wsConn) requestClose(code int, reason string) {
+	if c.closeCode.CompareAndSwap(0, int32(code)) {
+		c.setReason(reason)
+		c.backend.SetReadDeadline(aLongTimeAgo)
+	}
+}
+
+func (c *wsConn) touch() { c.last.Store(time.Now().UnixNano()) }
+
+// idleDeadline is when the connection becomes idle if nothing moves.
+func (c *wsConn) idleDeadline() time.Time {
+	if c.pool.IdleTimeout <= 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, c.last.Load()).Add(c.pool.IdleTimeout)
+}
+
+func (c *wsConn) idleExpired() bool {
+	return c.pool.IdleTimeout > 0 && time.Now().UnixNano()-c.last.Load() >= int64(c.pool.IdleTimeout)
+}
+
+// run writes the 101, forwards what both sides had already sent, then
+// splices until both directions end.
+func (c *wsConn) run(head, clientBuffered, backendBuffered []byte) {
+	defer c.finish()
+	stop := context.AfterFunc(c.ctx, func() { c.closeBoth("shutdown") })
+	defer stop()
+
+	// The 101 and any frames the backend sent behind it, in one write.
+	c.frames.feed(backendBuffered, false)
+	wt := c.pool.WriteTimeout
+	if wt <= 0 {
+		wt = handshakeTimeout(c.pool)
+	}
+	c.client.SetWriteDeadline(time.Now().Add(wt))
+	if _, err := c.client.Write(append(head, backendBuffered...)); err != nil {
+		c.closeBoth(writeReason(err, "client_closed"))
+		return
+	}
+	c.out.Add(int64(len(backendBuffered)))
+	if len(clientBuffered) > 0 {
+		c.backend.SetWriteDeadline(time.Now().Add(wt))
+		if _, err := c.backend.Write(clientBuffered); err != nil {
+			c.closeBoth(writeReason(err, "backend_closed"))
+			return
+		}
+		c.in.Add(int64(len(clientBuffered)))
+	}
+	// net/http may have left deadlines on the client; the handshake set
+	// them on the backend.
+	c.client.SetDeadline(time.Time{})
+	c.backend.SetDeadline(time.Time{})
+	c.s.obs.ConnOpened(c.x.routeName(), c.be.ID())
+
+	errc := make(chan struct{}, 2) // room for both: neither sender blocks
+	go func() {
+		reason, err := c.clientToBackend()
+		c.end(reason, err)
+		errc <- struct{}{}
+	}()
+	reason, err := c.backendToClient()
+	if err == nil && c.closeSent {
+		// Close handshake done on our side: the server closes TCP first
+		// (RFC 6455 §7.1.1).
+		err = io.EOF
+	}
+	c.end(reason, err)
+	<-errc
+	c.closeBoth("")
+}
+
+// end records how one direction ended; an error closes both sides.
+func (c *wsConn) end(reason string, err error) {
+	if err != nil {
+		c.closeBoth(reason)
+		return
+	}
+	c.setReason(reason)
+}
+
+// finish releases everything the connection held and writes its log line.
+func (c *wsConn) finish() {
+	c.cancel()
+	c.s.reg.remove(c)
+	c.be.Release()
+	x := c.x
+	x.release()
+	x.reason = c.getReason()
+	x.in, x.out = c.in.Load(), c.out.Load()
+	c.s.obs.ConnClosed(x.routeName(), c.be.ID(), x.reason, c.s.now().Sub(x.start), x.in, x.out)
+	x.logAccess()
+}
+
+// writeReason names a failed write.
+func writeReason(err error, closed string) string {
+	if isTimeout(err) {
+		return "write_timeout"
+	}
+	return closed
+}
+
+// readReason names a failed read.
+func readReason(err error, closed string) string {
+	if errors.Is(err, net.ErrClosed) {
+		return "shutdown"
+	}
+	return closed
+}
+
+// write writes p to dst under the pool's write timeout. A timed-out write
+// poisons a tls.Conn, and the caller closes the connection: that is how a
+// half-open client is reaped (traefik#10627).
+func (c *wsConn) write(dst net.Conn, p []byte) error {
+	if wt := c.pool.WriteTimeout; wt > 0 {
+		dst.SetWriteDeadline(time.Now().Add(wt))
+	}
+	_, err := dst.Write(p)
+	return err
+}
+
+// clientToBackend copies client bytes to the backend (opaque).
+func (c *wsConn) clientToBackend() (string, error) {
+	d := newDirection(c, c.client, false)
+	for {
+		bp, n, err := d.read()
+		if err != nil {
+			if isTimeout(err) {
+				if c.idleExpired() {
+					return "idle_timeout", err
+				}
+				continue
+			}
+			if errors.Is(err, io.EOF) {
+				// Propagate the half-close; the other direction goes on.
+				closeWrite(c.backend)
+				return "client_closed", nil
+			}
+			return readReason(err, "client_closed"), err
+		}
+		c.touch()
+		err = c.write(c.backend, (*bp)[:n])
+		d.put(bp)
+		if err != nil {
+			return writeReason(err, "backend_closed"), err
+		}
+		c.in.Add(int64(n))
+	}
+}
+
+// backendToClient copies backend frames to the client, tracking frame
+// boundaries so a requested close frame goes between two frames.
+func (c *wsConn) backendToClient() (string, error) {
+	d := newDirection(c, c.backend, true)
+	for {
+		if code := c.closeCode.Load(); code != 0 && !c.closeSent {
+			c.closeNoticed = true
+			switch {
+			case c.frames.broken:
+				// No known boundary: closing is the only safe move.
+				return "", errWake
+			case c.frames.closeSeen:
+				// The backend is already closing; do not send a second close.
+				c.closeSent = true
+			case c.frames.atBoundary():
+				err := c.write(c.client, closeFrame(int(code)))
+				c.closeSent = true
+				if err != nil {
+					return writeReason(err, "client_closed"), err
+				}
+			}
+		}
+		bp, n, err := d.read()
+		if err != nil {
+			if isTimeout(err) || err == errWake {
+				if c.closeCode.Load() != 0 {
+					continue
+				}
+				if c.idleExpired() {
+					return "idle_timeout", err
+				}
+				continue
+			}
+			if errors.Is(err, io.EOF) {
+				closeWrite(c.client)
+				return "backend_closed", nil
+			}
+			return readReason(err, "backend_closed"), err
+		}
+		c.touch()
+		p := (*bp)[:n]
+		switch {
+		case c.closeSent:
+			// After our close frame nothing more goes to the client; the
+			// backend's bytes are read and dropped until it closes.
+			p = nil
+		case c.closeCode.Load() != 0:
+			p = p[:c.frames.feed(p, true)]
+		default:
+			c.frames.feed(p, false)
+		}
+		if len(p) > 0 {
+			err = c.write(c.client, p)
+		}
+		d.put(bp)
+		if err != nil {
+			return writeReason(err, "client_closed"), err
+		}
+		c.out.Add(int64(len(p)))
+	}
+}
+
+// direction reads one source without parking a buffer on it.
+type direction struct {
+	c       *wsConn
+	src     net.Conn
+	raw     syscall.RawConn // nil: no socket reachable, blocking reads
+	layered bool            // src may hold bytes above the socket (TLS, PROXY reader)
+	pending bool            // a layer may hold bytes: drain before waiting
+	wake    bool            // honour close requests (backend->client)
+}
+
+func newDirection(c *wsConn, src net.Conn, wake bool) *direction {
+	raw, layered := rawConnOf(src)
+	if !canPeek {
+		raw = nil
+	}
+	// A layered source may hold bytes read during the handshake (crypto/tls
+	// often does): drain once before the first wait.
+	return &direction{c: c, src: src, raw: raw, layered: layered, pending: layered, wake: wake}
+}
+
+// read returns the next bytes of the source in a pooled buffer the caller
+// gives back with put. While the source is idle no buffer is held: the
+// wait for readability peeks one byte into the stack.
+func (d *direction) read() (*[]byte, int, error) {
+	s := d.c.s
+	for {
+		if d.pending {
+			// Drain what the layers already hold: with a deadline in the
+			// past only buffered bytes come back, and a read timeout leaves
+			// a tls.Conn usable (unlike a write timeout).
+			bp := s.getBuf()
+			d.src.SetReadDeadline(aLongTimeAgo)
+			n, err := d.src.Read(*bp)
+			if n > 0 {
+				return bp, n, nil
+			}
+			s.putBuf(bp)
+			switch {
+			case err == nil:
+				continue
+			case !isTimeout(err):
+				return nil, 0, err
+			}
+			d.pending = false
+		}
+		if err := d.src.SetReadDeadline(d.c.idleDeadline()); err != nil {
+			return nil, 0, err
+		}
+		if d.wake && !d.c.closeNoticed && d.c.closeCode.Load() != 0 {
+			return nil, 0, errWake
+		}
+		var bp *[]byte
+		if d.raw != nil {
+			// Wait without a buffer. The callback peeks instead of merely
+			// waiting: RawConn.Read clears its readable flag before calling
+			// back, and a callback that only waits can miss data that arrived
+			// after the last EAGAIN (DATAPATH-NOTES).
+			if err := d.raw.Read(peekReady); err != nil {
+				return nil, 0, err
+			}
+			bp = s.getBuf()
+		} else {
+			bp = s.getSmallBuf()
+		}
+		// A TLS source blocks here until one whole record has arrived.
+		n, err := d.src.Read(*bp)
+		d.pending = d.layered
+		if n > 0 {
+			return bp, n, nil
+		}
+		d.put(bp)
+		if err != nil {
+			return nil, 0, err
+		}
+	}
+}
+
+func (d *direction) put(bp *[]byte) {
+	if cap(*bp) == smallBufSize {
+		d.c.s.small.Put(bp)
+		return
+	}
+	d.c.s.putBuf(bp)
+}
+
+func (s *Server) getBuf() *[]byte {
+	if v, ok := s.bufs.Get().(*[]byte); ok {
+		return v
+	}
+	b := make([]byte, bufSize)
+	return &b
+}
+
+func (s *Server) putBuf(bp *[]byte) { s.bufs.Put(bp) }
+
+func (s *Server) getSmallBuf() *[]byte {
+	if v, ok := s.small.Get().(*[]byte); ok {
+		return v
+	}
+	b := make([]byte, smallBufSize)
+	return &b
+}
+
+// rawConnOf finds the socket under c: through *tls.Conn, PROXY-protocol
+// connections and anything exposing NetConn(). layered reports that a layer
+// above the socket may buffer bytes.
+func rawConnOf(c net.Conn) (raw syscall.RawConn, layered bool) {
+	for range 8 {
+		switch v := c.(type) {
+		case *tls.Conn:
+			c, layered = v.NetConn(), true
+			continue
+		case *proxyproto.Conn:
+			c, layered = v.Raw(), true
+			continue
+		case syscall.Conn:
+			rc, err := v.SyscallConn()
+			if err != nil {
+				return nil, layered
+			}
+			return rc, layered
+		case interface{ NetConn() net.Conn }:
+			c, layered = v.NetConn(), true
+			continue
+		}
+		return nil, true
+	}
+	return nil, true
+}
+
+// closeWrite half-closes c: TCP FIN, or a TLS close_notify.
+func closeWrite(c net.Conn) {
+	switch v := c.(type) {
+	case interface{ CloseWrite() error }:
+		v.CloseWrite()
+	case *proxyproto.Conn:
+		if tc, ok := v.TCPConn(); ok {
+			tc.CloseWrite()
+		}
+	}
+}

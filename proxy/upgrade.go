@@ -1,0 +1,84 @@
+package proxy
+
+import (
+	"crypto/sha1"
+	"encoding/base64"
+	"net/http"
+
+	"golang.org/x/net/http/httpguts"
+)
+
+// websocketGUID is the fixed GUID of RFC 6455 §1.3.
+const websocketGUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
+
+// upgradeError is the ordinary HTTP answer to a malformed upgrade request.
+type upgradeError struct {
+	status int
+	reason string // short, for the access log and Observer.Rejected
+}
+
+// wantsUpgrade reports whether the request asks for a WebSocket upgrade.
+// The Upgrade header carrying the token "websocket" (any case) is the intent;
+// a request without it is plain HTTP, even with "Connection: upgrade"
+// (for example an h2c upgrade attempt, whose hop-by-hop headers are dropped).
+func wantsUpgrade(h http.Header) bool {
+	return httpguts.HeaderValuesContainsToken(h["Upgrade"], "websocket")
+}
+
+// checkUpgrade validates an upgrade request per RFC 6455 §4.2.1. It returns
+// nil when the handshake may be forwarded. Tokens are compared with httpguts,
+// never as whole strings: "Connection: keep-alive, Upgrade" is valid.
+func checkUpgrade(r *http.Request) *upgradeError {
+	if r.Method != http.MethodGet {
+		// §4.2.1 item 1: the method MUST be GET.
+		return &upgradeError{http.StatusMethodNotAllowed, "upgrade_method"}
+	}
+	if !r.ProtoAtLeast(1, 1) || r.ProtoMajor != 1 {
+		return &upgradeError{http.StatusBadRequest, "upgrade_protocol"}
+	}
+	if !httpguts.HeaderValuesContainsToken(r.Header["Connection"], "upgrade") {
+		return &upgradeError{http.StatusBadRequest, "upgrade_connection"}
+	}
+	// §4.2.2: a version we do not speak is answered 426 with the versions we
+	// do speak in Sec-WebSocket-Version.
+	if v := r.Header["Sec-Websocket-Version"]; len(v) != 1 || v[0] != "13" {
+		return &upgradeError{http.StatusUpgradeRequired, "upgrade_version"}
+	}
+	if k := r.Header["Sec-Websocket-Key"]; len(k) != 1 || !validKey(k[0]) {
+		return &upgradeError{http.StatusBadRequest, "upgrade_key"}
+	}
+	return nil
+}
+
+// validKey reports whether k is the base64 encoding of 16 bytes (§4.1 item 7).
+func validKey(k string) bool {
+	if len(k) != 24 {
+		return false
+	}
+	var buf [18]byte
+	n, err := base64.StdEncoding.Decode(buf[:], []byte(k))
+	return err == nil && n == 16
+}
+
+// acceptKey computes Sec-WebSocket-Accept for a key (RFC 6455 §4.2.2 item 5.4).
+func acceptKey(key string) string {
+	h := sha1.New()
+	h.Write([]byte(key))
+	h.Write([]byte(websocketGUID))
+	var sum [sha1.Size]byte
+	return base64.StdEncoding.EncodeToString(h.Sum(sum[:0]))
+}
+
+// writeUpgradeError answers a failed validation as an ordinary response.
+func writeUpgradeError(w http.ResponseWriter, e *upgradeError) {
+	h := w.Header()
+	switch e.status {
+	case http.StatusUpgradeRequired:
+		h.Set("Sec-WebSocket-Version", "13")
+		h.Set("Upgrade", "websocket")
+		h.Set("Connection", "Upgrade")
+	case http.StatusMethodNotAllowed:
+		h.Set("Allow", http.MethodGet)
+	}
+	http.Error(w, http.StatusText(e.status), e.status)
+}

@@ -1,0 +1,271 @@
+package tls
+
+import (
+	"crypto/ecdsa"
+	"crypto/ed25519"
+	"crypto/rsa"
+	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/asn1"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"time"
+)
+
+// loadedCert is one parsed, validated certificate pair. It is immutable.
+type loadedCert struct {
+	files      CertFiles
+	tls        tls.Certificate // Leaf set, OCSPStaple empty
+	leaf       *x509.Certificate
+	issuer     *x509.Certificate // nil when the chain does not carry it
+	names      []string          // lower-case DNS SANs
+	keyType    string
+	mustStaple bool
+	id         string // hex SHA-256 of the leaf, names the staple file
+}
+
+// oidTLSFeature is the TLS Feature extension (RFC 7633); the value 5
+// (status_request) in it makes a certificate "must-staple".
+var oidTLSFeature = asn1.ObjectIdentifier{1, 3, 6, 1, 5, 5, 7, 1, 24}
+
+const featureStatusRequest = 5
+
+// fileContents reads both files of a pair and returns them with a digest of
+// both, used to tell a real change from a touch.
+func fileContents(f CertFiles) (certPEM, keyPEM []byte, sum [32]byte, err error) {
+	certPEM, err = os.ReadFile(f.CertFile)
+	if err != nil {
+		return nil, nil, sum, fmt.Errorf("certificate file %s: %w", f.CertFile, err)
+	}
+	keyPEM, err = os.ReadFile(f.KeyFile)
+	if err != nil {
+		return nil, nil, sum, fmt.Errorf("key file %s: %w", f.KeyFile, err)
+	}
+	h := sha256.New()
+	var n [8]byte
+	binary.BigEndian.PutUint64(n[:], uint64(len(certPEM)))
+	h.Write(n[:])
+	h.Write(certPEM)
+	h.Write(keyPEM)
+	h.Sum(sum[:0])
+	return certPEM, keyPEM, sum, nil
+}
+
+// parsePair validates a pair and says, naming the file, what is wrong:
+// no or bad PEM, a key that does not match, a leaf not valid at now, a chain
+// out of order.
+func parsePair(f CertFiles, certPEM, keyPEM []byte, now time.Time) (*loadedCert, error) {
+	var chain []*x509.Certificate
+	rest := certPEM
+	for i := 1; ; i++ {
+		var block *pem.Block
+		block, rest = pem.Decode(rest)
+		if block == nil {
+			break
+		}
+		if block.Type != "CERTIFICATE" {
+			continue
+		}
+		c, err := x509.ParseCertificate(block.Bytes)
+		if err != nil {
+			return nil, fmt.Errorf("certificate file %s: PEM block %d: %w", f.CertFile, i, err)
+		}
+		chain = append(chain, c)
+	}
+	if len(chain) == 0 {
+		return nil, fmt.Errorf("certificate file %s: no CERTIFICATE PEM block found", f.CertFile)
+	}
+	leaf := chain[0]
+	if now.Before(leaf.NotBefore) {
+		return nil, fmt.Errorf("certificate file %s: not yet valid: valid from %s, now %s",
+			f.CertFile, leaf.NotBefore.UTC().Format(time.RFC3339), now.UTC().Format(time.RFC3339))
+	}
+	if now.After(leaf.NotAfter) {
+		return nil, fmt.Errorf("certificate file %s: expired at %s", f.CertFile, leaf.NotAfter.UTC().Format(time.RFC3339))
+	}
+	// A chain out of order makes clients fail in ways that are hard to read;
+	// refuse it here instead.
+	for i := 0; i+1 < len(chain); i++ {
+		if err := chain[i].CheckSignatureFrom(chain[i+1]); err != nil {
+			return nil, fmt.Errorf("certificate file %s: certificate %d (%s) is not signed by certificate %d (%s): chain out of order or wrong intermediate: %w",
+				f.CertFile, i+1, chain[i].Subject, i+2, chain[i+1].Subject, err)
+		}
+	}
+	pair, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		return nil, fmt.Errorf("key file %s (for certificate file %s): %w", f.KeyFile, f.CertFile, err)
+	}
+	pair.Leaf = leaf
+	lc := &loadedCert{
+		files:   f,
+		tls:     pair,
+		leaf:    leaf,
+		keyType: keyType(leaf),
+	}
+	if len(chain) > 1 {
+		lc.issuer = chain[1]
+	}
+	for _, n := range leaf.DNSNames {
+		n = normalizeName(n)
+		if n != "" && !slices.Contains(lc.names, n) {
+			lc.names = append(lc.names, n)
+		}
+	}
+	for _, ext := range leaf.Extensions {
+		if !ext.Id.Equal(oidTLSFeature) {
+			continue
+		}
+		var features []int
+		if _, err := asn1.Unmarshal(ext.Value, &features); err != nil {
+			return nil, fmt.Errorf("certificate file %s: bad TLS feature extension: %w", f.CertFile, err)
+		}
+		lc.mustStaple = slices.Contains(features, featureStatusRequest)
+	}
+	sum := sha256.Sum256(leaf.Raw)
+	lc.id = hex.EncodeToString(sum[:16])
+	return lc, nil
+}
+
+func keyType(c *x509.Certificate) string {
+	switch c.PublicKey.(type) {
+	case *ecdsa.PublicKey:
+		return "ECDSA"
+	case *rsa.PublicKey:
+		return "RSA"
+	case ed25519.PublicKey:
+		return "Ed25519"
+	}
+	return "unknown"
+}
+
+// normalizeName lower-cases a DNS name and drops a trailing dot; SNI is
+// case-insensitive (RFC 6066 section 3, RFC 4343).
+func normalizeName(n string) string {
+	n = strings.TrimSuffix(n, ".")
+	for i := 0; i < len(n); i++ {
+		if c := n[i]; 'A' <= c && c <= 'Z' {
+			return strings.ToLower(n)
+		}
+	}
+	return n
+}
+
+// certSet is the immutable map GetCertificate reads with one atomic load.
+// Lists are ordered by preference: ECDSA and Ed25519 before RSA (smaller and
+// faster), then configuration order; SupportsCertificate picks the first the
+// client can use.
+type certSet struct {
+	exact    map[string][]*tls.Certificate
+	wildcard map[string][]*tls.Certificate // key ".example.com" for "*.example.com"
+	// blocked holds names (exact, or wildcard keys) whose every certificate
+	// is refused by the must-staple policy.
+	blocked  map[string]bool
+	fallback []*tls.Certificate
+}
+
+// servedPair is one entry's input to buildCertSet.
+type servedPair struct {
+	lc   *loadedCert
+	cert *tls.Certificate // nil: refused (must-staple without staple)
+}
+
+func keyRank(c *loadedCert) int {
+	if c.keyType == "RSA" {
+		return 1
+	}
+	return 0
+}
+
+func buildCertSet(pairs []servedPair) *certSet {
+	s := &certSet{
+		exact:    make(map[string][]*tls.Certificate),
+		wildcard: make(map[string][]*tls.Certificate),
+		blocked:  make(map[string]bool),
+	}
+	order := make([]servedPair, len(pairs))
+	copy(order, pairs)
+	slices.SortStableFunc(order, func(a, b servedPair) int { return keyRank(a.lc) - keyRank(b.lc) })
+	blocked := make(map[string]bool)
+	for _, p := range order {
+		for _, n := range p.lc.names {
+			m, key := s.exact, n
+			if strings.HasPrefix(n, "*.") {
+				m, key = s.wildcard, n[1:]
+			}
+			if p.cert == nil {
+				blocked[key] = true
+				continue
+			}
+			m[key] = append(m[key], p.cert)
+		}
+	}
+	for key := range blocked {
+		if len(s.exact[key]) == 0 && len(s.wildcard[key]) == 0 {
+			s.blocked[key] = true
+		}
+	}
+	// The default is the first configured pair, with its siblings for the
+	// same names (an ECDSA and an RSA certificate) ahead of everything else.
+	if len(pairs) > 0 {
+		first := pairs[0].lc.names
+		for _, p := range order {
+			if p.cert != nil && slices.Equal(p.lc.names, first) {
+				s.fallback = append(s.fallback, p.cert)
+			}
+		}
+		for _, p := range pairs {
+			if p.cert != nil && !slices.Contains(s.fallback, p.cert) {
+				s.fallback = append(s.fallback, p.cert)
+			}
+		}
+	}
+	return s
+}
+
+var errNoCertificate = errors.New("no certificate available")
+
+// lookup chooses a certificate for hello: exact name, then wildcard for the
+// first label, then the default.
+func (s *certSet) lookup(hello *tls.ClientHelloInfo) (*tls.Certificate, error) {
+	name := normalizeName(hello.ServerName)
+	if name != "" {
+		if l := s.exact[name]; len(l) > 0 {
+			return choose(hello, l), nil
+		}
+		blocked := s.blocked[name]
+		if i := strings.IndexByte(name, '.'); i > 0 {
+			if l := s.wildcard[name[i:]]; len(l) > 0 {
+				return choose(hello, l), nil
+			}
+			blocked = blocked || s.blocked[name[i:]]
+		}
+		if blocked {
+			return nil, fmt.Errorf("certificate for %q is must-staple and has no valid OCSP staple (policy %q)", name, MustStapleRefuse)
+		}
+	}
+	if len(s.fallback) == 0 {
+		return nil, errNoCertificate
+	}
+	return choose(hello, s.fallback), nil
+}
+
+// choose returns the first certificate the client supports, else the first
+// one (as crypto/tls does for Config.Certificates): the handshake then fails
+// with the client's own, clearer, alert.
+func choose(hello *tls.ClientHelloInfo, l []*tls.Certificate) *tls.Certificate {
+	if len(l) > 1 {
+		for _, c := range l {
+			if hello.SupportsCertificate(c) == nil {
+				return c
+			}
+		}
+	}
+	return l[0]
+}

@@ -1,0 +1,400 @@
+package tls
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/aes"
+	"crypto/cipher"
+	"crypto/hkdf"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"crypto/tls"
+	"encoding/base64"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+)
+
+// TicketKeySource supplies session-ticket keys kept outside the process, so
+// that every node of a fleet resumes the sessions of the others (a ticket
+// issued by one node is otherwise useless on the next: traefik#10284,
+// envoy#7397). Run polls it every ReloadInterval; a new answer replaces the
+// keys, an error keeps the previous ones.
+type TicketKeySource interface {
+	// TicketKeys returns the raw keys, 48 or 80 bytes each, the first one
+	// encrypting new tickets and every one accepted. The Terminator derives
+	// its own keys from them and clears the returned slices.
+	TicketKeys(ctx context.Context) ([][]byte, error)
+}
+
+// TicketKeyFile returns a TicketKeySource reading path in the format
+// documented in doc.go: one base64 key of 48 or 80 bytes per line, the first
+// one encrypting, blank lines and lines starting with '#' ignored.
+func TicketKeyFile(path string) TicketKeySource { return ticketKeyFile{path: path} }
+
+type ticketKeyFile struct{ path string }
+
+func (f ticketKeyFile) TicketKeys(context.Context) ([][]byte, error) {
+	data, err := os.ReadFile(f.path)
+	if err != nil {
+		return nil, fmt.Errorf("ticket key file %s: %w", f.path, err)
+	}
+	defer clear(data)
+	keys, err := parseTicketKeys(data)
+	if err != nil {
+		return nil, fmt.Errorf("ticket key file %s: %w", f.path, err)
+	}
+	return keys, nil
+}
+
+// maxTicketKeys bounds a key file; more keys only slow down lookups.
+const maxTicketKeys = 64
+
+// parseTicketKeys parses the key file format: base64 (standard alphabet)
+// lines of 48 or 80 bytes, as HAProxy's tls-ticket-keys, so the same
+// generator (`openssl rand -base64 80`) and distribution tooling serve both.
+func parseTicketKeys(data []byte) ([][]byte, error) {
+	var keys [][]byte
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	line := 0
+	for sc.Scan() {
+		line++
+		text := bytes.TrimSpace(sc.Bytes())
+		if len(text) == 0 || text[0] == '#' {
+			continue
+		}
+		key := make([]byte, base64.StdEncoding.DecodedLen(len(text)))
+		n, err := base64.StdEncoding.Decode(key, text)
+		if err != nil {
+			clearAll(keys)
+			return nil, fmt.Errorf("line %d: not base64: %w", line, err)
+		}
+		key = key[:n]
+		if n != 48 && n != 80 {
+			clearAll(keys)
+			return nil, fmt.Errorf("line %d: key is %d bytes, want 48 or 80", line, n)
+		}
+		if len(keys) == maxTicketKeys {
+			clearAll(keys)
+			return nil, fmt.Errorf("line %d: more than %d keys", line, maxTicketKeys)
+		}
+		keys = append(keys, key)
+	}
+	if err := sc.Err(); err != nil {
+		clearAll(keys)
+		return nil, err
+	}
+	if len(keys) == 0 {
+		return nil, errors.New("no keys")
+	}
+	return keys, nil
+}
+
+func clearAll(keys [][]byte) {
+	for _, k := range keys {
+		clear(k)
+	}
+}
+
+// ticketKey is one key in use. Name travels in clear in every ticket (as in
+// RFC 5077 section 4, "key_name") and picks the key on the way back; the AES
+// and HMAC keys are derived from the whole raw key with HKDF so that 48- and
+// 80-byte keys are handled alike.
+type ticketKey struct {
+	name  [16]byte
+	aes   [32]byte
+	mac   [32]byte
+	added time.Time
+	gen   uint64
+}
+
+func newTicketKey(raw []byte, now time.Time, gen uint64) (*ticketKey, error) {
+	if len(raw) != 48 && len(raw) != 80 {
+		return nil, fmt.Errorf("ticket key is %d bytes, want 48 or 80", len(raw))
+	}
+	k := &ticketKey{added: now, gen: gen}
+	copy(k.name[:], raw[:16])
+	a, err := hkdf.Key(sha256.New, raw, nil, "edge session ticket aes", 32)
+	if err != nil {
+		return nil, err
+	}
+	m, err := hkdf.Key(sha256.New, raw, nil, "edge session ticket hmac", 32)
+	if err != nil {
+		return nil, err
+	}
+	copy(k.aes[:], a)
+	copy(k.mac[:], m)
+	clear(a)
+	clear(m)
+	return k, nil
+}
+
+func (k *ticketKey) zero() {
+	clear(k.name[:])
+	clear(k.aes[:])
+	clear(k.mac[:])
+}
+
+func (k *ticketKey) equal(o *ticketKey) bool {
+	return subtle.ConstantTimeCompare(k.name[:], o.name[:])&
+		subtle.ConstantTimeCompare(k.aes[:], o.aes[:])&
+		subtle.ConstantTimeCompare(k.mac[:], o.mac[:]) == 1
+}
+
+// Ticket layout (RFC 5077 section 4's recommended construction):
+//
+//	key_name[16] | iv[16] | AES-256-CTR(issued_unix[8] | session state) | HMAC-SHA256[32]
+//
+// The HMAC covers everything before it. issued_unix lets unwrap enforce the
+// exact age bound whatever the key source.
+const (
+	ticketNameLen = 16
+	ticketIVLen   = aes.BlockSize
+	ticketTimeLen = 8
+	ticketMACLen  = sha256.Size
+	ticketMinLen  = ticketNameLen + ticketIVLen + ticketTimeLen + ticketMACLen
+)
+
+// ticketKeys holds the keys and implements tls.Config.WrapSession and
+// UnwrapSession. Readers hold the read lock while they use a key, so a
+// retired key can be cleared under the write lock with nobody using it.
+type ticketKeys struct {
+	now    func() time.Time
+	keep   int
+	every  time.Duration
+	maxAge time.Duration
+	source TicketKeySource // nil: keys generated here
+	kind   string
+
+	mu      sync.RWMutex
+	keys    []*ticketKey // keys[0] encrypts
+	gen     uint64
+	rotated time.Time
+	lastErr string
+}
+
+func newTicketKeys(o TicketOptions, now func() time.Time) (*ticketKeys, error) {
+	k := &ticketKeys{
+		now:    now,
+		keep:   o.Keep,
+		every:  o.RotateEvery,
+		maxAge: o.ticketMaxAge(),
+		source: o.Source,
+		kind:   "memory",
+	}
+	switch {
+	case o.KeyFile != "":
+		k.source = TicketKeyFile(o.KeyFile)
+		k.kind = "file:" + o.KeyFile
+	case o.Source != nil:
+		k.kind = "source"
+	}
+	if k.source == nil {
+		if _, err := k.rotate(); err != nil {
+			return nil, err
+		}
+		return k, nil
+	}
+	if _, err := k.load(context.Background()); err != nil {
+		return nil, err
+	}
+	return k, nil
+}
+
+// rotate puts a fresh random key first and retires (and clears) keys beyond
+// Keep.
+func (k *ticketKeys) rotate() (uint64, error) {
+	var raw [80]byte
+	if _, err := rand.Read(raw[:]); err != nil {
+		return 0, fmt.Errorf("ticket key: %w", err)
+	}
+	now := k.now()
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	key, err := newTicketKey(raw[:], now, k.gen+1)
+	clear(raw[:])
+	if err != nil {
+		return 0, err
+	}
+	k.gen++
+	keys := make([]*ticketKey, 0, k.keep)
+	keys = append(keys, key)
+	for i, old := range k.keys {
+		if len(keys) < k.keep {
+			keys = append(keys, old)
+			continue
+		}
+		k.keys[i].zero()
+	}
+	k.keys = keys
+	k.rotated = now
+	return k.gen, nil
+}
+
+// load asks the source for keys and installs them when they differ from the
+// current ones; changed reports whether they did.
+func (k *ticketKeys) load(ctx context.Context) (changed bool, err error) {
+	raw, err := k.source.TicketKeys(ctx)
+	defer clearAll(raw)
+	if err == nil && len(raw) == 0 {
+		err = errors.New("ticket key source returned no keys")
+	}
+	now := k.now()
+	var keys []*ticketKey
+	for i, r := range raw {
+		if err != nil {
+			break
+		}
+		var key *ticketKey
+		key, err = newTicketKey(r, now, k.gen+1)
+		if err != nil {
+			err = fmt.Errorf("key %d: %w", i+1, err)
+		}
+		keys = append(keys, key)
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if err != nil {
+		for _, key := range keys {
+			if key != nil {
+				key.zero()
+			}
+		}
+		k.lastErr = err.Error()
+		return false, err
+	}
+	k.lastErr = ""
+	if len(keys) == len(k.keys) {
+		same := true
+		for i := range keys {
+			same = same && keys[i].equal(k.keys[i])
+		}
+		if same {
+			for _, key := range keys {
+				key.zero()
+			}
+			return false, nil
+		}
+	}
+	for _, old := range k.keys {
+		old.zero()
+	}
+	k.gen++
+	k.keys = keys
+	k.rotated = now
+	return true, nil
+}
+
+// wrap implements tls.Config.WrapSession.
+func (k *ticketKeys) wrap(_ tls.ConnectionState, ss *tls.SessionState) ([]byte, error) {
+	state, err := ss.Bytes()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]byte, ticketMinLen+len(state))
+	iv := out[ticketNameLen : ticketNameLen+ticketIVLen]
+	if _, err := rand.Read(iv); err != nil {
+		return nil, err
+	}
+	body := out[ticketNameLen+ticketIVLen : len(out)-ticketMACLen]
+	binary.BigEndian.PutUint64(body, uint64(k.now().Unix()))
+	copy(body[ticketTimeLen:], state)
+	clear(state)
+
+	k.mu.RLock()
+	defer k.mu.RUnlock()
+	if len(k.keys) == 0 {
+		return nil, errors.New("no session ticket key")
+	}
+	key := k.keys[0]
+	copy(out, key.name[:])
+	block, err := aes.NewCipher(key.aes[:])
+	if err != nil {
+		return nil, err
+	}
+	cipher.NewCTR(block, iv).XORKeyStream(body, body)
+	mac := hmac.New(sha256.New, key.mac[:])
+	mac.Write(out[:len(out)-ticketMACLen])
+	mac.Sum(out[:len(out)-ticketMACLen])
+	return out, nil
+}
+
+// unwrap implements tls.Config.UnwrapSession. Every unusable ticket yields
+// (nil, nil), a full handshake: an error would abort the connection.
+func (k *ticketKeys) unwrap(ticket []byte, _ tls.ConnectionState) (*tls.SessionState, error) {
+	if len(ticket) < ticketMinLen {
+		return nil, nil
+	}
+	plain := k.open(ticket)
+	if plain == nil {
+		return nil, nil
+	}
+	defer clear(plain)
+	issued := time.Unix(int64(binary.BigEndian.Uint64(plain)), 0)
+	age := k.now().Sub(issued)
+	// A ticket from the future beyond clock skew is forged or from a node
+	// with a broken clock.
+	if age > k.maxAge || age < -5*time.Minute {
+		return nil, nil
+	}
+	ss, err := tls.ParseSessionState(plain[ticketTimeLen:])
+	if err != nil {
+		return nil, nil
+	}
+	return ss, nil
+}
+
+func (k *ticketKeys) open(ticket []byte) []byte {
+	name := ticket[:ticketNameLen]
+	iv := ticket[ticketNameLen : ticketNameLen+ticketIVLen]
+	body := ticket[ticketNameLen+ticketIVLen : len(ticket)-ticketMACLen]
+	tag := ticket[len(ticket)-ticketMACLen:]
+
+	k.mu.RLock()
+	defer k.mu.RUnlock()
+	for _, key := range k.keys {
+		if !bytes.Equal(key.name[:], name) {
+			continue
+		}
+		mac := hmac.New(sha256.New, key.mac[:])
+		mac.Write(ticket[:len(ticket)-ticketMACLen])
+		if !hmac.Equal(mac.Sum(nil), tag) {
+			return nil
+		}
+		block, err := aes.NewCipher(key.aes[:])
+		if err != nil {
+			return nil
+		}
+		plain := make([]byte, len(body))
+		cipher.NewCTR(block, iv).XORKeyStream(plain, body)
+		return plain
+	}
+	return nil
+}
+
+func (k *ticketKeys) status() TicketStatus {
+	k.mu.RLock()
+	defer k.mu.RUnlock()
+	s := TicketStatus{
+		Enabled:    true,
+		Source:     k.kind,
+		Generation: k.gen,
+		Keys:       len(k.keys),
+		LastChange: k.rotated,
+		MaxAge:     k.maxAge.String(),
+		LastError:  k.lastErr,
+	}
+	for _, key := range k.keys {
+		s.KeyGenerations = append(s.KeyGenerations, key.gen)
+	}
+	if k.source == nil {
+		s.NextRotation = k.rotated.Add(k.every)
+	}
+	return s
+}
