@@ -196,7 +196,11 @@ func TestWeightsHonoured(t *testing.T) {
 	t.Run("least conn", func(t *testing.T) {
 		p := newPool(t, balance.PoolOptions{}, ms...)
 		for range n {
-			pick(t, p, balance.Request{}).Backend.Acquire()
+			res, err := p.Pick(&balance.Request{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			res.Backend.Acquire()
 		}
 		for _, b := range p.Snapshot().Backends {
 			got := float64(b.Active()) / n
@@ -209,7 +213,7 @@ func TestWeightsHonoured(t *testing.T) {
 		p := newPool(t, balance.PoolOptions{Mode: balance.ClientIP}, ms...)
 		counts := map[string]int{}
 		for _, ip := range clientIPs(n, false, 7) {
-			counts[pick(t, p, balance.Request{ClientIP: ip}).Backend.ID()]++
+			counts[place(t, p, ip)]++
 		}
 		for id, w := range want {
 			got := float64(counts[id]) / n

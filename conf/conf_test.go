@@ -616,7 +616,7 @@ func TestSecretNeverPrinted(t *testing.T) {
 		"%v":       fmt.Sprintf("%v", c),
 		"%+v":      fmt.Sprintf("%+v", c.Consul),
 		"%#v":      fmt.Sprintf("%#v", c.Consul),
-		"%s token": fmt.Sprintf("%s", c.Consul.Token),
+		"%s token": fmt.Sprint(c.Consul.Token),
 		"slog":     logJSON.String() + logText.String(),
 	} {
 		if strings.Contains(s, token) {

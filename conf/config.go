@@ -326,11 +326,11 @@ type PassiveEjection struct {
 // unlimited. Reconnect storms after a restart (mattermost-webapp#10960)
 // are what the per-client-IP rate is for.
 type PoolLimits struct {
-	MaxConnections             int64 `yaml:"max_connections"`
-	MaxConnectionsPerBackend   int64 `yaml:"max_connections_per_backend"`
-	MaxConnectionsPerClientIP  int   `yaml:"max_connections_per_client_ip"`
-	ConnectionRatePerClientIP  float64 `yaml:"connection_rate_per_client_ip"` // new connections per second
-	ConnectionBurstPerClientIP int   `yaml:"connection_burst_per_client_ip"` // default: the rate rounded up
+	MaxConnections             int64   `yaml:"max_connections"`
+	MaxConnectionsPerBackend   int64   `yaml:"max_connections_per_backend"`
+	MaxConnectionsPerClientIP  int     `yaml:"max_connections_per_client_ip"`
+	ConnectionRatePerClientIP  float64 `yaml:"connection_rate_per_client_ip"`  // new connections per second
+	ConnectionBurstPerClientIP int     `yaml:"connection_burst_per_client_ip"` // default: the rate rounded up
 }
 
 // PoolConsul discovers a pool's members from Consul.

@@ -251,7 +251,8 @@ func (c *Checker) probeOne(ctx context.Context, b *balance.Backend) (r result) {
 // record applies one probe result to the thresholds.
 func (c *Checker) record(state map[*balance.Backend]*target, r result, now time.Time) {
 	ok := r.err == nil
-	c.opts.Observer.ProbeResult(c.opts.Pool, r.b.ID(), ok, r.dur)
+	// Report after the state is applied, so an observer sees its effect.
+	defer c.opts.Observer.ProbeResult(c.opts.Pool, r.b.ID(), ok, r.dur)
 	t := state[r.b]
 	if t == nil {
 		return // removed while probing

@@ -23,6 +23,8 @@ import (
 const (
 	bufSize      = 16 << 10
 	smallBufSize = 2 << 10
+	// finTimeout bounds how long one half stays open after the other closed.
+	finTimeout = 10 * time.Second
 )
 
 // aLongTimeAgo is a read deadline in the past: a read with it returns only
@@ -162,9 +164,26 @@ func (c *wsConn) run(head, clientBuffered, backendBuffered []byte) {
 	c.s.obs.ConnOpened(c.x.routeName(), c.be.ID())
 
 	errc := make(chan struct{}, 2) // room for both: neither sender blocks
+	var fin atomic.Pointer[time.Timer]
+	defer func() {
+		if t := fin.Load(); t != nil {
+			t.Stop()
+		}
+	}()
+	end := func(reason string, err error) {
+		if err != nil {
+			c.closeBoth(reason)
+			return
+		}
+		c.setReason(reason)
+		// One side finished cleanly and its FIN went on; the other side
+		// gets finTimeout to finish too, so a peer that never closes its
+		// half cannot pin the connection (HAProxy's "timeout client-fin").
+		fin.CompareAndSwap(nil, time.AfterFunc(finTimeout, func() { c.closeBoth("fin_timeout") }))
+	}
 	go func() {
 		reason, err := c.clientToBackend()
-		c.end(reason, err)
+		end(reason, err)
 		errc <- struct{}{}
 	}()
 	reason, err := c.backendToClient()
@@ -173,18 +192,9 @@ func (c *wsConn) run(head, clientBuffered, backendBuffered []byte) {
 		// (RFC 6455 §7.1.1).
 		err = io.EOF
 	}
-	c.end(reason, err)
+	end(reason, err)
 	<-errc
 	c.closeBoth("")
-}
-
-// end records how one direction ended; an error closes both sides.
-func (c *wsConn) end(reason string, err error) {
-	if err != nil {
-		c.closeBoth(reason)
-		return
-	}
-	c.setReason(reason)
 }
 
 // finish releases everything the connection held and writes its log line.

@@ -370,6 +370,7 @@ func serve(t testing.TB, cfg *tls.Config, states chan tls.ConnectionState) strin
 				tc := tls.Server(c, cfg)
 				tc.SetDeadline(time.Now().Add(20 * time.Second))
 				if err := tc.Handshake(); err != nil {
+					t.Logf("server handshake: %v", err)
 					return
 				}
 				select {

@@ -42,7 +42,8 @@ type Terminator struct {
 	// take it.
 	mu           sync.Mutex
 	entries      []*certEntry
-	ticketErrLog string // last ticket source error logged
+	ticketErrLog string   // last ticket source error logged
+	events       []func() // observer calls due after the next publish
 }
 
 // certEntry is the mutable state of one configured pair, guarded by mu.
@@ -256,7 +257,7 @@ func (t *Terminator) reloadEntries(ctx context.Context, list []*certEntry) error
 			// Log and report once per distinct broken content.
 			if e.lastErr == nil || e.lastErr.Error() != err.Error() || e.failedSum != sum {
 				t.log.Error("certificate reload refused, previous certificate keeps serving", "cert", name, "err", err)
-				t.obs.CertReloaded(name, err)
+				t.later(func() { t.obs.CertReloaded(name, err) })
 				e.lastErrAt = now
 			}
 			e.lastErr, e.failedSum = err, sum
@@ -267,7 +268,7 @@ func (t *Terminator) reloadEntries(ctx context.Context, list []*certEntry) error
 		e.cur, e.sum, e.loadedAt = lc, sum, now
 		e.lastErr, e.failedSum = nil, [32]byte{}
 		t.log.Info("certificate reloaded", "cert", name, "names", lc.names, "not_after", lc.leaf.NotAfter)
-		t.obs.CertReloaded(name, nil)
+		t.later(func() { t.obs.CertReloaded(name, nil) })
 		if !sameLeaf {
 			t.ocspReset(e)
 			fresh = append(fresh, e)
@@ -351,7 +352,16 @@ func (t *Terminator) publish() {
 	}
 	t.certs.Store(buildCertSet(pairs))
 	t.certStatus.Store(&status)
+	// Events go out after publishing, so an observer that reacts (or a test
+	// that waits) sees what they report already served.
+	for _, ev := range t.events {
+		ev()
+	}
+	t.events = nil
 }
+
+// later queues an observer call for the end of the next publish; mu is held.
+func (t *Terminator) later(f func()) { t.events = append(t.events, f) }
 
 // Status reports the certificates and ticket keys; it takes no lock that
 // writers hold.
@@ -494,7 +504,7 @@ func (t *Terminator) applyOCSP(e *certEntry, r ocspResult, now time.Time) {
 		}
 		e.nextRefresh = now.Add(delay)
 		t.log.Warn("OCSP refresh failed", "cert", name, "err", r.err, "keeping_staple", e.staple != nil, "retry_in", delay.Round(time.Second))
-		t.obs.OCSPRefreshed(name, "error", r.err)
+		t.later(func() { t.obs.OCSPRefreshed(name, "error", r.err) })
 		return
 	}
 	e.failures = 0
@@ -510,7 +520,7 @@ func (t *Terminator) applyOCSP(e *certEntry, r ocspResult, now time.Time) {
 			}
 		}
 		t.log.Info("OCSP staple updated", "cert", name, "next_update", resp.NextUpdate, "next_refresh", e.nextRefresh)
-		t.obs.OCSPRefreshed(name, "good", nil)
+		t.later(func() { t.obs.OCSPRefreshed(name, "good", nil) })
 	case ocsp.Revoked:
 		e.staple, e.state, e.revokedAt = nil, "revoked", resp.RevokedAt
 		e.ocspErr = fmt.Errorf("certificate file %s (serial %x) is REVOKED since %s (reason %d)",
@@ -520,7 +530,8 @@ func (t *Terminator) applyOCSP(e *certEntry, r ocspResult, now time.Time) {
 			os.Remove(path)
 		}
 		t.log.Error("certificate is revoked, not stapling; replace it", "cert", name, "err", e.ocspErr)
-		t.obs.OCSPRefreshed(name, "revoked", e.ocspErr)
+		err := e.ocspErr
+		t.later(func() { t.obs.OCSPRefreshed(name, "revoked", err) })
 	default:
 		e.staple, e.state = nil, "unknown"
 		e.ocspErr = fmt.Errorf("OCSP responder does not know certificate file %s (serial %x)", name, e.cur.leaf.SerialNumber)
@@ -530,7 +541,8 @@ func (t *Terminator) applyOCSP(e *certEntry, r ocspResult, now time.Time) {
 			os.Remove(path)
 		}
 		t.log.Warn("OCSP status unknown, not stapling", "cert", name, "err", e.ocspErr)
-		t.obs.OCSPRefreshed(name, "unknown", e.ocspErr)
+		err := e.ocspErr
+		t.later(func() { t.obs.OCSPRefreshed(name, "unknown", err) })
 	}
 }
 
@@ -556,7 +568,8 @@ func (t *Terminator) ocspTick(ctx context.Context, force bool) time.Time {
 				os.Remove(path)
 			}
 			t.log.Warn("OCSP staple expired, not stapling", "cert", e.files.CertFile, "err", e.ocspErr)
-			t.obs.OCSPRefreshed(e.files.CertFile, "expired", e.ocspErr)
+			name, err := e.files.CertFile, e.ocspErr
+			t.later(func() { t.obs.OCSPRefreshed(name, "expired", err) })
 			changed = true
 		}
 		if next.IsZero() || e.nextRefresh.Before(next) {

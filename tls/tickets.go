@@ -335,7 +335,8 @@ func (k *ticketKeys) unwrap(ticket []byte, _ tls.ConnectionState) (*tls.SessionS
 	if plain == nil {
 		return nil, nil
 	}
-	defer clear(plain)
+	// plain is not cleared: ParseSessionState keeps slices of it (the
+	// session secret) in the returned state.
 	issued := time.Unix(int64(binary.BigEndian.Uint64(plain)), 0)
 	age := k.now().Sub(issued)
 	// A ticket from the future beyond clock skew is forged or from a node

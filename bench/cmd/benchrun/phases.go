@@ -22,6 +22,7 @@ import (
 	"text/template"
 	"time"
 
+	"github.com/edgelb/edge/bench/internal/procfs"
 	"github.com/edgelb/edge/bench/internal/stats"
 	"github.com/edgelb/edge/bench/internal/wire"
 )
@@ -196,11 +197,15 @@ func (r *runner) phase(ctx context.Context, proxy, phase string) Run {
 		return run
 	}
 	defer px.stop(5 * time.Second)
-	// Let the proxy finish starting up before the baseline reading.
+	// Let the proxy finish starting up before the baseline reading, and
+	// let the shared host quiet down.
 	select {
 	case <-ctx.Done():
 	case <-time.After(time.Second):
 	}
+	f, waited := r.waitQuiet(ctx)
+	run.Metrics["foreign_before_pct"] = f
+	run.Metrics["quiet_wait_s"] = waited.Seconds()
 	switch phase {
 	case "idle":
 		err = r.idle(ctx, px, &run)
@@ -226,6 +231,37 @@ func (r *runner) phase(ctx context.Context, proxy, phase string) Run {
 		}
 	}
 	return run
+}
+
+// waitQuiet samples the CPU that processes outside the benchmark take, one
+// second at a time, until it is at most -quiet-max percent of a core or
+// -quiet-wait has passed. It returns the last sample and the time waited.
+func (r *runner) waitQuiet(ctx context.Context) (float64, time.Duration) {
+	start := time.Now()
+	for {
+		t0, c0, o0 := time.Now(), sampleCores(), treeCPU(os.Getpid())
+		select {
+		case <-ctx.Done():
+			return 0, time.Since(start)
+		case <-time.After(time.Second):
+		}
+		t1, c1, o1 := time.Now(), sampleCores(), treeCPU(os.Getpid())
+		f := foreignPct(c0, c1, o1-o0, t1.Sub(t0))
+		if f <= r.opt.quietMax || time.Since(start) >= r.opt.quietWait {
+			return f, time.Since(start)
+		}
+	}
+}
+
+// foreignPct is the CPU the cores spent beyond ours (the orchestrator's
+// process tree), in percent of one core.
+func foreignPct(c0, c1 coreSample, ours, elapsed time.Duration) float64 {
+	var busy uint64
+	for core, after := range c1 {
+		busy += after.Busy - c0[core].Busy
+	}
+	foreign := time.Duration(busy)*procfs.ClockTick - ours
+	return max(0, 100*foreign.Seconds()/elapsed.Seconds())
 }
 
 // split divides n into k nearly equal positive parts.
@@ -281,10 +317,19 @@ type window struct {
 	t0, t1 time.Time
 	u0, u1 usage
 	c0, c1 coreSample
+	// o0, o1 are the CPU time of this orchestrator and all its children
+	// (proxy, backends, generators): what the cores spent beyond that is
+	// foreign load on a shared host.
+	o0, o1 time.Duration
 }
 
-func (w *window) begin(pid int) { w.t0, w.u0, w.c0 = time.Now(), measure(pid), sampleCores() }
-func (w *window) end(pid int)   { w.t1, w.u1, w.c1 = time.Now(), measure(pid), sampleCores() }
+func (w *window) begin(pid int) {
+	w.t0, w.u0, w.c0, w.o0 = time.Now(), measure(pid), sampleCores(), treeCPU(os.Getpid())
+}
+
+func (w *window) end(pid int) {
+	w.t1, w.u1, w.c1, w.o1 = time.Now(), measure(pid), sampleCores(), treeCPU(os.Getpid())
+}
 
 // record stores CPU and core figures; ops is the operation count of the
 // window, unit the name of one operation in the metric key.
@@ -299,6 +344,7 @@ func (r *runner) record(run *Run, w *window, ops uint64, unit string) {
 	run.Metrics["proxy_core_busy_pct"] = 100 * c0
 	run.Metrics["load_core_busy_pct"] = 100 * c1
 	run.Saturated = saturated(c0, c1)
+	run.Metrics["foreign_cpu_pct"] = foreignPct(w.c0, w.c1, w.o1-w.o0, w.t1.Sub(w.t0))
 }
 
 // saturated names the cores at least 95% busy.

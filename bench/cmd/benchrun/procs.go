@@ -166,6 +166,17 @@ func measure(pid int) usage {
 	return u
 }
 
+// treeCPU is the CPU time of pid and its descendants.
+func treeCPU(pid int) time.Duration {
+	var d time.Duration
+	for _, p := range procfs.Tree(pid) {
+		if s, err := procfs.ReadProcStat(p); err == nil {
+			d += s.CPU()
+		}
+	}
+	return d
+}
+
 // coreSample is a /proc/stat snapshot used to tell which core saturated.
 type coreSample map[int]procfs.CPUTimes
 

@@ -1,0 +1,487 @@
+package main
+
+import (
+	"bytes"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"fmt"
+	"io"
+	"math/big"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/edgelb/edge/internal/testbackend"
+	"github.com/gorilla/websocket"
+)
+
+// edgeBin is the edge binary built once for these tests: they exercise the
+// real process, its flags and its signals.
+var edgeBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "edge-e2e")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	edgeBin = filepath.Join(dir, "edge")
+	out, err := exec.Command("go", "build", "-race", "-o", edgeBin, ".").CombinedOutput()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "build edge: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// freeAddr returns a loopback address nobody listens on right now.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// writeCert writes a self-signed ECDSA certificate for localhost and
+// 127.0.0.1 and returns the file names and a pool trusting it.
+func writeCert(t *testing.T, dir string) (certFile, keyFile string, roots *x509.CertPool) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(time.Now().UnixNano()),
+		Subject:               pkix.Name{CommonName: "localhost"},
+		DNSNames:              []string{"localhost"},
+		IPAddresses:           []net.IP{net.IPv4(127, 0, 0, 1)},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(24 * time.Hour),
+		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kder, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certFile, keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, _ := x509.ParseCertificate(der)
+	roots = x509.NewCertPool()
+	roots.AddCert(c)
+	return certFile, keyFile, roots
+}
+
+// proc is a running edge process whose log the test can wait on.
+type proc struct {
+	cmd  *exec.Cmd
+	mu   sync.Mutex
+	log  bytes.Buffer
+	done chan error
+	seen chan struct{} // signalled on every log line
+}
+
+func (p *proc) Write(b []byte) (int, error) {
+	p.mu.Lock()
+	p.log.Write(b)
+	p.mu.Unlock()
+	select {
+	case p.seen <- struct{}{}:
+	default:
+	}
+	return len(b), nil
+}
+
+func (p *proc) logs() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.log.String()
+}
+
+// waitLog waits until the log contains s.
+func (p *proc) waitLog(t *testing.T, s string) {
+	t.Helper()
+	deadline := time.After(20 * time.Second)
+	for !strings.Contains(p.logs(), s) {
+		select {
+		case <-p.seen:
+		case <-time.After(50 * time.Millisecond):
+		case <-deadline:
+			t.Fatalf("log never showed %q; log:\n%s", s, p.logs())
+		}
+	}
+}
+
+func startEdge(t *testing.T, cfgFile string) *proc {
+	t.Helper()
+	p := &proc{done: make(chan error, 1), seen: make(chan struct{}, 1)}
+	p.cmd = exec.Command(edgeBin, "-config", cfgFile)
+	p.cmd.Stdout = p
+	p.cmd.Stderr = p
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { p.done <- p.cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = p.cmd.Process.Kill()
+		<-p.done
+		if t.Failed() {
+			t.Logf("edge log:\n%s", p.logs())
+		}
+	})
+	p.waitLog(t, `"msg":"edge started"`)
+	return p
+}
+
+func backends(t *testing.T, ids ...string) []*testbackend.Server {
+	t.Helper()
+	var out []*testbackend.Server
+	for _, id := range ids {
+		b, err := testbackend.Start(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(b.Close)
+		out = append(out, b)
+	}
+	return out
+}
+
+type setup struct {
+	dir, cfg, wss, ws, admin string
+	roots                    *x509.CertPool
+}
+
+// newSetup writes a config with a TLS and a plain listener in front of the
+// given backends; extra is appended to the pool's YAML.
+func newSetup(t *testing.T, bs []*testbackend.Server, balance, extra string) *setup {
+	t.Helper()
+	s := &setup{dir: t.TempDir(), wss: freeAddr(t), ws: freeAddr(t), admin: freeAddr(t)}
+	certFile, keyFile, roots := writeCert(t, s.dir)
+	s.roots = roots
+	s.cfg = filepath.Join(s.dir, "edge.yaml")
+	s.write(t, bs, balance, extra, certFile, keyFile)
+	return s
+}
+
+func (s *setup) write(t *testing.T, bs []*testbackend.Server, balance, extra, certFile, keyFile string) {
+	t.Helper()
+	var b strings.Builder
+	fmt.Fprintf(&b, "admin: {address: %q}\n", s.admin)
+	fmt.Fprintf(&b, "drain: {window: 1s, timeout: 10s}\n")
+	fmt.Fprintf(&b, "listeners:\n  - name: wss\n    address: %q\n    tls:\n      certificates: [{cert_file: %q, key_file: %q}]\n", s.wss, certFile, keyFile)
+	fmt.Fprintf(&b, "  - name: ws\n    address: %q\n", s.ws)
+	fmt.Fprintf(&b, "routes:\n  - {default: true, pool: app}\npools:\n  - name: app\n    balance: %s\n    backends:\n", balance)
+	for _, be := range bs {
+		fmt.Fprintf(&b, "      - {id: %s, address: %q}\n", be.ID, be.Addr())
+	}
+	b.WriteString(extra)
+	if err := os.WriteFile(s.cfg, []byte(b.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (s *setup) dialer() *websocket.Dialer {
+	return &websocket.Dialer{TLSClientConfig: &tls.Config{RootCAs: s.roots}, HandshakeTimeout: 5 * time.Second}
+}
+
+// ask sends msg and returns the answer.
+func ask(t *testing.T, c *websocket.Conn, msg string) string {
+	t.Helper()
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if err := c.WriteMessage(websocket.TextMessage, []byte(msg)); err != nil {
+		t.Fatalf("write %q: %v", msg, err)
+	}
+	_, b, err := c.ReadMessage()
+	if err != nil {
+		t.Fatalf("read answer to %q: %v", msg, err)
+	}
+	return string(b)
+}
+
+func TestVersion(t *testing.T) {
+	out, err := exec.Command(edgeBin, "-version").CombinedOutput()
+	if err != nil {
+		t.Fatalf("edge -version: %v\n%s", err, out)
+	}
+	if !strings.HasPrefix(string(out), "edge ") {
+		t.Errorf("got %q, want it to start with %q", out, "edge ")
+	}
+}
+
+func TestCheckListsEveryProblemWithLines(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "bad.yaml")
+	body := "listeners:\n  - address: 127.0.0.1:1\n    bogus: 1\nroutes:\n  - {default: true, pool: nope}\npools:\n  - name: app\n    balance: roundrobin\n    backends: [{address: 127.0.0.1:2}]\n"
+	if err := os.WriteFile(cfg, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(edgeBin, "-check", "-config", cfg).CombinedOutput()
+	if err == nil {
+		t.Fatalf("edge -check accepted a bad file:\n%s", out)
+	}
+	for _, want := range []string{"bad.yaml:3", "bogus", "bad.yaml:5", "nope", "bad.yaml:8", "roundrobin"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	good := filepath.Join(dir, "good.yaml")
+	if err := os.WriteFile(good, []byte("listeners: [{address: 127.0.0.1:1}]\nroutes: [{default: true, pool: app}]\npools: [{name: app, backends: [{address: 127.0.0.1:2}]}]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(edgeBin, "-check", "-config", good).CombinedOutput(); err != nil {
+		t.Errorf("edge -check refused a good file: %v\n%s", err, out)
+	}
+}
+
+// TestEchoStickinessAndHeaders is the newcomer's path: wss through the
+// edge echoes, the cookie set on the 101 keeps a client on its backend, and
+// the backend sees honest forwarded headers.
+func TestEchoStickinessAndHeaders(t *testing.T) {
+	bs := backends(t, "b1", "b2", "b3")
+	s := newSetup(t, bs, "cookie", "")
+	startEdge(t, s.cfg)
+	d := s.dialer()
+	c, resp, err := d.Dial("wss://"+s.wss+"/chat", http.Header{"X-Forwarded-For": {"6.6.6.6"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if got := ask(t, c, "hello"); got != "hello" {
+		t.Errorf("echo: got %q, want %q", got, "hello")
+	}
+	first := ask(t, c, "whoami")
+	var cookie *http.Cookie
+	for _, ck := range resp.Cookies() {
+		if ck.Name == "edge_sticky" {
+			cookie = ck
+		}
+	}
+	if cookie == nil || !cookie.Secure || !cookie.HttpOnly {
+		t.Fatalf("101 response cookie: got %+v, want edge_sticky Secure HttpOnly", cookie)
+	}
+	hdr := ask(t, c, "headers")
+	if strings.Contains(hdr, "6.6.6.6") {
+		t.Errorf("a spoofed X-Forwarded-For from an untrusted client reached the backend: %s", hdr)
+	}
+	for _, want := range []string{`"X-Forwarded-For":["127.0.0.1"]`, `"X-Forwarded-Proto":["https"]`} {
+		if !strings.Contains(hdr, want) {
+			t.Errorf("backend headers lack %s: %s", want, hdr)
+		}
+	}
+	for i := 0; i < 10; i++ {
+		c2, _, err := d.Dial("wss://"+s.wss+"/chat", http.Header{"Cookie": {cookie.Name + "=" + cookie.Value}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := ask(t, c2, "whoami"); got != first {
+			t.Errorf("reconnect %d with the cookie: got backend %q, want %q", i, got, first)
+		}
+		c2.Close()
+	}
+}
+
+// TestDrainOnSIGTERM: every WebSocket gets a close frame 1001 and the
+// process exits 0 (traefik#3630: shutdown that forgets upgraded conns).
+func TestDrainOnSIGTERM(t *testing.T) {
+	bs := backends(t, "b1", "b2")
+	s := newSetup(t, bs, "least_conn", "")
+	p := startEdge(t, s.cfg)
+	d := s.dialer()
+	var conns []*websocket.Conn
+	for i := 0; i < 6; i++ {
+		c, _, err := d.Dial("wss://"+s.wss+"/", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		ask(t, c, "ping")
+		conns = append(conns, c)
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	for i, c := range conns {
+		_ = c.SetReadDeadline(time.Now().Add(15 * time.Second))
+		_, _, err := c.ReadMessage()
+		var ce *websocket.CloseError
+		if !asCloseError(err, &ce) || ce.Code != websocket.CloseGoingAway {
+			t.Errorf("conn %d: got %v, want close 1001", i, err)
+		}
+	}
+	select {
+	case err := <-p.done:
+		p.done <- err
+		if err != nil {
+			t.Errorf("edge exited with %v, want 0", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("edge did not exit after draining")
+	}
+}
+
+func asCloseError(err error, ce **websocket.CloseError) bool {
+	c, ok := err.(*websocket.CloseError)
+	if ok {
+		*ce = c
+	}
+	return ok
+}
+
+// TestReloadKeepsConnections: a reload changes the backends for new
+// connections, leaves live WebSockets alone (traefik#6235,
+// ingress-nginx#2461), and a broken file changes nothing.
+func TestReloadKeepsConnections(t *testing.T) {
+	bs := backends(t, "old", "new")
+	s := newSetup(t, bs[:1], "least_conn", "")
+	p := startEdge(t, s.cfg)
+	d := s.dialer()
+	live, _, err := d.Dial("wss://"+s.wss+"/", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer live.Close()
+	if got := ask(t, live, "whoami"); got != "old" {
+		t.Fatalf("got %q, want old", got)
+	}
+	certFile, keyFile := filepath.Join(s.dir, "cert.pem"), filepath.Join(s.dir, "key.pem")
+	s.write(t, bs[1:], "least_conn", "", certFile, keyFile)
+	if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	p.waitLog(t, "configuration reloaded")
+	c, _, err := d.Dial("wss://"+s.wss+"/", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := ask(t, c, "whoami"); got != "new" {
+		t.Errorf("after reload: got %q, want new", got)
+	}
+	c.Close()
+	if got := ask(t, live, "still there"); got != "still there" {
+		t.Errorf("live connection after reload: got %q", got)
+	}
+
+	if err := os.WriteFile(s.cfg, []byte("listeners: [{address: nonsense}]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	p.waitLog(t, "reload refused")
+	c, _, err = d.Dial("wss://"+s.wss+"/", nil)
+	if err != nil {
+		t.Fatalf("after a bad reload: %v", err)
+	}
+	if got := ask(t, c, "whoami"); got != "new" {
+		t.Errorf("after a bad reload: got %q, want new", got)
+	}
+	c.Close()
+	if got := ask(t, live, "and now"); got != "and now" {
+		t.Errorf("live connection after bad reload: got %q", got)
+	}
+}
+
+// TestAdminEndpoints: probes and metrics live on the admin listener only.
+func TestAdminEndpoints(t *testing.T) {
+	bs := backends(t, "b1")
+	s := newSetup(t, bs, "least_conn", "")
+	startEdge(t, s.cfg)
+	c, _, err := s.dialer().Dial("ws://"+s.ws+"/", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ask(t, c, "x")
+	c.Close()
+	for path, want := range map[string]string{
+		"/healthz": "ok",
+		"/readyz":  "ready",
+		"/metrics": `edge_backend_available{address="` + bs[0].Addr() + `",backend="b1",pool="app"} 1`,
+		"/status":  `"id": "b1"`,
+	} {
+		resp, err := http.Get("http://" + s.admin + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || !strings.Contains(string(body), want) {
+			t.Errorf("%s: got %d %q, want 200 containing %q", path, resp.StatusCode, trim(body), want)
+		}
+	}
+	resp, err := http.Get("http://" + s.ws + "/metrics")
+	if err == nil {
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if strings.Contains(string(body), "edge_backend_available") {
+			t.Errorf("metrics are served on the public listener")
+		}
+	}
+}
+
+func trim(b []byte) string {
+	if len(b) > 200 {
+		return string(b[:200]) + "..."
+	}
+	return string(b)
+}
+
+// TestPlainHTTPSharesStickiness: long-polling transports (socket.io,
+// SockJS) poll over HTTP before upgrading and need the same backend.
+func TestPlainHTTPSharesStickiness(t *testing.T) {
+	bs := backends(t, "b1", "b2", "b3")
+	s := newSetup(t, bs, "cookie", "")
+	startEdge(t, s.cfg)
+	resp, err := http.Get("http://" + s.ws + "/whoami")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	var cookie *http.Cookie
+	for _, ck := range resp.Cookies() {
+		if ck.Name == "edge_sticky" {
+			cookie = ck
+		}
+	}
+	if cookie == nil {
+		t.Fatalf("plain HTTP response set no sticky cookie; headers %v", resp.Header)
+	}
+	c, _, err := s.dialer().Dial("ws://"+s.ws+"/", http.Header{"Cookie": {cookie.Name + "=" + cookie.Value}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if got := ask(t, c, "whoami"); got != string(body) {
+		t.Errorf("upgrade after polling: got backend %q, want %q", got, body)
+	}
+}
+

@@ -1,0 +1,516 @@
+package discovery
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/edgelb/edge/balance"
+	"github.com/edgelb/edge/internal/consultest"
+	"github.com/hashicorp/consul/api"
+)
+
+// node is the node name consultest gives its agent; member IDs are node/id.
+const node = "consultest"
+
+// awaitTimeout bounds every wait for an event from a real Consul.
+const awaitTimeout = 30 * time.Second
+
+type update struct {
+	members int
+	at      time.Time
+}
+
+// recorder is an Observer that turns events into channels tests can await.
+type recorder struct {
+	updates chan update
+	errs    chan error
+}
+
+func newRecorder() *recorder {
+	return &recorder{updates: make(chan update, 1000), errs: make(chan error, 1000)}
+}
+
+func (r *recorder) Updated(_ string, n int) {
+	select {
+	case r.updates <- update{n, time.Now()}:
+	default:
+	}
+}
+
+func (r *recorder) Error(_ string, err error) {
+	select {
+	case r.errs <- err:
+	default:
+	}
+}
+
+var _ Observer = (*recorder)(nil)
+
+func ids(p *balance.Pool) []string {
+	var out []string
+	for _, b := range p.Snapshot().Backends {
+		out = append(out, b.ID())
+	}
+	return out
+}
+
+func want(names ...string) []string {
+	var out []string
+	for _, n := range names {
+		out = append(out, node+"/"+n)
+	}
+	return out
+}
+
+// awaitMembers waits for updates until the pool holds exactly wantIDs and
+// returns when the matching update was published.
+func awaitMembers(t *testing.T, rec *recorder, p *balance.Pool, wantIDs []string) time.Time {
+	t.Helper()
+	timeout := time.After(awaitTimeout)
+	for {
+		if got := ids(p); reflect.DeepEqual(got, wantIDs) {
+			return time.Now()
+		}
+		select {
+		case u := <-rec.updates:
+			if got := ids(p); reflect.DeepEqual(got, wantIDs) {
+				return u.at
+			}
+		case <-timeout:
+			t.Fatalf("pool members: got %v, want %v", ids(p), wantIDs)
+		}
+	}
+}
+
+func awaitError(t *testing.T, rec *recorder) error {
+	t.Helper()
+	select {
+	case err := <-rec.errs:
+		return err
+	case <-time.After(awaitTimeout):
+		t.Fatal("no error reported")
+		return nil
+	}
+}
+
+type fixture struct {
+	agent *consultest.Agent
+	pool  *balance.Pool
+	rec   *recorder
+	w     *Watcher
+	stop  func()
+}
+
+func startWatcher(t *testing.T, agent *consultest.Agent, opts WatcherOptions) *fixture {
+	t.Helper()
+	pool, err := balance.NewPool(balance.PoolOptions{Name: opts.Pool})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := newRecorder()
+	opts.Target, opts.Client, opts.Observer = pool, agent.Client, rec
+	if opts.WaitTime == 0 {
+		opts.WaitTime = 2 * time.Second
+	}
+	opts.MinBackoff, opts.MaxBackoff = 20*time.Millisecond, 200*time.Millisecond
+	w, err := NewWatcher(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("Run: got %v, want nil", err)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return &fixture{agent: agent, pool: pool, rec: rec, w: w, stop: stop}
+}
+
+func register(t *testing.T, c *api.Client, id, service string, port int, tags []string, ttl bool) {
+	t.Helper()
+	reg := &api.AgentServiceRegistration{ID: id, Name: service, Address: "127.0.0.1", Port: port, Tags: tags}
+	if ttl {
+		reg.Check = &api.AgentServiceCheck{CheckID: "ttl:" + id, TTL: "1h", Status: api.HealthPassing}
+	}
+	if err := c.Agent().ServiceRegister(reg); err != nil {
+		t.Fatalf("register %s: %v", id, err)
+	}
+}
+
+func deregister(t *testing.T, c *api.Client, id string) {
+	t.Helper()
+	if err := c.Agent().ServiceDeregister(id); err != nil {
+		t.Fatalf("deregister %s: %v", id, err)
+	}
+}
+
+// TestWatcherFollowsConsul walks one pool through the life of its instances
+// and reports how long each change takes to reach the pool.
+func TestWatcherFollowsConsul(t *testing.T) {
+	t.Parallel()
+	agent := consultest.Start(t)
+	c := agent.Client
+	register(t, c, "chat-a", "chat", 9001, nil, true)
+	register(t, c, "chat-b", "chat", 9002, nil, true)
+	f := startWatcher(t, agent, WatcherOptions{Pool: "chat", Service: "chat"})
+	awaitMembers(t, f.rec, f.pool, want("chat-a", "chat-b"))
+
+	var reactions []string
+	step := func(what string, do func(), wantIDs []string) {
+		t.Helper()
+		start := time.Now()
+		do()
+		at := awaitMembers(t, f.rec, f.pool, wantIDs)
+		reactions = append(reactions, what+" "+at.Sub(start).Round(100*time.Microsecond).String())
+	}
+	step("register", func() { register(t, c, "chat-c", "chat", 9003, nil, true) }, want("chat-a", "chat-b", "chat-c"))
+	step("critical", func() {
+		if err := c.Agent().FailTTL("ttl:chat-c", "down"); err != nil {
+			t.Fatal(err)
+		}
+	}, want("chat-a", "chat-b"))
+	step("passing", func() {
+		if err := c.Agent().PassTTL("ttl:chat-c", "up"); err != nil {
+			t.Fatal(err)
+		}
+	}, want("chat-a", "chat-b", "chat-c"))
+	step("maintenance", func() {
+		if err := c.Agent().EnableServiceMaintenance("chat-b", "deploy"); err != nil {
+			t.Fatal(err)
+		}
+	}, want("chat-a", "chat-c"))
+	step("maintenance off", func() {
+		if err := c.Agent().DisableServiceMaintenance("chat-b"); err != nil {
+			t.Fatal(err)
+		}
+	}, want("chat-a", "chat-b", "chat-c"))
+	step("deregister", func() { deregister(t, c, "chat-c") }, want("chat-a", "chat-b"))
+	t.Logf("reaction times (Consul API call to pool update): %s", strings.Join(reactions, ", "))
+
+	st := f.w.Status()
+	if st.Source != SourceConsul || st.Members != 2 || st.LastIndex == 0 || st.LastError != "" || st.Panic {
+		t.Errorf("status: got %+v, want source consul, 2 members, an index, no error, no panic", st)
+	}
+	if b := f.pool.Snapshot().Backends[0]; b.Addr() != "127.0.0.1:9001" {
+		t.Errorf("address: got %q, want 127.0.0.1:9001", b.Addr())
+	}
+}
+
+func TestWatcherTagFilter(t *testing.T) {
+	t.Parallel()
+	agent := consultest.Start(t)
+	c := agent.Client
+	register(t, c, "x", "web", 9001, []string{"blue"}, false)
+	register(t, c, "y", "web", 9002, []string{"green"}, false)
+	f := startWatcher(t, agent, WatcherOptions{Pool: "web-blue", Service: "web", Tag: "blue"})
+	awaitMembers(t, f.rec, f.pool, want("x"))
+	register(t, c, "y", "web", 9002, []string{"green", "blue"}, false)
+	awaitMembers(t, f.rec, f.pool, want("x", "y"))
+	register(t, c, "x", "web", 9001, []string{"green"}, false)
+	awaitMembers(t, f.rec, f.pool, want("y"))
+}
+
+// TestWatcherConsulDownAndRestart kills Consul under a live pool: the pool
+// keeps its members while Consul is gone, and after a restart that lost all
+// state (a lower index, an empty catalog) the empty answer is held back by
+// the panic threshold until the instances are back.
+func TestWatcherConsulDownAndRestart(t *testing.T) {
+	t.Parallel()
+	agent := consultest.Start(t)
+	register(t, agent.Client, "a", "chat", 9001, nil, false)
+	register(t, agent.Client, "b", "chat", 9002, nil, false)
+	register(t, agent.Client, "c", "chat", 9003, nil, false)
+	f := startWatcher(t, agent, WatcherOptions{Pool: "chat", Service: "chat", PanicHold: time.Hour})
+	awaitMembers(t, f.rec, f.pool, want("a", "b", "c"))
+	before := f.w.Status()
+
+	agent.Stop()
+	err := awaitError(t, f.rec)
+	if got := ids(f.pool); !reflect.DeepEqual(got, want("a", "b", "c")) {
+		t.Fatalf("members while Consul is down: got %v, want all three", got)
+	}
+	st := f.w.Status()
+	if st.LastError == "" || st.Errors < 1 || st.Staleness <= 0 || st.Members != 3 {
+		t.Errorf("status while down: got %+v, want an error, staleness, 3 members", st)
+	}
+	t.Logf("while down: %v", err)
+
+	down := time.Now()
+	agent.Restart()
+	// The restarted dev agent has an empty catalog: wait until the watcher
+	// has seen it (contact after the restart, index reset), then check the
+	// pool was not emptied.
+	deadline := time.Now().Add(awaitTimeout)
+	for st = f.w.Status(); !st.Panic; st = f.w.Status() {
+		if time.Now().After(deadline) {
+			t.Fatalf("status after restart: got %+v, want panic (empty answer held)", st)
+		}
+		select {
+		case <-f.rec.updates:
+		case <-f.rec.errs:
+		case <-time.After(100 * time.Millisecond): // the hold publishes nothing new to await
+		}
+	}
+	if got := ids(f.pool); !reflect.DeepEqual(got, want("a", "b", "c")) {
+		t.Fatalf("members after restart with empty catalog: got %v, want all three", got)
+	}
+	if st.LastIndex >= before.LastIndex || st.PanicHeld != 3 || st.LastError != "" {
+		t.Errorf("status after restart: got index %d (was %d), held %d, error %q; want a lower index, 3 held, no error",
+			st.LastIndex, before.LastIndex, st.PanicHeld, st.LastError)
+	}
+	t.Logf("index %d before the restart, %d after; recovered %v after Restart returned", before.LastIndex, st.LastIndex, time.Since(down).Round(time.Millisecond))
+
+	// The instances come back (their agents re-sync): the watcher follows.
+	register(t, agent.Client, "a", "chat", 9001, nil, false)
+	register(t, agent.Client, "b", "chat", 9002, nil, false)
+	register(t, agent.Client, "d", "chat", 9004, nil, false)
+	awaitMembers(t, f.rec, f.pool, want("a", "b", "d"))
+	if st := f.w.Status(); st.Panic {
+		t.Errorf("status: got panic after recovery, want none")
+	}
+}
+
+func TestWatcherColdStartFromPersisted(t *testing.T) {
+	t.Parallel()
+	agent := consultest.Start(t)
+	dir := t.TempDir()
+	register(t, agent.Client, "a", "chat", 9001, nil, false)
+	register(t, agent.Client, "b", "chat", 9002, nil, false)
+	first := startWatcher(t, agent, WatcherOptions{Pool: "chat", Service: "chat", StateDir: dir})
+	awaitMembers(t, first.rec, first.pool, want("a", "b"))
+	first.stop()
+	agent.Stop()
+
+	// A fresh edge while Consul is down.
+	second := startWatcher(t, agent, WatcherOptions{Pool: "chat", Service: "chat", StateDir: dir})
+	awaitMembers(t, second.rec, second.pool, want("a", "b"))
+	awaitError(t, second.rec)
+	st := second.w.Status()
+	if st.Source != SourcePersisted || st.Members != 2 || st.LastError == "" || st.LastContact.IsZero() {
+		t.Errorf("status: got %+v, want source persisted, 2 members, an error, the save time", st)
+	}
+	if got := ids(second.pool); !reflect.DeepEqual(got, want("a", "b")) {
+		t.Errorf("members: got %v, want a and b", got)
+	}
+}
+
+// TestWatcherPanicThreshold drops three of four instances in one Raft index
+// (a node deregistered as a whole): the pool keeps them for PanicHold, then
+// believes Consul.
+func TestWatcherPanicThreshold(t *testing.T) {
+	t.Parallel()
+	agent := consultest.Start(t)
+	c := agent.Client
+	register(t, c, "a", "chat", 9001, nil, false)
+	for _, id := range []string{"b", "c", "d"} {
+		_, err := c.Catalog().Register(&api.CatalogRegistration{
+			Node: "n2", Address: "127.0.0.2",
+			Service: &api.AgentService{ID: id, Service: "chat", Port: 9000},
+		}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	hold := 2 * time.Second
+	f := startWatcher(t, agent, WatcherOptions{Pool: "chat", Service: "chat", PanicHold: hold})
+	all := []string{node + "/a", "n2/b", "n2/c", "n2/d"}
+	awaitMembers(t, f.rec, f.pool, all)
+
+	if _, err := c.Catalog().Deregister(&api.CatalogDeregistration{Node: "n2"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	dropped := time.Now()
+	deadline := time.Now().Add(awaitTimeout)
+	for st := f.w.Status(); !st.Panic; st = f.w.Status() {
+		if time.Now().After(deadline) {
+			t.Fatalf("status: got %+v, want panic", st)
+		}
+		time.Sleep(20 * time.Millisecond) // entering panic publishes nothing new to await
+	}
+	if got := ids(f.pool); !reflect.DeepEqual(got, all) {
+		t.Fatalf("members in panic: got %v, want all four kept", got)
+	}
+	if st := f.w.Status(); st.PanicHeld != 3 {
+		t.Errorf("held: got %d, want 3", st.PanicHeld)
+	}
+	at := awaitMembers(t, f.rec, f.pool, want("a"))
+	if st := f.w.Status(); st.Panic {
+		t.Errorf("status after hold: got panic, want none")
+	}
+	t.Logf("shrunken answer believed %v after the drop (hold %v)", at.Sub(dropped).Round(time.Millisecond), hold)
+}
+
+func TestRouteWatcher(t *testing.T) {
+	t.Parallel()
+	agent := consultest.Start(t)
+	c := agent.Client
+	register(t, c, "chat-1", "chat", 9001, []string{"edge.host=chat.example.com", "edge.path=/ws", "edge.sticky=cookie"}, false)
+	if err := c.Agent().ServiceRegister(&api.AgentServiceRegistration{ID: "api-1", Name: "api", Port: 9002,
+		Tags: []string{"edge"}, Meta: map[string]string{"edge-route-path": "/api", "edge-route-max-conns": "50"}}); err != nil {
+		t.Fatal(err)
+	}
+	register(t, c, "bad-1", "bad", 9003, []string{"edge.hots=x.example.com"}, false)
+	register(t, c, "plain-1", "plain", 9004, []string{"v1"}, false)
+
+	routes := make(chan []RouteDecl, 100)
+	rw, err := NewRouteWatcher(RouteWatcherOptions{Client: c, WaitTime: 2 * time.Second, OnChange: func(r []RouteDecl) { routes <- r }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- rw.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+
+	await := func(wantRoutes []RouteDecl) {
+		t.Helper()
+		timeout := time.After(awaitTimeout)
+		var got []RouteDecl
+		for {
+			select {
+			case got = <-routes:
+				if reflect.DeepEqual(got, wantRoutes) {
+					return
+				}
+			case <-timeout:
+				t.Fatalf("routes: got %+v, want %+v", got, wantRoutes)
+			}
+		}
+	}
+	apiRoute := RouteDecl{Service: "api", PathPrefix: "/api", MaxConns: 50}
+	chatRoute := RouteDecl{Service: "chat", Hosts: []string{"chat.example.com"}, PathPrefix: "/ws", Sticky: StickyCookie}
+	await([]RouteDecl{apiRoute, chatRoute})
+	if st := rw.Status(); len(st.Warnings) != 1 || !strings.Contains(st.Warnings[0], `"bad"`) || st.Routes != 2 {
+		t.Errorf("status: got %+v, want 2 routes and one warning about bad", st)
+	}
+
+	// A declaration turning malformed keeps the previous valid one.
+	register(t, c, "chat-1", "chat", 9001, []string{"edge.host=chat.example.com", "edge.path=ws"}, false)
+	register(t, c, "chat-1", "chat", 9001, []string{"edge.host=chat.example.com", "edge.path=/socket"}, false)
+	chatRoute.PathPrefix, chatRoute.Sticky = "/socket", ""
+	await([]RouteDecl{apiRoute, chatRoute})
+
+	deregister(t, c, "api-1")
+	await([]RouteDecl{chatRoute})
+}
+
+func TestRegister(t *testing.T) {
+	t.Parallel()
+	agent := consultest.Start(t)
+	ready := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/readyz" {
+			http.NotFound(w, r)
+		}
+	}))
+	defer ready.Close()
+
+	ctx := context.Background()
+	dereg, err := Register(ctx, agent.Client, RegisterOptions{
+		Service: "edge", ID: "edge-1", Port: 8443, Tags: []string{"lb"},
+		CheckURL: ready.URL + "/readyz", Interval: time.Second, Timeout: time.Second,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Wait (blocking queries) until the instance is passing its check.
+	var index uint64
+	deadline := time.Now().Add(awaitTimeout)
+	for {
+		entries, meta, err := agent.Client.Health().Service("edge", "", true, &api.QueryOptions{WaitIndex: index, WaitTime: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		index = meta.LastIndex
+		if len(entries) == 1 {
+			e := entries[0]
+			if e.Service.ID != "edge-1" || e.Service.Port != 8443 || len(e.Checks) != 2 {
+				t.Errorf("entry: got %+v with %d checks, want edge-1:8443 with serfHealth and readyz", e.Service, len(e.Checks))
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("edge never became passing")
+		}
+	}
+	if err := dereg(ctx); err != nil {
+		t.Fatal(err)
+	}
+	services, err := agent.Client.Agent().Services()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := services["edge-1"]; ok {
+		t.Errorf("after deregister: edge-1 still registered")
+	}
+	if _, err := Register(ctx, agent.Client, RegisterOptions{Service: "edge"}); err == nil {
+		t.Errorf("register without port: got nil error")
+	}
+}
+
+func TestNewClientToken(t *testing.T) {
+	var (
+		mu  sync.Mutex
+		got string
+	)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		got = r.Header.Get("X-Consul-Token")
+		mu.Unlock()
+		_, _ = w.Write([]byte(`"127.0.0.1:8300"`))
+	}))
+	defer srv.Close()
+	file := t.TempDir() + "/token"
+	if err := os.WriteFile(file, []byte("file-secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("CONSUL_HTTP_TOKEN", "env-secret")
+	t.Setenv("CONSUL_HTTP_ADDR", "127.0.0.1:1")
+
+	tests := []struct {
+		name string
+		opts ClientOptions
+		want string
+	}{
+		{"environment", ClientOptions{Address: srv.URL}, "env-secret"},
+		{"explicit token wins", ClientOptions{Address: srv.URL, Token: "explicit-secret"}, "explicit-secret"},
+		{"explicit file wins over environment", ClientOptions{Address: srv.URL, TokenFile: file}, "file-secret"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := NewClient(tt.opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := c.Status().Leader(); err != nil {
+				t.Fatal(err)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if got != tt.want {
+				t.Errorf("token sent: got %q, want %q", got, tt.want)
+			}
+		})
+	}
+	_, err := NewClient(ClientOptions{Token: "explicit-secret", TokenFile: file})
+	if err == nil || strings.Contains(err.Error(), "secret") {
+		t.Errorf("token and file: got %v, want an error that does not show the token", err)
+	}
+	_, err = NewClient(ClientOptions{Address: srv.URL, TokenFile: file + ".missing"})
+	if err == nil || strings.Contains(err.Error(), "secret") {
+		t.Errorf("missing file: got %v, want an error without the token", err)
+	}
+}
