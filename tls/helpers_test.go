@@ -611,3 +611,5 @@ func (r *responder) stop() {
 	r.cmd.Process.Kill()
 	<-r.done
 }
+
+func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }

@@ -484,4 +484,3 @@ func TestPlainHTTPSharesStickiness(t *testing.T) {
 		t.Errorf("upgrade after polling: got backend %q, want %q", got, body)
 	}
 }
-

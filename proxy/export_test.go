@@ -1,0 +1,12 @@
+package proxy
+
+// closeRequested reports how many live connections have a close request.
+func (s *Server) closeRequested() int {
+	n := 0
+	s.reg.each(func(c *wsConn) {
+		if c.closeCode.Load() != 0 {
+			n++
+		}
+	})
+	return n
+}

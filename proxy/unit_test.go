@@ -1,0 +1,283 @@
+package proxy
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"strings"
+	"testing"
+
+	"github.com/edgelb/edge/balance"
+)
+
+func TestRouteMatch(t *testing.T) {
+	bp, _ := balance.NewPool(balance.PoolOptions{})
+	pools := map[string]*Pool{}
+	p := func(n string) *Pool {
+		if pools[n] == nil {
+			pools[n] = &Pool{Name: n, Balancer: bp}
+		}
+		return pools[n]
+	}
+	tbl, err := compileRoutes([]Route{
+		{Hosts: []string{"chat.example.com"}, Pool: p("chat")},
+		{Hosts: []string{"chat.example.com"}, PathPrefix: "/admin", Pool: p("admin")},
+		{Hosts: []string{"*.example.com"}, Pool: p("wild")},
+		{Hosts: []string{"*.eu.example.com"}, Pool: p("eu")},
+		{PathPrefix: "/any", Pool: p("any")},
+		{Default: true, Pool: p("default")},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ host, path, want string }{
+		{"chat.example.com", "/", "chat"},
+		{"Chat.Example.Com:443", "/x", "chat"},
+		{"chat.example.com.", "/x", "chat"},
+		{"chat.example.com", "/admin", "admin"},
+		{"chat.example.com", "/admin/users", "admin"},
+		{"chat.example.com", "/administrator", "chat"},
+		{"chat.example.com", "/x/../admin", "admin"},
+		{"a.example.com", "/", "wild"},
+		{"a.b.example.com", "/", "wild"},
+		{"x.eu.example.com", "/", "eu"},
+		{"example.com", "/", "default"},
+		{"other.org", "/any/thing", "any"},
+		{"other.org", "/", "default"},
+		{"[::1]:8443", "/", "default"},
+	} {
+		r := tbl.match(tc.host, tc.path)
+		if r == nil || r.Pool.Name != tc.want {
+			got := "<nil>"
+			if r != nil {
+				got = r.Pool.Name
+			}
+			t.Errorf("match(%q, %q): got %s, want %s", tc.host, tc.path, got, tc.want)
+		}
+	}
+
+	noDefault, _ := compileRoutes([]Route{{Hosts: []string{"a.example.com"}, Pool: p("a")}})
+	if r := noDefault.match("b.example.com", "/"); r != nil {
+		t.Errorf("unknown host without default: got %s, want nil (421)", r.Pool.Name)
+	}
+
+	for _, bad := range [][]Route{
+		{{Default: true, Pool: p("a")}, {Default: true, Pool: p("b")}},
+		{{Hosts: []string{"a.*.com"}, Pool: p("a")}},
+		{{Hosts: []string{"*"}, Pool: p("a")}},
+		{{Hosts: []string{"a.com"}, Pool: nil}},
+		{{Hosts: []string{"a.com"}, PathPrefix: "x", Pool: p("a")}},
+		{{Hosts: []string{"a.com"}, Pool: p("a")}, {Hosts: []string{"A.com"}, Pool: p("b")}},
+	} {
+		if _, err := compileRoutes(bad); err == nil {
+			t.Errorf("compileRoutes(%+v): got nil error", bad)
+		}
+	}
+}
+
+func TestDecideClient(t *testing.T) {
+	trusted := mustPrefixes("10.0.0.0/8", "fd00::/8")
+	for _, tc := range []struct {
+		name   string
+		remote string
+		xff    []string
+		want   string
+	}{
+		{"untrusted peer ignores spoofed XFF (gorouter#179)", "203.0.113.9:1234", []string{"1.2.3.4"}, "203.0.113.9"},
+		{"trusted peer, one hop", "10.0.0.1:1234", []string{"198.51.100.7"}, "198.51.100.7"},
+		{"trusted chain, right-most untrusted", "10.0.0.1:1", []string{"6.6.6.6, 198.51.100.7, 10.0.0.2"}, "198.51.100.7"},
+		{"several header lines", "10.0.0.1:1", []string{"6.6.6.6", "198.51.100.7,10.1.1.1"}, "198.51.100.7"},
+		{"all trusted", "10.0.0.1:1", []string{"10.9.9.9, 10.0.0.2"}, "10.9.9.9"},
+		{"garbage stops at last trusted", "10.0.0.1:1", []string{"garbage, 10.0.0.2"}, "10.0.0.2"},
+		{"hop with port", "10.0.0.1:1", []string{"198.51.100.7:5555"}, "198.51.100.7"},
+		{"ipv6 hop", "[fd00::1]:1", []string{"[2001:db8::1]:80"}, "2001:db8::1"},
+		{"trusted peer, no XFF", "10.0.0.1:1", nil, "10.0.0.1"},
+		{"v4-mapped peer", "[::ffff:203.0.113.9]:1", nil, "203.0.113.9"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := decideClient(tc.remote, tc.xff, trusted).client.String()
+			if got != tc.want {
+				t.Fatalf("got %s, want %s", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestBackendHeader(t *testing.T) {
+	trusted := mustPrefixes("10.0.0.0/8")
+	for _, tc := range []struct {
+		name   string
+		remote string
+		tls    bool
+		lo     ListenerOptions
+		in     http.Header
+		want   map[string]string // "" means absent
+	}{
+		{
+			name: "untrusted peer: claims replaced", remote: "203.0.113.9:1",
+			in: http.Header{"X-Forwarded-For": {"1.2.3.4"}, "X-Forwarded-Proto": {"https"}, "X-Real-Ip": {"1.2.3.4"}, "Forwarded": {"for=1.2.3.4"}},
+			want: map[string]string{"X-Forwarded-For": "203.0.113.9", "X-Forwarded-Proto": "http", "X-Real-Ip": "203.0.113.9", "Forwarded": "", "X-Forwarded-Host": "chat.example.com", "X-Forwarded-Port": "80"},
+		},
+		{
+			name: "trusted peer: chain extended, proto kept", remote: "10.0.0.1:1", lo: ListenerOptions{TrustedProxies: trusted},
+			in:   http.Header{"X-Forwarded-For": {"198.51.100.7"}, "X-Forwarded-Proto": {"https"}},
+			want: map[string]string{"X-Forwarded-For": "198.51.100.7, 10.0.0.1", "X-Forwarded-Proto": "https", "X-Real-Ip": "198.51.100.7"},
+		},
+		{
+			name: "forwarded header, ipv6, tls", remote: "[2001:db8::1]:1", tls: true, lo: ListenerOptions{Forwarded: true},
+			in:   http.Header{"Forwarded": {"for=6.6.6.6"}},
+			want: map[string]string{"Forwarded": `for="[2001:db8::1]";proto=https;host=chat.example.com`, "X-Forwarded-Proto": "https", "X-Forwarded-Port": "443"},
+		},
+		{
+			name: "forwarded header appended for trusted peer", remote: "10.0.0.1:1", lo: ListenerOptions{Forwarded: true, TrustedProxies: trusted},
+			in:   http.Header{"Forwarded": {"for=198.51.100.7"}},
+			want: map[string]string{"Forwarded": "for=198.51.100.7, for=10.0.0.1;proto=http;host=chat.example.com"},
+		},
+		{
+			name: "hop-by-hop removed, named ones too", remote: "203.0.113.9:1",
+			in:   http.Header{"Connection": {"keep-alive, X-Secret"}, "X-Secret": {"1"}, "Keep-Alive": {"5"}, "Te": {"trailers"}, "Sec-Websocket-Protocol": {"chat"}},
+			want: map[string]string{"Connection": "", "X-Secret": "", "Keep-Alive": "", "Te": "", "Sec-Websocket-Protocol": "chat"},
+		},
+		{
+			name: "client cert header spoof removed", remote: "203.0.113.9:1", lo: ListenerOptions{ClientCertHeader: "X-Client-Cert"},
+			in:   http.Header{"X-Client-Cert": {"admin"}},
+			want: map[string]string{"X-Client-Cert": ""},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := httptest.NewRequest(http.MethodGet, "http://chat.example.com/ws", nil)
+			r.RemoteAddr = tc.remote
+			r.Header = tc.in
+			if tc.tls {
+				r.TLS = &tls.ConnectionState{}
+			}
+			id := decideClient(r.RemoteAddr, r.Header["X-Forwarded-For"], tc.lo.TrustedProxies)
+			h := backendHeader(r, &tc.lo, id)
+			for k, want := range tc.want {
+				if got := strings.Join(h[k], ", "); got != want {
+					t.Errorf("%s: got %q, want %q", k, got, want)
+				}
+			}
+		})
+	}
+
+	// A verified client certificate is named by its CN.
+	r := httptest.NewRequest(http.MethodGet, "https://chat.example.com/", nil)
+	r.Header.Set("X-Client-Cert", "spoof")
+	cert := &x509.Certificate{Subject: pkix.Name{CommonName: "alice"}}
+	r.TLS = &tls.ConnectionState{PeerCertificates: []*x509.Certificate{cert}, VerifiedChains: [][]*x509.Certificate{{cert}}}
+	lo := ListenerOptions{ClientCertHeader: "X-Client-Cert"}
+	h := backendHeader(r, &lo, decideClient(r.RemoteAddr, nil, nil))
+	if got, want := h.Get("X-Client-Cert"), "alice"; got != want {
+		t.Fatalf("client cert header: got %q, want %q", got, want)
+	}
+}
+
+func TestFrameTracker(t *testing.T) {
+	// text "hi", binary with 16-bit length (300), masked ping, close.
+	var stream []byte
+	stream = append(stream, 0x81, 2, 'h', 'i')
+	stream = append(stream, 0x82, 126, 0x01, 0x2c)
+	stream = append(stream, bytes.Repeat([]byte{'x'}, 300)...)
+	stream = append(stream, 0x89, 0x80|1, 1, 2, 3, 4, 'p')
+	stream = append(stream, 0x88, 2, 0x03, 0xe8)
+	boundaries := []int{4, 4 + 4 + 300, 4 + 4 + 300 + 7, len(stream)}
+
+	for chunk := 1; chunk <= len(stream); chunk++ {
+		var tr frameTracker
+		var got []int
+		pos := 0
+		for pos < len(stream) {
+			end := min(pos+chunk, len(stream))
+			p := stream[pos:end]
+			for len(p) > 0 {
+				n := tr.feed(p, true)
+				pos += n
+				p = p[n:]
+				if tr.atBoundary() && (len(got) == 0 || got[len(got)-1] != pos) {
+					got = append(got, pos)
+				}
+			}
+		}
+		if len(got) != len(boundaries) {
+			t.Fatalf("chunk %d: boundaries got %v, want %v", chunk, got, boundaries)
+		}
+		for i := range got {
+			if got[i] != boundaries[i] {
+				t.Fatalf("chunk %d: boundaries got %v, want %v", chunk, got, boundaries)
+			}
+		}
+		if !tr.closeSeen {
+			t.Fatalf("chunk %d: close frame not seen", chunk)
+		}
+	}
+
+	// 64-bit length with the top bit set breaks framing.
+	var tr frameTracker
+	tr.feed([]byte{0x82, 127, 0x80, 0, 0, 0, 0, 0, 0, 0}, false)
+	if !tr.broken {
+		t.Fatal("64-bit length with MSB set: tracker not broken")
+	}
+}
+
+func TestParseFrameHeader(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		in   []byte
+		want frameHeader
+	}{
+		{"short", []byte{0x81}, frameHeader{}},
+		{"7-bit", []byte{0x81, 5}, frameHeader{fin: true, opcode: 1, length: 5, size: 2}},
+		{"16-bit incomplete", []byte{0x82, 126, 1}, frameHeader{}},
+		{"16-bit", []byte{0x02, 126, 1, 0}, frameHeader{opcode: 2, length: 256, size: 4}},
+		{"64-bit", []byte{0x82, 127, 0, 0, 0, 1, 0, 0, 0, 0}, frameHeader{fin: true, opcode: 2, length: 1 << 32, size: 10}},
+		{"masked", []byte{0x88, 0x82, 1, 2, 3, 4}, frameHeader{fin: true, opcode: 8, masked: true, length: 2, size: 6}},
+		{"masked incomplete", []byte{0x88, 0x82, 1, 2, 3}, frameHeader{}},
+	} {
+		got, err := parseFrameHeader(tc.in)
+		if err != nil || got != tc.want {
+			t.Errorf("%s: got %+v %v, want %+v", tc.name, got, err, tc.want)
+		}
+	}
+}
+
+func TestCheckUpgradeTokens(t *testing.T) {
+	for _, conn := range []string{"Upgrade", "upgrade", "UPGRADE", "keep-alive, Upgrade", "Upgrade, keep-alive", "keep-alive,upgrade"} {
+		for _, up := range []string{"websocket", "WebSocket", "WEBSOCKET", "foo, websocket"} {
+			raw := "GET / HTTP/1.1\r\nHost: x\r\nConnection: " + conn + "\r\nUpgrade: " + up +
+				"\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: " + testKey + "\r\n\r\n"
+			r, err := http.ReadRequest(bufio.NewReader(strings.NewReader(raw)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !wantsUpgrade(r.Header) {
+				t.Errorf("Upgrade %q: no upgrade intent", up)
+			}
+			if e := checkUpgrade(r); e != nil {
+				t.Errorf("Connection %q Upgrade %q: got %d, want valid", conn, up, e.status)
+			}
+		}
+	}
+	if got, want := acceptKey(testKey), "s3pPLMBiTxaQ9kYGzzhZRbK+xOo="; got != want {
+		t.Fatalf("acceptKey: got %q, want %q (RFC 6455 §1.3)", got, want)
+	}
+}
+
+func TestPeerAddr(t *testing.T) {
+	for in, want := range map[string]netip.Addr{
+		"1.2.3.4:5":   netip.MustParseAddr("1.2.3.4"),
+		"[::1]:5":     netip.MustParseAddr("::1"),
+		"@":           {},
+		"1.2.3.4":     netip.MustParseAddr("1.2.3.4"),
+		"garbage:123": {},
+	} {
+		if got := peerAddr(in); got != want {
+			t.Errorf("peerAddr(%q): got %v, want %v", in, got, want)
+		}
+	}
+}
