@@ -5,8 +5,57 @@
 // ejection and per-client admission limits.
 //
 // It performs no I/O and imports no networking package beyond net/netip.
-// Discovery and health checks feed it; the proxy asks it. Readers never lock:
-// a Pool publishes an immutable Snapshot through an atomic pointer and keeps
-// per-backend state (health, active connections, failures) in atomics on a
-// stable *Backend that survives membership updates.
+// Discovery and health checks feed it; the proxy asks it.
+//
+// # Concurrency
+//
+// Readers never lock: a Pool publishes an immutable Snapshot through an
+// atomic pointer, and Pick does one atomic load, no locking and no
+// allocation. Per-backend state (health, active connections, ejection) lives
+// in atomics on a stable *Backend that survives membership updates, so
+// health flaps need no rebuild and live connections keep valid pointers.
+// Update rebuilds the snapshot under a writer mutex from the full member
+// list (never deltas). A removed backend that still holds connections is
+// remembered, so a member that flaps out of the registry and back keeps its
+// counters: least-connections does not lose its memory (traefik#13913).
+//
+// # Picking
+//
+// Cookie mode: the cookie value is base64url(HMAC-SHA256(key, pool, id))
+// truncated to 128 bits, precomputed per backend and key when a snapshot is
+// built and looked up by exact match in a map. It is unforgeable without the
+// key and reveals no address. Keys rotate: values under any configured key
+// are accepted, and a client holding an old-key value is re-issued the
+// current one (Result.SetCookie). Every edge of a fleet sharing the key
+// issues and honours the same values, so stickiness needs no shared state
+// (fabio#101). Without a configured key a random one is generated, and
+// cookies then neither survive a restart nor work across a fleet.
+//
+// ClientIP mode: weighted rendezvous (highest random weight) hashing over a
+// deterministic hash (FNV-1a 64 with the splitmix64 finalizer; no per-process
+// seed), so independent edges with the same members agree on every client,
+// and adding one of N+1 backends moves only about 1/(N+1) of clients, all to
+// the new backend (unlike ingress-nginx#4475, where scaling from one pod to
+// two moved half the sessions). A bounded-load rule keeps one hot address
+// range from overloading a backend: a backend at BoundedLoad (default 1.25)
+// times its weighted share of connections is passed over for the next in
+// score order.
+//
+// LeastConn mode, and the fallback of the others: power of two random
+// choices, comparing (Active+1)/Weight.
+//
+// # Passive ejection
+//
+// ReportFailure counts failures in a small per-backend ring under a
+// per-backend mutex that Pick never takes; enough failures within a window
+// eject the backend until a cooldown ends, after which it returns on its own
+// with a fresh count. Ejection is judged per backend: if every backend is
+// ejected, Pick returns ErrNoBackend rather than guess.
+//
+// # Admission
+//
+// Limiter caps concurrent connections and the rate of new connections per
+// client address (IPv6 grouped by /64 by default), in sharded maps that
+// forget idle clients, so a reconnect storm is refused early and memory
+// tracks live load rather than every address ever seen.
 package balance

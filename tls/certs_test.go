@@ -421,4 +421,3 @@ func TestClientIdentity(t *testing.T) {
 		t.Errorf("no certificate: got %q, want empty", got)
 	}
 }
-

@@ -288,3 +288,22 @@ func FuzzParseTicketKeys(f *testing.F) {
 		}
 	})
 }
+
+// TestRunRotatesAndStops: Run's rotation loop works on its own timer, a
+// second Run is refused, and Run returns when its context ends.
+func TestRunRotatesAndStops(t *testing.T) {
+	p := newPKI(t)
+	l := p.leaf(t, leafOpts{names: []string{"a.example.com"}})
+	e := start(t, edgetls.Options{Certificates: []edgetls.CertFiles{l.files()}, Tickets: edgetls.TicketOptions{RotateEvery: 5 * time.Millisecond}})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- e.term.Run(ctx) }()
+	e.obs.wait(t, "tickets")
+	if err := e.term.Run(ctx); err == nil {
+		t.Error("second Run: got nil, want an error")
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("Run: got %v, want nil at context end", err)
+	}
+}

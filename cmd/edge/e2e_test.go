@@ -484,3 +484,19 @@ func TestPlainHTTPSharesStickiness(t *testing.T) {
 		t.Errorf("upgrade after polling: got backend %q, want %q", got, body)
 	}
 }
+
+func readFile(t *testing.T, name string) string {
+	t.Helper()
+	b, err := os.ReadFile(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func writeFile(t *testing.T, name, body string) {
+	t.Helper()
+	if err := os.WriteFile(name, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
