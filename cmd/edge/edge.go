@@ -42,7 +42,6 @@ type edge struct {
 // memory (traefik#13913).
 type poolEntry struct {
 	mode    balance.Mode
-	keysum  string
 	bal     *balance.Pool
 	limiter *balance.Limiter
 	px      *proxy.Pool
@@ -122,13 +121,11 @@ func (e *edge) buildPools(cfg *conf.Config) (map[string]*poolEntry, error) {
 }
 
 func modeOf(s string) balance.Mode {
-	switch s {
-	case conf.BalanceCookie:
-		return balance.Cookie
-	case conf.BalanceClientIP:
-		return balance.ClientIP
+	m, err := balance.ParseMode(s)
+	if err != nil {
+		return balance.LeastConn // conf.Validate already refused unknown modes
 	}
-	return balance.LeastConn
+	return m
 }
 
 func sameSiteOf(s string) http.SameSite {
@@ -156,11 +153,18 @@ func (e *edge) buildPool(pc *conf.Pool) (*poolEntry, error) {
 			e.log.Warn("no cookie secret: stickiness will not survive a restart nor span a fleet", "pool", pc.Name)
 		}
 	}
-	keysum := fmt.Sprintf("%x", keys) // compared only, never logged
 	old := e.pools[pc.Name]
-	ent := &poolEntry{mode: mode, keysum: keysum}
-	if old != nil && old.mode == mode && old.keysum == keysum {
+	ent := &poolEntry{mode: mode}
+	if old != nil && old.mode == mode {
+		// Same pool, same mode: keep the balancer so live connections keep
+		// their *Backend and least-connections its counts; only the cookie
+		// keys may change (a rotation keeps the previous key valid).
 		ent.bal, ent.limiter = old.bal, old.limiter
+		if mode == balance.Cookie && keys != nil {
+			if err := ent.bal.SetCookieKeys(keys); err != nil {
+				return nil, err
+			}
+		}
 	} else {
 		bal, err := balance.NewPool(balance.PoolOptions{
 			Name:               pc.Name,
