@@ -557,12 +557,20 @@ routes: [{default: true, pool: app}]
 	}
 }
 
+func TestNotAMappingReportedOnce(t *testing.T) {
+	errs := parseErrors(t, "- a\n- b\n")
+	if got, want := errs.Error(), "edge.yaml:1: expected a mapping, got a list"; got != want {
+		t.Errorf("got %q, want %q", got, want)
+	}
+}
+
 func TestAnchorsAndMerge(t *testing.T) {
-	c := mustParse(t, `listeners: [{address: 127.0.0.1:8080}]
+	c := mustParse(t, `x-timeouts: &slow {dial: 5s, idle: 0}
+listeners: [{address: 127.0.0.1:8080}]
 pools:
   - name: a
     backends: &be [{address: 127.0.0.1:9001}]
-    timeouts: &slow {dial: 5s, idle: 0}
+    timeouts: *slow
   - name: b
     backends: *be
     timeouts:

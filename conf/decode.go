@@ -251,6 +251,9 @@ func (d *decoder) mapping(n *yaml.Node, v reflect.Value, path string) {
 	fields := fieldsOf(v.Type())
 	for _, p := range d.pairs(n, path, 0) {
 		key := p.key.Value
+		if path == "" && strings.HasPrefix(key, "x-") {
+			continue // a place to define anchors, as in Docker Compose
+		}
 		i := -1
 		for j := range fields {
 			if fields[j].key == key {

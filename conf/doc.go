@@ -14,8 +14,9 @@
 //	edge.yaml:14: pools[0].timeouts: unknown key "dail" (did you mean "dial"?)
 //
 // The returned error is an [*Errors] holding one [*Error] per problem.
-// Anchors, aliases and merge keys ("<<: *common") work. Exactly one YAML
-// document is read.
+// Anchors, aliases and merge keys ("<<: *common") work; top-level keys
+// starting with "x-" are ignored so that shared blocks can be defined there
+// (as in Docker Compose). Exactly one YAML document is read.
 //
 // # Defaults
 //

@@ -83,10 +83,11 @@ func Parse(name string, data []byte) (*Config, error) {
 }
 
 // isBad reports whether path, or a value containing it or contained in it,
-// failed to decode; checks on it would only repeat the problem.
+// failed to decode; checks on it would only repeat the problem. A document
+// that is not a mapping at all makes every check moot.
 func (s *source) isBad(path string) bool {
 	for _, b := range s.bad {
-		if path == b || strings.HasPrefix(path, b+".") || strings.HasPrefix(path, b+"[") ||
+		if b == "" || path == b || strings.HasPrefix(path, b+".") || strings.HasPrefix(path, b+"[") ||
 			strings.HasPrefix(b, path+".") || strings.HasPrefix(b, path+"[") {
 			return true
 		}
