@@ -269,3 +269,54 @@ func TestOCSPResponderSignatures(t *testing.T) {
 		})
 	}
 }
+
+// TestReloadStaplesBeforeServing: a reloaded certificate carries its staple
+// from its first handshake, and a must-staple replacement that cannot be
+// stapled is refused while the previous certificate keeps serving.
+func TestReloadStaplesBeforeServing(t *testing.T) {
+	p, port, cur := ocspSetup(t, leafOpts{file: "site", names: []string{"site.example.com"}})
+	url := fmt.Sprintf("http://127.0.0.1:%d", port)
+	next := p.leaf(t, leafOpts{file: "next", names: []string{"site.example.com"}, ocspURL: url})
+	must := p.leaf(t, leafOpts{file: "must", names: []string{"site.example.com"}, ocspURL: url, mustStaple: true})
+	index := indexLine(cur.cert, time.Time{}) + indexLine(next.cert, time.Time{}) + indexLine(must.cert, time.Time{})
+	r := startResponder(t, p, port, index, "", "")
+	e := start(t, edgetls.Options{Certificates: []edgetls.CertFiles{cur.files()}})
+	client := p.client("site.example.com")
+
+	next.installAt(t, cur)
+	if err := e.term.Reload(); err != nil {
+		t.Fatalf("Reload: %v", err)
+	}
+	cs := mustDial(t, e.addr, client)
+	if got, want := cs.PeerCertificates[0].SerialNumber, next.cert.SerialNumber; got.Cmp(want) != 0 {
+		t.Fatalf("after reload: serial %s, want %s", got, want)
+	}
+	if got, want := stapleStatus(t, cs, next, p), "good"; got != want {
+		t.Errorf("first handshake after reload: staple %s, want %s", got, want)
+	}
+
+	r.stop()
+	must.installAt(t, cur)
+	if err := e.term.Reload(); err == nil || !strings.Contains(err.Error(), "must-staple") {
+		t.Errorf("Reload to an unstapled must-staple certificate: got %v, want a refusal", err)
+	}
+	cs = mustDial(t, e.addr, client)
+	if got, want := cs.PeerCertificates[0].SerialNumber, next.cert.SerialNumber; got.Cmp(want) != 0 {
+		t.Errorf("after refused reload: serial %s, want the previous %s", got, want)
+	}
+	if got, want := stapleStatus(t, cs, next, p), "good"; got != want {
+		t.Errorf("after refused reload: staple %s, want %s", got, want)
+	}
+
+	startResponder(t, p, port, index, "", "")
+	if err := e.term.Reload(); err != nil {
+		t.Fatalf("Reload with the responder back: %v", err)
+	}
+	cs = mustDial(t, e.addr, client)
+	if got, want := cs.PeerCertificates[0].SerialNumber, must.cert.SerialNumber; got.Cmp(want) != 0 {
+		t.Errorf("serial %s, want the must-staple %s", got, want)
+	}
+	if got, want := stapleStatus(t, cs, must, p), "good"; got != want {
+		t.Errorf("must-staple staple %s, want %s", got, want)
+	}
+}

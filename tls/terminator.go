@@ -59,6 +59,16 @@ type certEntry struct {
 
 	seen, pending fileStat // polling: last applied and last observed stat
 
+	// retryAt, when set, makes polling re-read a pair refused only for
+	// want of a staple (must-staple, policy refuse); retries counts them.
+	retryAt time.Time
+	retries int
+
+	ocspState
+}
+
+// ocspState is the stapling state of one served pair.
+type ocspState struct {
 	state       string // OCSPStatus.State
 	staple      *staple
 	ocspErr     error
@@ -231,18 +241,47 @@ func (t *Terminator) Reload() error {
 	return t.reloadEntries(context.Background(), t.entries)
 }
 
-// reloadEntries re-reads the given entries; mu is held.
+// reloadEntries re-reads the given entries; mu is held. A changed pair is
+// parsed and checked, then stapled, then published: a new certificate
+// carries its staple from its first handshake (nginx staples lazily, and
+// must-staple sites fail meanwhile: acme.sh#2938).
 func (t *Terminator) reloadEntries(ctx context.Context, list []*certEntry) error {
 	now := t.now()
 	var errs []error
-	var fresh []*certEntry
-	for _, e := range list {
+	refuse := func(e *certEntry, sum [32]byte, err error) {
 		name := e.files.CertFile
+		// Log and report once per distinct broken content and reason.
+		if e.lastErr == nil || e.lastErr.Error() != err.Error() || e.failedSum != sum {
+			t.log.Error("certificate reload refused, previous certificate keeps serving", "cert", name, "err", err)
+			t.later(func() { t.obs.CertReloaded(name, err) })
+			e.lastErrAt = now
+		}
+		e.lastErr, e.failedSum = err, sum
+		errs = append(errs, err)
+	}
+	commit := func(e *certEntry, lc *loadedCert, sum [32]byte) {
+		name := e.files.CertFile
+		e.cur, e.sum, e.loadedAt = lc, sum, now
+		e.lastErr, e.failedSum = nil, [32]byte{}
+		e.retryAt, e.retries = time.Time{}, 0
+		t.log.Info("certificate reloaded", "cert", name, "names", lc.names, "not_after", lc.leaf.NotAfter)
+		t.later(func() { t.obs.CertReloaded(name, nil) })
+	}
+
+	type candidate struct {
+		e   *certEntry
+		sum [32]byte
+		tmp *certEntry // the new pair with its own OCSP state
+	}
+	var cands []candidate
+	var tmps []*certEntry
+	for _, e := range list {
 		certPEM, keyPEM, sum, err := fileContents(e.files)
 		if err == nil && sum == e.sum {
 			if e.lastErr != nil {
-				t.log.Info("certificate files are back to the served pair", "cert", name)
+				t.log.Info("certificate files are back to the served pair", "cert", e.files.CertFile)
 				e.lastErr, e.failedSum = nil, [32]byte{}
+				e.retryAt, e.retries = time.Time{}, 0
 			}
 			continue
 		}
@@ -254,29 +293,34 @@ func (t *Terminator) reloadEntries(ctx context.Context, list []*certEntry) error
 			err = t.checkStaplePolicy(lc)
 		}
 		if err != nil {
-			// Log and report once per distinct broken content.
-			if e.lastErr == nil || e.lastErr.Error() != err.Error() || e.failedSum != sum {
-				t.log.Error("certificate reload refused, previous certificate keeps serving", "cert", name, "err", err)
-				t.later(func() { t.obs.CertReloaded(name, err) })
-				e.lastErrAt = now
-			}
-			e.lastErr, e.failedSum = err, sum
-			errs = append(errs, err)
+			e.retryAt = time.Time{}
+			refuse(e, sum, err)
 			continue
 		}
-		sameLeaf := lc.id == e.cur.id
-		e.cur, e.sum, e.loadedAt = lc, sum, now
-		e.lastErr, e.failedSum = nil, [32]byte{}
-		t.log.Info("certificate reloaded", "cert", name, "names", lc.names, "not_after", lc.leaf.NotAfter)
-		t.later(func() { t.obs.CertReloaded(name, nil) })
-		if !sameLeaf {
-			t.ocspReset(e)
-			fresh = append(fresh, e)
+		if lc.id == e.cur.id {
+			commit(e, lc, sum) // same leaf: the staple stays valid
+			continue
 		}
+		tmp := &certEntry{files: e.files, cur: lc}
+		t.ocspReset(tmp)
+		cands = append(cands, candidate{e, sum, tmp})
+		tmps = append(tmps, tmp)
 	}
-	// Staple before publishing, so the new certificate carries its staple
-	// from its first handshake (nginx staples lazily: acme.sh#2938).
-	t.refreshDue(ctx, fresh, false)
+	t.refreshDue(ctx, tmps, false)
+	for _, c := range cands {
+		lc := c.tmp.cur
+		if lc.mustStaple && t.opts.OCSP.MustStaple == MustStapleRefuse && c.tmp.staple == nil {
+			// Swapping in a must-staple pair that cannot be served would take
+			// its names down: keep the previous pair and try again later.
+			c.e.retries++
+			c.e.retryAt = now.Add(backoff(c.e.retries))
+			refuse(c.e, c.sum, fmt.Errorf("certificate file %s: must-staple certificate without a valid OCSP staple (policy %q): %v",
+				lc.files.CertFile, MustStapleRefuse, c.tmp.ocspErr))
+			continue
+		}
+		commit(c.e, lc, c.sum)
+		c.e.ocspState = c.tmp.ocspState
+	}
 	t.publish()
 	return errors.Join(errs...)
 }
@@ -288,10 +332,14 @@ func (t *Terminator) pollFiles(ctx context.Context) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	var changed []*certEntry
+	now := t.now()
 	for _, e := range t.entries {
 		st := statFiles(e.files)
 		switch {
 		case st == e.seen:
+			if !e.retryAt.IsZero() && !now.Before(e.retryAt) {
+				changed = append(changed, e)
+			}
 		case st == e.pending:
 			e.seen = st
 			changed = append(changed, e)

@@ -107,18 +107,17 @@ func clearAll(keys [][]byte) {
 // and HMAC keys are derived from the whole raw key with HKDF so that 48- and
 // 80-byte keys are handled alike.
 type ticketKey struct {
-	name  [16]byte
-	aes   [32]byte
-	mac   [32]byte
-	added time.Time
-	gen   uint64
+	name [16]byte
+	aes  [32]byte
+	mac  [32]byte
+	gen  uint64
 }
 
-func newTicketKey(raw []byte, now time.Time, gen uint64) (*ticketKey, error) {
+func newTicketKey(raw []byte, gen uint64) (*ticketKey, error) {
 	if len(raw) != 48 && len(raw) != 80 {
 		return nil, fmt.Errorf("ticket key is %d bytes, want 48 or 80", len(raw))
 	}
-	k := &ticketKey{added: now, gen: gen}
+	k := &ticketKey{gen: gen}
 	copy(k.name[:], raw[:16])
 	a, err := hkdf.Key(sha256.New, raw, nil, "edge session ticket aes", 32)
 	if err != nil {
@@ -217,7 +216,7 @@ func (k *ticketKeys) rotate() (uint64, error) {
 	now := k.now()
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	key, err := newTicketKey(raw[:], now, k.gen+1)
+	key, err := newTicketKey(raw[:], k.gen+1)
 	clear(raw[:])
 	if err != nil {
 		return 0, err
@@ -252,7 +251,7 @@ func (k *ticketKeys) load(ctx context.Context) (changed bool, err error) {
 			break
 		}
 		var key *ticketKey
-		key, err = newTicketKey(r, now, k.gen+1)
+		key, err = newTicketKey(r, k.gen+1)
 		if err != nil {
 			err = fmt.Errorf("key %d: %w", i+1, err)
 		}
