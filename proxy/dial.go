@@ -48,7 +48,14 @@ func (s *Server) dialUpgrade(ctx context.Context, x *exchange) (bc *backendConn,
 			break
 		}
 		b := res.Backend
-		b.Acquire()
+		if !b.TryAcquire() {
+			// Another connection took the backend's last slot
+			// (max_connections_per_backend) between Pick and here: try
+			// another backend; this is no failure of the backend.
+			req.Tried = append(req.Tried, b)
+			err = fmt.Errorf("backend %s: %w", b.ID(), errBackendFull)
+			continue
+		}
 		bc, err = s.handshake(ctx, p, b, head, x.r.Header.Get("Sec-WebSocket-Key"))
 		if err == nil {
 			b.ReportSuccess()
@@ -70,8 +77,14 @@ func (s *Server) dialUpgrade(ctx context.Context, x *exchange) (bc *backendConn,
 	if isTimeout(err) {
 		return nil, http.StatusGatewayTimeout, err
 	}
+	if errors.Is(err, errBackendFull) {
+		return nil, http.StatusServiceUnavailable, err
+	}
 	return nil, http.StatusBadGateway, err
 }
+
+// errBackendFull means every backend tried was at its connection limit.
+var errBackendFull = errors.New("backend at its connection limit")
 
 // upgradeRequest renders the request head sent to every backend tried: the
 // client's request line and Host, its headers without hop-by-hop fields

@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"bufio"
-	"bytes"
 	"io"
 	"net"
 	"net/http"
@@ -177,6 +176,5 @@ func FuzzProxyHeader(f *testing.F) {
 		c.SetReadDeadline(time.Now().Add(time.Second))
 		_ = c.RemoteAddr()
 		io.Copy(io.Discard, io.LimitReader(c, int64(len(data))+1))
-		_ = bytes.MinRead
 	})
 }

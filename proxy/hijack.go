@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"net/http"
-	"time"
 
 	"golang.org/x/net/http/httpguts"
 )
@@ -59,6 +58,8 @@ func (s *Server) serveWebSocket(w http.ResponseWriter, x *exchange) {
 
 	c := newWSConn(s, x, client, bc)
 	head := s.switchingResponse(x, bc)
+	// The request is not needed any more: an idle connection should not pin it.
+	x.r = nil
 	c.start(head, clientBuffered, bc.buffered)
 }
 
@@ -90,12 +91,4 @@ func (s *Server) switchingResponse(x *exchange, bc *backendConn) []byte {
 		b = append(b, "\r\n"...)
 	}
 	return append(b, "\r\n"...)
-}
-
-// deadline returns now+d, or the zero time when d is 0.
-func deadline(d time.Duration) time.Time {
-	if d <= 0 {
-		return time.Time{}
-	}
-	return time.Now().Add(d)
 }

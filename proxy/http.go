@@ -182,7 +182,12 @@ func (s *Server) servePlain(w http.ResponseWriter, x *exchange) {
 		}
 		b := res.Backend
 		x.backend = b.ID()
-		b.Acquire()
+		if !b.TryAcquire() {
+			// The backend's last slot went to another connection since Pick.
+			preq.Tried = append(preq.Tried, b)
+			lastErr = fmt.Errorf("backend %s: %w", b.ID(), errBackendFull)
+			continue
+		}
 		err := s.hc.get(s, p, b.Addr()).DoTimeout(req, resp, requestTimeout(p))
 		b.Release()
 		if err == nil {

@@ -55,4 +55,3 @@ func addrOf(a net.Addr) netip.Addr {
 	}
 	return netip.Addr{}
 }
-

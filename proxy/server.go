@@ -208,6 +208,9 @@ type exchange struct {
 	in, out int64
 	kind    string // "ws" or "http"
 	release func()
+	// Copied from r for the access log, so a long-lived connection can
+	// drop the request (and its header map) after the handshake.
+	method, host, path string
 }
 
 func (x *exchange) routeName() string {
@@ -226,9 +229,9 @@ func (x *exchange) logAccess() {
 		slog.String("listener", x.lo.Name),
 		slog.String("kind", x.kind),
 		slog.String("client", client),
-		slog.String("method", x.r.Method),
-		slog.String("host", x.r.Host),
-		slog.String("path", x.r.URL.Path),
+		slog.String("method", x.method),
+		slog.String("host", x.host),
+		slog.String("path", x.path),
 		slog.String("route", x.routeName()),
 		slog.String("backend", x.backend),
 		slog.Int("status", x.status),
@@ -250,7 +253,8 @@ func (x *exchange) reject(w http.ResponseWriter, status int, reason string) {
 // ServeHTTP is the top of the path of one connection.
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s := h.s
-	x := &exchange{s: s, lo: &h.lo, r: r, start: s.now(), kind: "http"}
+	x := &exchange{s: s, lo: &h.lo, r: r, start: s.now(), kind: "http",
+		method: r.Method, host: r.Host, path: r.URL.Path}
 	ws := wantsUpgrade(r.Header)
 	if ws {
 		x.kind = "ws"

@@ -149,6 +149,7 @@ func (c *wsConn) run(head, clientBuffered, backendBuffered []byte) {
 		return
 	}
 	c.out.Add(int64(len(backendBuffered)))
+	head, backendBuffered = nil, nil
 	if len(clientBuffered) > 0 {
 		c.backend.SetWriteDeadline(time.Now().Add(wt))
 		if _, err := c.backend.Write(clientBuffered); err != nil {
@@ -156,6 +157,7 @@ func (c *wsConn) run(head, clientBuffered, backendBuffered []byte) {
 			return
 		}
 		c.in.Add(int64(len(clientBuffered)))
+		clientBuffered = nil
 	}
 	// net/http may have left deadlines on the client; the handshake set
 	// them on the backend.
@@ -251,6 +253,9 @@ func (c *wsConn) clientToBackend() (string, error) {
 			}
 			if errors.Is(err, io.EOF) {
 				// Propagate the half-close; the other direction goes on.
+				// The reason is recorded first: the FIN may make the other
+				// side end at once.
+				c.setReason("client_closed")
 				closeWrite(c.backend)
 				return "client_closed", nil
 			}
@@ -300,6 +305,7 @@ func (c *wsConn) backendToClient() (string, error) {
 				continue
 			}
 			if errors.Is(err, io.EOF) {
+				c.setReason("backend_closed")
 				closeWrite(c.client)
 				return "backend_closed", nil
 			}

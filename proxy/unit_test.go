@@ -120,7 +120,7 @@ func TestBackendHeader(t *testing.T) {
 	}{
 		{
 			name: "untrusted peer: claims replaced", remote: "203.0.113.9:1",
-			in: http.Header{"X-Forwarded-For": {"1.2.3.4"}, "X-Forwarded-Proto": {"https"}, "X-Real-Ip": {"1.2.3.4"}, "Forwarded": {"for=1.2.3.4"}},
+			in:   http.Header{"X-Forwarded-For": {"1.2.3.4"}, "X-Forwarded-Proto": {"https"}, "X-Real-Ip": {"1.2.3.4"}, "Forwarded": {"for=1.2.3.4"}},
 			want: map[string]string{"X-Forwarded-For": "203.0.113.9", "X-Forwarded-Proto": "http", "X-Real-Ip": "203.0.113.9", "Forwarded": "", "X-Forwarded-Host": "chat.example.com", "X-Forwarded-Port": "80"},
 		},
 		{
