@@ -67,15 +67,20 @@ type Result struct {
 }
 
 // leastConn is power-of-two-choices (Mitzenmacher): two distinct usable
-// backends drawn uniformly at random, the less loaded one wins. Unlike a
-// full least-connections scan it does not send a burst of new connections
-// to the one backend that happens to be lowest, and it needs no lock.
+// backends drawn at random in proportion to their weights, the less loaded
+// one (by (Active+1)/Weight) wins. Unlike a full least-connections scan it
+// does not send a burst of new connections to the one backend that happens
+// to be lowest, and it needs no lock. Drawing by weight matters with more
+// than a few backends: uniform draws would cap any backend near 2/n of new
+// connections whatever its weight.
 func (p *Pool) leastConn(s *Snapshot, tried []*Backend) *Backend {
 	n := 0
+	var total int64
 	var last *Backend
 	for _, b := range s.Backends {
 		if usable(b, tried) {
 			n++
+			total += b.weight.Load()
 			last = b
 		}
 	}
@@ -85,26 +90,19 @@ func (p *Pool) leastConn(s *Snapshot, tried []*Backend) *Backend {
 	case 1:
 		return last
 	}
-	i := uniform(p.rand(), n)
-	j := uniform(p.rand(), n-1)
-	if j >= i {
-		j++
+	a := weightedAt(s, tried, p.rand(), total)
+	var c *Backend
+	// A few weighted draws find a second, distinct candidate; when one
+	// backend holds nearly all the weight, take a uniform other one, so the
+	// pair is always two distinct backends.
+	for range 4 {
+		if c = weightedAt(s, tried, p.rand(), total); c != a {
+			break
+		}
 	}
-	var a, c *Backend
-	k := 0
-	for _, b := range s.Backends {
-		if !usable(b, tried) {
-			continue
-		}
-		if k == i {
-			a = b
-		}
-		if k == j {
-			c = b
-		}
-		k++
+	if c == a && a != nil {
+		c = otherAt(s, tried, a, uniform(p.rand(), n-1))
 	}
-	// Availability can change between the two scans; take what was found.
 	switch {
 	case a == nil && c == nil:
 		return last
@@ -117,6 +115,40 @@ func (p *Pool) leastConn(s *Snapshot, tried []*Backend) *Backend {
 		return c
 	}
 	return a
+}
+
+// otherAt returns the i-th usable backend other than skip, or nil.
+func otherAt(s *Snapshot, tried []*Backend, skip *Backend, i int) *Backend {
+	for _, b := range s.Backends {
+		if b == skip || !usable(b, tried) {
+			continue
+		}
+		if i == 0 {
+			return b
+		}
+		i--
+	}
+	return nil
+}
+
+// weightedAt returns the usable backend that a uniform draw r over the total
+// weight falls on. Availability can change during the scan; then it may
+// return nil.
+func weightedAt(s *Snapshot, tried []*Backend, r uint64, total int64) *Backend {
+	if total <= 0 {
+		return nil
+	}
+	x := int64(uniform(r, int(total)))
+	for _, b := range s.Backends {
+		if !usable(b, tried) {
+			continue
+		}
+		x -= b.weight.Load()
+		if x < 0 {
+			return b
+		}
+	}
+	return nil
 }
 
 // uniform maps r onto [0, n) without modulo bias worth speaking of (Lemire's

@@ -2,6 +2,7 @@ package balance_test
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"net/netip"
 	"testing"
@@ -180,6 +181,35 @@ func TestLeastConnSpreadsEvenly(t *testing.T) {
 		// of connections of each other.
 		if got := b.Active(); got < 195 || got > 205 {
 			t.Errorf("%s: got %d active, want 200±5", b.ID(), got)
+		}
+	}
+}
+
+// TestWeightsHonouredManyBackends: with ten backends, one of weight 10, the
+// heavy one gets its 10/19 share; uniform candidate draws would cap it near
+// 2/10.
+func TestWeightsHonouredManyBackends(t *testing.T) {
+	var ms []balance.Member
+	for i := range 9 {
+		ms = append(ms, balance.Member{ID: fmt.Sprintf("light%d", i), Addr: fmt.Sprintf("10.0.1.%d:80", i+1), Weight: 1})
+	}
+	ms = append(ms, balance.Member{ID: "heavy", Addr: "10.0.1.100:80", Weight: 10})
+	p := newPool(t, balance.PoolOptions{}, ms...)
+	const n = 50_000
+	for range n {
+		res, err := p.Pick(&balance.Request{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Backend.Acquire()
+	}
+	for _, b := range p.Snapshot().Backends {
+		want := 1.0 / 19
+		if b.ID() == "heavy" {
+			want = 10.0 / 19
+		}
+		if got := float64(b.Active()) / n; math.Abs(got-want) > 0.01 {
+			t.Errorf("%s: got share %.4f, want %.4f±0.01", b.ID(), got, want)
 		}
 	}
 }
