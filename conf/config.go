@@ -92,6 +92,11 @@ type Limits struct {
 // once causes a reconnect stampede (caddy#5471), so edge sends close frames
 // spread over Window and force-closes what is left at Timeout.
 type Drain struct {
+	// Delay keeps the listeners open this long after /readyz turned 503,
+	// so a load balancer or Consul check in front of edge notices before
+	// new connections are refused. Default 0s; behind a balancer set it to
+	// about two of its health-check intervals.
+	Delay Duration `yaml:"delay"`
 	// Window spreads close frames (1001 going away) over this span.
 	// Default 10s; 0 closes everything at once.
 	Window Duration `yaml:"window" default:"10s"`

@@ -59,6 +59,7 @@ func (c *Config) validate() (errs, warns []*Error) {
 	v.oneOf("log.format", c.Log.Format, LogJSON, LogText)
 	v.nonNegative("limits.max_connections", c.Limits.MaxConnections)
 	v.duration("drain.window", c.Drain.Window, true)
+	v.duration("drain.delay", c.Drain.Delay, true)
 	v.duration("drain.timeout", c.Drain.Timeout, false)
 	if c.Drain.Timeout > 0 && c.Drain.Window > c.Drain.Timeout {
 		v.errf("drain.window", "%s is longer than drain.timeout %s", c.Drain.Window, c.Drain.Timeout)

@@ -500,3 +500,82 @@ func writeFile(t *testing.T, name, body string) {
 		t.Fatal(err)
 	}
 }
+
+// TestReadyzTurnsFirstDuringDrainDelay: on SIGTERM /readyz answers 503 at
+// once while the listeners keep accepting for drain.delay, so whatever
+// balances in front of edge stops sending clients before they are refused.
+func TestReadyzTurnsFirstDuringDrainDelay(t *testing.T) {
+	bs := backends(t, "b1")
+	s := newSetup(t, bs, "least_conn", "")
+	writeFile(t, s.cfg, strings.Replace(readFile(t, s.cfg), "drain: {window: 1s, timeout: 10s}", "drain: {delay: 3s, window: 0s, timeout: 10s}", 1))
+	p := startEdge(t, s.cfg)
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	p.waitLog(t, `"msg":"draining"`)
+	resp, err := http.Get("http://" + s.admin + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable {
+		t.Errorf("/readyz while draining: got %d, want 503", resp.StatusCode)
+	}
+	c, _, err := s.dialer().Dial("ws://"+s.ws+"/", nil)
+	if err != nil {
+		t.Fatalf("a client during drain.delay was refused: %v", err)
+	}
+	c.Close()
+	if err := <-p.done; err != nil {
+		t.Errorf("edge exited with %v, want 0", err)
+	}
+	p.done <- nil
+}
+
+// TestCookieKeyRotationOnReload: a new cookie secret with the old one as
+// previous keeps every client on its backend and re-issues its cookie.
+func TestCookieKeyRotationOnReload(t *testing.T) {
+	bs := backends(t, "b1", "b2", "b3")
+	dir := t.TempDir()
+	oldKey, newKey := filepath.Join(dir, "old.key"), filepath.Join(dir, "new.key")
+	writeFile(t, oldKey, "old-secret-0123456789abcdef")
+	writeFile(t, newKey, "new-secret-0123456789abcdef")
+	s := newSetup(t, bs, "cookie", fmt.Sprintf("    cookie: {secret_file: %q}\n", oldKey))
+	p := startEdge(t, s.cfg)
+	d := s.dialer()
+	c, resp, err := d.Dial("ws://"+s.ws+"/", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := ask(t, c, "whoami")
+	c.Close()
+	var old *http.Cookie
+	for _, ck := range resp.Cookies() {
+		old = ck
+	}
+	if old == nil {
+		t.Fatal("no cookie on the 101")
+	}
+	body := strings.Replace(readFile(t, s.cfg), fmt.Sprintf("    cookie: {secret_file: %q}\n", oldKey),
+		fmt.Sprintf("    cookie: {secret_file: %q, previous_secret_file: %q}\n", newKey, oldKey), 1)
+	writeFile(t, s.cfg, body)
+	if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	p.waitLog(t, "configuration reloaded")
+	c, resp, err = d.Dial("ws://"+s.ws+"/", http.Header{"Cookie": {old.Name + "=" + old.Value}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if got := ask(t, c, "whoami"); got != first {
+		t.Errorf("with the previous key's cookie after rotation: got %q, want %q", got, first)
+	}
+	var reissued *http.Cookie
+	for _, ck := range resp.Cookies() {
+		reissued = ck
+	}
+	if reissued == nil || reissued.Value == old.Value {
+		t.Errorf("cookie under the previous key was not re-issued: %+v", reissued)
+	}
+}

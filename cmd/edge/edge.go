@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"reflect"
 	"sync"
 	"syscall"
 	"time"
@@ -41,10 +42,18 @@ type edge struct {
 // live connections keep their *Backend and least-connections keeps its
 // memory (traefik#13913).
 type poolEntry struct {
-	mode    balance.Mode
-	bal     *balance.Pool
-	limiter *balance.Limiter
-	px      *proxy.Pool
+	mode     balance.Mode
+	settings string // balanceSettings at build time
+	limits   balance.LimiterOptions
+	bal      *balance.Pool
+	limiter  *balance.Limiter
+	px       *proxy.Pool
+
+	// What applyPools changes on bal.
+	reused  bool             // bal was already running
+	keys    [][]byte         // cookie keys; nil: keep the pool's own
+	static  bool             // members come from the file, not discovery
+	members []balance.Member // the file's members when static
 }
 
 // listener is one public port with its own HTTP server and TLS terminator.
@@ -59,6 +68,9 @@ func newEdge(cfg *conf.Config, path string, log *slog.Logger) (*edge, error) {
 	e := &edge{path: path, log: log, cfg: cfg, pools: map[string]*poolEntry{}}
 	e.metrics = newMetrics(e.allPools)
 	pools, err := e.buildPools(cfg)
+	if err == nil {
+		err = applyPools(pools)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -103,8 +115,9 @@ func (e *edge) allPools() []*balance.Pool {
 	return out
 }
 
-// buildPools maps the config's pools onto balance pools, reusing the running
-// pool of the same name when its mode and keys are unchanged.
+// buildPools maps the config's pools onto balance pools without touching
+// any running pool: the returned entries carry what apply will change
+// (members, cookie keys), so a reload that fails later changes nothing.
 func (e *edge) buildPools(cfg *conf.Config) (map[string]*poolEntry, error) {
 	out := map[string]*poolEntry{}
 	var errs []error
@@ -118,6 +131,24 @@ func (e *edge) buildPools(cfg *conf.Config) (map[string]*poolEntry, error) {
 		out[pc.Name] = ent
 	}
 	return out, errors.Join(errs...)
+}
+
+// applyPools makes the built entries live: cookie keys and static members.
+func applyPools(pools map[string]*poolEntry) error {
+	var errs []error
+	for name, ent := range pools {
+		if ent.keys != nil && ent.reused {
+			if err := ent.bal.SetCookieKeys(ent.keys); err != nil {
+				errs = append(errs, fmt.Errorf("pool %s: %w", name, err))
+			}
+		}
+		if ent.static {
+			if err := ent.bal.Update(ent.members); err != nil {
+				errs = append(errs, fmt.Errorf("pool %s: %w", name, err))
+			}
+		}
+	}
+	return errors.Join(errs...)
 }
 
 func modeOf(s string) balance.Mode {
@@ -138,6 +169,22 @@ func sameSiteOf(s string) http.SameSite {
 	return http.SameSiteLaxMode
 }
 
+// balanceSettings are the pool settings fixed when its balancer is built.
+// A running balancer is never replaced on reload, so live connections keep
+// their *Backend and least-connections keeps its counts (traefik#13913);
+// changes to these settings take effect on restart, and reload says so.
+func balanceSettings(pc *conf.Pool) string {
+	return fmt.Sprintf("%s %v %d %+v", pc.Balance, pc.ClientIP.BoundedLoad, pc.Limits.MaxConnectionsPerBackend, pc.PassiveEjection)
+}
+
+func limiterOptions(pc *conf.Pool) balance.LimiterOptions {
+	return balance.LimiterOptions{
+		MaxConnsPerIP: pc.Limits.MaxConnectionsPerClientIP,
+		Rate:          pc.Limits.ConnectionRatePerClientIP,
+		Burst:         pc.Limits.ConnectionBurstPerClientIP,
+	}
+}
+
 func (e *edge) buildPool(pc *conf.Pool) (*poolEntry, error) {
 	mode := modeOf(pc.Balance)
 	var keys [][]byte
@@ -149,23 +196,25 @@ func (e *edge) buildPool(pc *conf.Pool) (*poolEntry, error) {
 		if cur != nil {
 			keys = append(keys, cur)
 			keys = append(keys, prev...)
-		} else {
-			e.log.Warn("no cookie secret: stickiness will not survive a restart nor span a fleet", "pool", pc.Name)
 		}
 	}
-	old := e.pools[pc.Name]
-	ent := &poolEntry{mode: mode}
-	if old != nil && old.mode == mode {
-		// Same pool, same mode: keep the balancer so live connections keep
-		// their *Backend and least-connections its counts; only the cookie
-		// keys may change (a rotation keeps the previous key valid).
-		ent.bal, ent.limiter = old.bal, old.limiter
-		if mode == balance.Cookie && keys != nil {
-			if err := ent.bal.SetCookieKeys(keys); err != nil {
-				return nil, err
-			}
+	ent := &poolEntry{mode: mode, settings: balanceSettings(pc), limits: limiterOptions(pc), keys: keys}
+	if old := e.pools[pc.Name]; old != nil {
+		ent.bal, ent.reused = old.bal, true
+		if old.settings != ent.settings {
+			e.log.Warn("balancing settings of a running pool changed; they take effect on restart", "pool", pc.Name)
+			ent.mode, ent.settings = old.mode, old.settings
+		}
+		if old.mode == balance.Cookie && keys == nil {
+			e.log.Warn("cookie secret removed; the running key stays until restart", "pool", pc.Name)
+		}
+		if reflect.DeepEqual(old.limits, ent.limits) {
+			ent.limiter = old.limiter
 		}
 	} else {
+		if mode == balance.Cookie && keys == nil {
+			e.log.Warn("no cookie secret: stickiness will not survive a restart nor span a fleet", "pool", pc.Name)
+		}
 		bal, err := balance.NewPool(balance.PoolOptions{
 			Name:               pc.Name,
 			Mode:               mode,
@@ -182,29 +231,16 @@ func (e *edge) buildPool(pc *conf.Pool) (*poolEntry, error) {
 			return nil, err
 		}
 		ent.bal = bal
-		if old != nil {
-			// Carry the members over so the new balancer serves at once.
-			members := make([]balance.Member, 0, len(old.bal.Snapshot().Backends))
-			for _, b := range old.bal.Snapshot().Backends {
-				members = append(members, balance.Member{ID: b.ID(), Addr: b.Addr(), Weight: b.Weight()})
-			}
-			_ = bal.Update(members)
-		}
 	}
 	if ent.limiter == nil {
-		ent.limiter = balance.NewLimiter(balance.LimiterOptions{
-			MaxConnsPerIP: pc.Limits.MaxConnectionsPerClientIP,
-			Rate:          pc.Limits.ConnectionRatePerClientIP,
-			Burst:         pc.Limits.ConnectionBurstPerClientIP,
-		})
+		// Connections admitted by a replaced limiter release into it: the
+		// proxy keeps the Pool they were admitted through.
+		ent.limiter = balance.NewLimiter(ent.limits)
 	}
 	if pc.Consul.Service == "" {
-		members := make([]balance.Member, 0, len(pc.Backends))
+		ent.static = true
 		for _, b := range pc.Backends {
-			members = append(members, balance.Member{ID: b.ID, Addr: b.Address, Weight: b.Weight})
-		}
-		if err := ent.bal.Update(members); err != nil {
-			return nil, err
+			ent.members = append(ent.members, balance.Member{ID: b.ID, Addr: b.Address, Weight: b.Weight})
 		}
 	}
 	ent.px = &proxy.Pool{
@@ -386,7 +422,11 @@ func (e *edge) drain() {
 	d := e.cfg.Drain
 	e.mu.Unlock()
 	e.admin.ready.Store(false)
-	e.log.Info("draining", "connections", e.proxy.Active(), "window", d.Window.String(), "timeout", d.Timeout.String())
+	e.log.Info("draining", "connections", e.proxy.Active(), "delay", d.Delay.String(), "window", d.Window.String(), "timeout", d.Timeout.String())
+	if d.Delay > 0 {
+		// Keep accepting while whatever is in front of edge notices /readyz.
+		time.Sleep(d.Delay.Std())
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), d.Timeout.Std())
 	defer cancel()
 	var wg sync.WaitGroup
@@ -404,28 +444,30 @@ func (e *edge) drain() {
 }
 
 // reload re-reads the file and swaps routes, pools and certificates. A file
-// that does not validate changes nothing.
+// that does not validate, or pools or routes that cannot be built, change
+// nothing.
 func (e *edge) reload() {
-	cfg, err := conf.Load(e.path)
-	if err != nil {
+	refuse := func(err error) {
 		e.metrics.reloads.WithLabelValues("error").Inc()
 		e.log.Error("reload refused, keeping the running configuration", "err", err)
+	}
+	cfg, err := conf.Load(e.path)
+	if err != nil {
+		refuse(err)
 		return
 	}
 	e.mu.Lock()
 	pools, err := e.buildPools(cfg)
+	if err == nil {
+		err = e.proxy.SetRoutes(routesFor(cfg, pools))
+	}
 	if err != nil {
 		e.mu.Unlock()
-		e.metrics.reloads.WithLabelValues("error").Inc()
-		e.log.Error("reload refused, keeping the running configuration", "err", err)
+		refuse(err)
 		return
 	}
-	if err := e.proxy.SetRoutes(routesFor(cfg, pools)); err != nil {
-		e.mu.Unlock()
-		e.metrics.reloads.WithLabelValues("error").Inc()
-		e.log.Error("reload refused, keeping the running configuration", "err", err)
-		return
-	}
+	// Routes now point at the new entries; make their members live.
+	applyErr := applyPools(pools)
 	e.pools = pools
 	old := e.cfg
 	e.cfg = cfg
@@ -433,15 +475,21 @@ func (e *edge) reload() {
 	if !sameListeners(old, cfg) {
 		e.log.Warn("listener settings changed; they take effect on restart")
 	}
+	result := "ok"
+	if applyErr != nil {
+		result = "partial"
+		e.log.Error("reload applied in part", "err", applyErr)
+	}
 	for _, l := range e.listeners {
 		if l.term != nil {
 			if err := l.term.Reload(); err != nil {
+				result = "partial"
 				e.log.Error("certificate reload refused, old certificates keep serving", "listener", l.cfg.Name, "err", err)
 			}
 		}
 	}
-	e.metrics.reloads.WithLabelValues("ok").Inc()
-	e.log.Info("configuration reloaded")
+	e.metrics.reloads.WithLabelValues(result).Inc()
+	e.log.Info("configuration reloaded", "result", result)
 }
 
 func sameListeners(a, b *conf.Config) bool {
@@ -449,7 +497,7 @@ func sameListeners(a, b *conf.Config) bool {
 		return false
 	}
 	for i := range a.Listeners {
-		if fmt.Sprint(a.Listeners[i]) != fmt.Sprint(b.Listeners[i]) {
+		if !reflect.DeepEqual(a.Listeners[i], b.Listeners[i]) {
 			return false
 		}
 	}

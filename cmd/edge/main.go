@@ -80,6 +80,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
 
+	go func() {
+		// After the first signal, a second one stops at once instead of
+		// waiting for the drain.
+		<-ctx.Done()
+		stop()
+	}()
 	e, err := newEdge(cfg, *path, log)
 	if err != nil {
 		log.Error("startup failed", "err", err)
