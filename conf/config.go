@@ -128,7 +128,9 @@ type Listener struct {
 	ForwardedHeader bool `yaml:"forwarded_header"`
 	// ReadHeaderTimeout bounds reading the request head. Default 10s.
 	ReadHeaderTimeout Duration `yaml:"read_header_timeout" default:"10s"`
-	// TLSHandshakeTimeout bounds the TLS handshake. Default 10s.
+	// TLSHandshakeTimeout bounds the TLS handshake. Default 10s. The HTTP
+	// server bounds the handshake and each request head by one deadline,
+	// so both get the smaller of this and ReadHeaderTimeout.
 	TLSHandshakeTimeout Duration `yaml:"tls_handshake_timeout" default:"10s"`
 	// MaxHeaderBytes bounds the request head, 1024 to 1048576.
 	// Default 16384.

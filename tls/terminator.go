@@ -314,7 +314,7 @@ func (t *Terminator) reloadEntries(ctx context.Context, list []*certEntry) error
 			// its names down: keep the previous pair and try again later.
 			c.e.retries++
 			c.e.retryAt = now.Add(backoff(c.e.retries))
-			refuse(c.e, c.sum, fmt.Errorf("certificate file %s: must-staple certificate without a valid OCSP staple (policy %q): %v",
+			refuse(c.e, c.sum, fmt.Errorf("certificate file %s: must-staple certificate without a valid OCSP staple (policy %q): %w",
 				lc.files.CertFile, MustStapleRefuse, c.tmp.ocspErr))
 			continue
 		}

@@ -112,7 +112,7 @@ func newMetrics(pools func() []*balance.Pool) *metrics {
 	m.rejected = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "edge_rejected_total", Help: "Requests answered by the edge itself, by status and reason."}, []string{"route", "code", "reason"})
 	m.requests = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "edge_http_requests_total", Help: "Plain HTTP requests proxied."}, []string{"route", "backend", "code"})
 	m.reqDur = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "edge_http_request_duration_seconds", Help: "Plain HTTP request latency.", Buckets: prometheus.DefBuckets}, []string{"route"})
-	m.handshakes = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "edge_tls_handshakes_total", Help: "Completed TLS handshakes, full or resumed."}, []string{"listener", "kind", "version"})
+	m.handshakes = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "edge_tls_handshakes_total", Help: "TLS handshakes that reached certificate verification, full or resumed."}, []string{"listener", "kind", "version"})
 	m.certReload = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "edge_tls_certificate_reloads_total", Help: "Certificate reloads, by result."}, []string{"listener", "result"})
 	m.ocsp = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "edge_tls_ocsp_refreshes_total", Help: "OCSP refresh attempts, by status."}, []string{"listener", "status"})
 	m.tickets = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "edge_tls_ticket_key_rotations_total", Help: "Session-ticket key rotations."}, []string{"listener"})
