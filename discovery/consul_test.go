@@ -2,6 +2,8 @@ package discovery
 
 import (
 	"context"
+	"fmt"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -120,6 +122,9 @@ func startWatcher(t *testing.T, agent *consultest.Agent, opts WatcherOptions) *f
 		opts.WaitTime = 2 * time.Second
 	}
 	opts.MinBackoff, opts.MaxBackoff = 20*time.Millisecond, 200*time.Millisecond
+	if testing.Verbose() {
+		opts.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
 	w, err := NewWatcher(opts)
 	if err != nil {
 		t.Fatal(err)
@@ -225,18 +230,19 @@ func TestWatcherTagFilter(t *testing.T) {
 }
 
 // TestWatcherConsulDownAndRestart kills Consul under a live pool: the pool
-// keeps its members while Consul is gone, and after a restart that lost all
-// state (a lower index, an empty catalog) the empty answer is held back by
-// the panic threshold until the instances are back.
+// keeps its members while Consul is gone and the watcher recovers after a
+// restart. Then Consul comes back with no state at all (empty catalog, a
+// lower index): the index is reset and the empty answer is held back by the
+// panic threshold until the instances are registered again.
 func TestWatcherConsulDownAndRestart(t *testing.T) {
 	t.Parallel()
 	agent := consultest.Start(t)
-	register(t, agent.Client, "a", "chat", 9001, nil, false)
-	register(t, agent.Client, "b", "chat", 9002, nil, false)
-	register(t, agent.Client, "c", "chat", 9003, nil, false)
+	c := agent.Client
+	register(t, c, "a", "chat", 9001, nil, false)
+	register(t, c, "b", "chat", 9002, nil, false)
+	register(t, c, "c", "chat", 9003, nil, false)
 	f := startWatcher(t, agent, WatcherOptions{Pool: "chat", Service: "chat", PanicHold: time.Hour})
 	awaitMembers(t, f.rec, f.pool, want("a", "b", "c"))
-	before := f.w.Status()
 
 	agent.Stop()
 	err := awaitError(t, f.rec)
@@ -249,36 +255,51 @@ func TestWatcherConsulDownAndRestart(t *testing.T) {
 	}
 	t.Logf("while down: %v", err)
 
-	down := time.Now()
+	// Restart with its data: the agent restores its services; the watcher
+	// reconnects (after backoff) and follows changes again.
 	agent.Restart()
-	// The restarted dev agent has an empty catalog: wait until the watcher
-	// has seen it (contact after the restart, index reset), then check the
-	// pool was not emptied.
+	register(t, c, "d", "chat", 9004, nil, false)
+	awaitMembers(t, f.rec, f.pool, want("a", "b", "c", "d"))
+	if st := f.w.Status(); st.LastError != "" || st.Errors != 0 {
+		t.Errorf("status after restart: got error %q (%d), want none", st.LastError, st.Errors)
+	}
+
+	// Push the index up so that a Consul without state answers lower.
+	for i := range 20 {
+		register(t, c, "d", "chat", 9004, []string{fmt.Sprint("v", i)}, false)
+	}
+	for f.w.Status().LastIndex < 30 {
+		select {
+		case <-f.rec.updates: // tag changes publish nothing; the index moves
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	before := f.w.Status()
+
+	restarted := time.Now()
+	agent.RestartEmpty()
 	deadline := time.Now().Add(awaitTimeout)
 	for st = f.w.Status(); !st.Panic; st = f.w.Status() {
 		if time.Now().After(deadline) {
-			t.Fatalf("status after restart: got %+v, want panic (empty answer held)", st)
+			t.Fatalf("status after an empty restart: got %+v, want panic (empty answer held)", st)
 		}
-		select {
-		case <-f.rec.updates:
-		case <-f.rec.errs:
-		case <-time.After(100 * time.Millisecond): // the hold publishes nothing new to await
-		}
+		time.Sleep(20 * time.Millisecond) // entering panic publishes nothing new to await
 	}
-	if got := ids(f.pool); !reflect.DeepEqual(got, want("a", "b", "c")) {
-		t.Fatalf("members after restart with empty catalog: got %v, want all three", got)
+	if got := ids(f.pool); !reflect.DeepEqual(got, want("a", "b", "c", "d")) {
+		t.Fatalf("members after an empty restart: got %v, want all four", got)
 	}
-	if st.LastIndex >= before.LastIndex || st.PanicHeld != 3 || st.LastError != "" {
-		t.Errorf("status after restart: got index %d (was %d), held %d, error %q; want a lower index, 3 held, no error",
+	if st.LastIndex >= before.LastIndex || st.PanicHeld != 4 || st.LastError != "" {
+		t.Errorf("status after an empty restart: got index %d (was %d), held %d, error %q; want a lower index, 4 held, no error",
 			st.LastIndex, before.LastIndex, st.PanicHeld, st.LastError)
 	}
-	t.Logf("index %d before the restart, %d after; recovered %v after Restart returned", before.LastIndex, st.LastIndex, time.Since(down).Round(time.Millisecond))
+	t.Logf("index %d before the empty restart, %d after; empty answer held %v after the restart began",
+		before.LastIndex, st.LastIndex, time.Since(restarted).Round(time.Millisecond))
 
 	// The instances come back (their agents re-sync): the watcher follows.
-	register(t, agent.Client, "a", "chat", 9001, nil, false)
-	register(t, agent.Client, "b", "chat", 9002, nil, false)
-	register(t, agent.Client, "d", "chat", 9004, nil, false)
-	awaitMembers(t, f.rec, f.pool, want("a", "b", "d"))
+	register(t, c, "a", "chat", 9001, nil, false)
+	register(t, c, "b", "chat", 9002, nil, false)
+	register(t, c, "e", "chat", 9005, nil, false)
+	awaitMembers(t, f.rec, f.pool, want("a", "b", "e"))
 	if st := f.w.Status(); st.Panic {
 		t.Errorf("status: got panic after recovery, want none")
 	}

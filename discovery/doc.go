@@ -8,7 +8,9 @@
 // Blocking queries follow Consul's "Blocking Queries" rules: an answer with
 // the index that was sent is a timeout and changes nothing; an index lower
 // than before resets the wait index to 0; an index of 0 is replaced by 1.
-// Errors are retried with exponential backoff and jitter (100 ms to 30 s by
+// After an error the next query carries no index: the agent may have
+// restarted, and an index from before is no longer comparable (one that lands
+// exactly on ours would hide a change until the next one). Errors are retried with exponential backoff and jitter (100 ms to 30 s by
 // default) and every wait ends with the context.
 //
 // An error never changes membership: only a successful answer does. The

@@ -101,6 +101,7 @@ func (r *RouteWatcher) Run(ctx context.Context) error {
 			if first {
 				r.opts.Logger.Warn("discovery: route listing failed; keeping current routes", "err", err)
 			}
+			r.index = 0 // see Watcher.Run
 			if !sleep(ctx, bo.next()) {
 				break
 			}

@@ -70,11 +70,11 @@ type WatcherOptions struct {
 
 // Status is a point-in-time view of a watcher for the admin endpoint.
 type Status struct {
-	Pool       string `json:"pool"`
-	Service    string `json:"service"`
-	Source     string `json:"source"` // SourceNone, SourcePersisted or SourceConsul
-	Members    int    `json:"members"`
-	LastIndex  uint64 `json:"last_index"`
+	Pool      string `json:"pool"`
+	Service   string `json:"service"`
+	Source    string `json:"source"` // SourceNone, SourcePersisted or SourceConsul
+	Members   int    `json:"members"`
+	LastIndex uint64 `json:"last_index"`
 	// LastUpdate is when the published set last changed.
 	LastUpdate time.Time `json:"last_update"`
 	// LastContact is when Consul last answered successfully (including
@@ -179,6 +179,11 @@ func (w *Watcher) Run(ctx context.Context) error {
 				break
 			}
 			w.fail(err)
+			// After an error the agent may have restarted, and its index
+			// may no longer be comparable with ours: an index that lands
+			// exactly on ours would block until the next change, one below
+			// it for a whole WaitTime. Ask without an index first.
+			w.index = 0
 			if !sleep(ctx, bo.next()) {
 				break
 			}
@@ -291,20 +296,20 @@ func (w *Watcher) apply(members []balance.Member, warns []Warning, index uint64,
 		w.opts.Logger.Debug("discovery: instance skipped", "instance", wn.ID, "reason", wn.Message)
 	}
 
-	source := SourceConsul
-	if !sameMembers(d.publish, w.published) {
+	updated := !sameMembers(d.publish, w.published)
+	if updated {
 		if err := w.opts.Target.Update(d.publish); err != nil {
 			return fmt.Errorf("discovery: pool %q: update: %w", w.opts.Pool, err)
 		}
 		w.published = d.publish
-		w.opts.Logger.Info("discovery: members updated", "members", len(d.publish), "index", index, "panic", d.panic)
-		w.opts.Observer.Updated(w.opts.Pool, len(d.publish))
-		w.mu.Lock()
-		w.status.LastUpdate = now
-		w.mu.Unlock()
 	}
+	// Status first, events second: whoever reacts to an event sees the
+	// status that goes with it.
 	w.mu.Lock()
-	w.status.Source = source
+	if updated {
+		w.status.LastUpdate = now
+	}
+	w.status.Source = SourceConsul
 	w.status.Members = len(d.publish)
 	w.status.Panic = d.panic
 	w.status.PanicSince = time.Time{}
@@ -315,6 +320,10 @@ func (w *Watcher) apply(members []balance.Member, warns []Warning, index uint64,
 	}
 	w.status.Warnings = warns
 	w.mu.Unlock()
+	if updated {
+		w.opts.Logger.Info("discovery: members updated", "members", len(d.publish), "index", index, "panic", d.panic)
+		w.opts.Observer.Updated(w.opts.Pool, len(d.publish))
+	}
 
 	if w.path != "" {
 		// Persist what is served, so a restart serves the same.

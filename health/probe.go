@@ -58,9 +58,9 @@ type httpProber struct {
 func newHTTPProber(path, host string, expect int) *httpProber {
 	return &httpProber{
 		client: &fasthttp.Client{
-			Name:                     "edge-health",
-			MaxResponseBodySize:      64 << 10,
-			DisablePathNormalizing:   true,
+			Name:                   "edge-health",
+			MaxResponseBodySize:    64 << 10,
+			DisablePathNormalizing: true,
 			// fasthttp passes what is left of the DoDeadline budget, so the
 			// dial is bounded by the probe timeout too.
 			DialTimeout: fasthttp.DialTimeout,

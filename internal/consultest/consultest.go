@@ -110,12 +110,30 @@ func (a *Agent) Stop() {
 }
 
 // Restart stops the agent (if running) and starts it again on the same ports
-// and data directory. A dev agent keeps its state in memory, so the catalog
-// starts empty and the Raft index starts low again: exactly what a Consul
-// that lost its state looks like to a blocking query.
+// and data directory. The dev agent's Raft state is in memory, but the agent
+// restores the services registered through it from the data directory, so
+// they come back (with a new Raft index) as they would on a real agent.
 func (a *Agent) Restart() {
 	a.t.Helper()
 	a.Stop()
+	a.start()
+}
+
+// RestartEmpty restarts the agent with its data directory emptied: the
+// catalog is empty and the Raft index starts low again, which is what a
+// Consul that lost its state looks like to a blocking query.
+func (a *Agent) RestartEmpty() {
+	a.t.Helper()
+	a.Stop()
+	entries, err := os.ReadDir(a.dataDir)
+	if err != nil {
+		a.t.Fatalf("consultest: %v", err)
+	}
+	for _, e := range entries {
+		if err := os.RemoveAll(filepath.Join(a.dataDir, e.Name())); err != nil {
+			a.t.Fatalf("consultest: %v", err)
+		}
+	}
 	a.start()
 }
 
