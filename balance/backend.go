@@ -12,6 +12,9 @@ type backendConfig struct {
 	now      func() time.Time
 	eject    EjectOptions
 	maxConns int64 // 0 means unlimited
+	// startUnhealthy makes new backends wait for their first passing
+	// active check (fabio#393: the registry's word is not enough).
+	startUnhealthy bool
 }
 
 // Backend is one member of a pool with its live state. A *Backend is stable:
@@ -47,7 +50,7 @@ type Backend struct {
 
 func newBackend(id, addr string, cfg *backendConfig) *Backend {
 	b := &Backend{id: id, addr: addr, idHash: hashID(id), cfg: cfg}
-	b.healthy.Store(true)
+	b.healthy.Store(!cfg.startUnhealthy)
 	b.weight.Store(1)
 	if cfg.eject.Failures > 0 {
 		b.fails = make([]int64, cfg.eject.Failures)

@@ -114,6 +114,11 @@ type PoolOptions struct {
 	Eject              EjectOptions
 	Cookie             CookieOptions
 	Now                func() time.Time // defaults to time.Now; used for ejection
+	// StartUnhealthy makes every new backend unavailable until something
+	// (the active health checker) calls SetHealthy(true): with active
+	// checks configured, a backend is never sent clients before it has
+	// been seen healthy.
+	StartUnhealthy bool
 }
 
 // Snapshot is an immutable view of a pool's members. It and its Backends
@@ -202,7 +207,7 @@ func NewPool(opts PoolOptions) (*Pool, error) {
 		name:        opts.Name,
 		mode:        opts.Mode,
 		boundedLoad: bl,
-		cfg:         &backendConfig{now: now, eject: ej, maxConns: opts.MaxConnsPerBackend},
+		cfg:         &backendConfig{now: now, eject: ej, maxConns: opts.MaxConnsPerBackend, startUnhealthy: opts.StartUnhealthy},
 		rand:        rand.Uint64,
 		keys:        keys,
 		keyGen:      1,

@@ -169,3 +169,16 @@ func TestModeString(t *testing.T) {
 		t.Errorf("ParseMode(round_robin): got nil error")
 	}
 }
+
+func TestStartUnhealthy(t *testing.T) {
+	p := newPool(t, balance.PoolOptions{StartUnhealthy: true}, members(2)...)
+	if _, err := p.Pick(&balance.Request{}); err != balance.ErrNoBackend {
+		t.Fatalf("before any check: got %v, want ErrNoBackend", err)
+	}
+	b := byID(t, p, "b01")
+	b.SetHealthy(true)
+	res, err := p.Pick(&balance.Request{})
+	if err != nil || res.Backend != b {
+		t.Fatalf("after b01 passed: got %v, %v; want b01", res.Backend, err)
+	}
+}
