@@ -16,6 +16,7 @@ import (
 
 	"github.com/edgelb/edge/balance"
 	"github.com/edgelb/edge/conf"
+	"github.com/edgelb/edge/discovery"
 	"github.com/edgelb/edge/proxy"
 	edgetls "github.com/edgelb/edge/tls"
 	"golang.org/x/sync/errgroup"
@@ -36,6 +37,7 @@ type edge struct {
 	admin     *admin
 	listeners []*listener
 	metrics   *metrics
+	dyn       *dynamic
 }
 
 // poolEntry is one configured pool: its balancer survives reloads so that
@@ -67,6 +69,14 @@ type listener struct {
 func newEdge(cfg *conf.Config, path string, log *slog.Logger) (*edge, error) {
 	e := &edge{path: path, log: log, cfg: cfg, pools: map[string]*poolEntry{}}
 	e.metrics = newMetrics(e.allPools)
+	e.dyn = &dynamic{e: e, watchers: map[string]*discovery.Watcher{}, declared: map[string]*declaredPool{}}
+	if usesConsul(cfg) {
+		client, err := newConsulClient(cfg)
+		if err != nil {
+			return nil, fmt.Errorf("consul: %w", err)
+		}
+		e.dyn.client = client
+	}
 	pools, err := e.buildPools(cfg)
 	if err == nil {
 		err = applyPools(pools)
@@ -112,7 +122,7 @@ func (e *edge) allPools() []*balance.Pool {
 	for _, p := range e.pools {
 		out = append(out, p.bal)
 	}
-	return out
+	return append(out, e.dyn.pools()...)
 }
 
 // buildPools maps the config's pools onto balance pools without touching
@@ -225,7 +235,8 @@ func (e *edge) buildPool(pc *conf.Pool) (*poolEntry, error) {
 				Window:   pc.PassiveEjection.Window.Std(),
 				Cooldown: pc.PassiveEjection.Cooldown.Std(),
 			},
-			Cookie: balance.CookieOptions{Keys: keys},
+			Cookie:         balance.CookieOptions{Keys: keys},
+			StartUnhealthy: pc.Health.Type != conf.HealthNone,
 		})
 		if err != nil {
 			return nil, err
@@ -459,7 +470,7 @@ func (e *edge) reload() {
 	e.mu.Lock()
 	pools, err := e.buildPools(cfg)
 	if err == nil {
-		err = e.proxy.SetRoutes(routesFor(cfg, pools))
+		err = e.proxy.SetRoutes(append(routesFor(cfg, pools), e.dyn.declaredRoutes(cfg.Routes)...))
 	}
 	if err != nil {
 		e.mu.Unlock()

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/edgelb/edge/balance"
+	"github.com/edgelb/edge/discovery"
+	"github.com/edgelb/edge/health"
 	"github.com/edgelb/edge/proxy"
 	edgetls "github.com/edgelb/edge/tls"
 	"github.com/prometheus/client_golang/prometheus"
@@ -155,6 +157,33 @@ func (m *metrics) HTTPRequest(route, backend string, status int, dur time.Durati
 }
 
 var _ proxy.Observer = (*metrics)(nil)
+
+// Updated implements discovery.Observer.
+func (m *metrics) Updated(pool string, _ int) { m.discovery.WithLabelValues(pool).Inc() }
+
+// Error implements discovery.Observer.
+func (m *metrics) Error(pool string, _ error) { m.discErrors.WithLabelValues(pool).Inc() }
+
+// ProbeResult implements health.Observer.
+func (m *metrics) ProbeResult(pool, backend string, ok bool, _ time.Duration) {
+	r := "pass"
+	if !ok {
+		r = "fail"
+	}
+	m.probes.WithLabelValues(pool, backend, r).Inc()
+}
+
+// forgetPool drops the per-backend series of a pool that no longer exists.
+func (m *metrics) forgetPool(p *balance.Pool) {
+	m.discovery.DeleteLabelValues(p.Name())
+	m.discErrors.DeleteLabelValues(p.Name())
+	m.probes.DeletePartialMatch(prometheus.Labels{"pool": p.Name()})
+}
+
+var (
+	_ discovery.Observer = (*metrics)(nil)
+	_ health.Observer    = (*metrics)(nil)
+)
 
 // tlsMetrics adapts the terminator's events of one listener.
 type tlsMetrics struct {

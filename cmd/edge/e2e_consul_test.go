@@ -1,0 +1,194 @@
+package main
+
+import (
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/edgelb/edge/internal/consultest"
+	"github.com/edgelb/edge/internal/testbackend"
+	"github.com/hashicorp/consul/api"
+)
+
+// registerBackend puts a test backend into Consul under service, as its
+// own deploy tooling would, with an HTTP check Consul runs itself.
+func registerBackend(t *testing.T, c *api.Client, service string, b *testbackend.Server, tags ...string) string {
+	t.Helper()
+	host, portStr, _ := net.SplitHostPort(b.Addr())
+	port, _ := strconv.Atoi(portStr)
+	id := service + "-" + b.ID
+	err := c.Agent().ServiceRegister(&api.AgentServiceRegistration{
+		ID: id, Name: service, Address: host, Port: port, Tags: tags,
+		Check: &api.AgentServiceCheck{HTTP: "http://" + b.Addr() + "/whoami", Interval: "1s", Timeout: "1s", Status: api.HealthPassing},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+// consulSetup writes a config whose pool follows a Consul service.
+func consulSetup(t *testing.T, agent *consultest.Agent, extra string) *setup {
+	t.Helper()
+	s := &setup{dir: t.TempDir(), wss: freeAddr(t), ws: freeAddr(t), admin: freeAddr(t)}
+	certFile, keyFile, roots := writeCert(t, s.dir)
+	s.roots = roots
+	s.cfg = filepath.Join(s.dir, "edge.yaml")
+	body := fmt.Sprintf(`admin: {address: %q}
+state_dir: state
+drain: {window: 0s, timeout: 5s}
+listeners:
+  - {name: wss, address: %q, tls: {certificates: [{cert_file: %q, key_file: %q}]}}
+  - {name: ws, address: %q}
+routes:
+  - {default: true, pool: app}
+pools:
+  - name: app
+    consul: {service: app}
+    health: {type: websocket, interval: 1s, timeout: 500ms, rise: 1, fall: 1}
+consul: {address: %q%s}
+`, s.admin, s.wss, certFile, keyFile, s.ws, agent.Addr, extra)
+	writeFile(t, s.cfg, body)
+	return s
+}
+
+// seen dials new connections until want answers whoami, or fails.
+func (s *setup) waitFor(t *testing.T, host string, want func(string) bool, what string) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	last := ""
+	for time.Now().Before(deadline) {
+		h := http.Header{}
+		if host != "" {
+			h.Set("Host", host)
+		}
+		c, _, err := s.dialer().Dial("ws://"+s.ws+"/", h)
+		if err == nil {
+			last = ask(t, c, "whoami")
+			c.Close()
+			if want(last) {
+				return
+			}
+		} else {
+			last = err.Error()
+		}
+		time.Sleep(50 * time.Millisecond) // polling the edge's routing from outside; there is no event to await
+	}
+	t.Fatalf("never saw %s; last answer %q", what, last)
+}
+
+// TestConsulFollowsRegistry: backends registered in Consul receive
+// clients; a deregistered one stops receiving new ones; a service that
+// declares its own route by tags gets it.
+func TestConsulFollowsRegistry(t *testing.T) {
+	agent := consultest.Start(t)
+	bs := backends(t, "b1", "b2", "chat1")
+	registerBackend(t, agent.Client, "app", bs[0])
+	s := consulSetup(t, agent, "")
+	startEdge(t, s.cfg)
+	s.waitFor(t, "", func(id string) bool { return id == "b1" }, "b1 from Consul")
+
+	registerBackend(t, agent.Client, "app", bs[1])
+	s.waitFor(t, "", func(id string) bool { return id == "b2" }, "b2 after it registered")
+	if err := agent.Client.Agent().ServiceDeregister("app-b1"); err != nil {
+		t.Fatal(err)
+	}
+	// After the deregistration settles, no new connection reaches b1.
+	s.waitFor(t, "", func(id string) bool { return id == "b2" }, "b2")
+	for i := 0; i < 10; i++ {
+		s.waitFor(t, "", func(id string) bool { return id == "b2" }, "only b2 after b1 deregistered")
+	}
+
+	registerBackend(t, agent.Client, "chat", bs[2], "edge.host=chat.test")
+	s.waitFor(t, "chat.test", func(id string) bool { return id == "chat1" }, "the route declared by the chat service")
+}
+
+// TestConsulOutageLosesNothing: Consul stops and comes back under live
+// traffic; no route is lost and no connection dropped (fabio#861,
+// fabio#162). Then edge restarts while Consul is down and serves from the
+// persisted set (traefik#1689).
+func TestConsulOutageLosesNothing(t *testing.T) {
+	agent := consultest.Start(t)
+	bs := backends(t, "b1")
+	registerBackend(t, agent.Client, "app", bs[0])
+	s := consulSetup(t, agent, "")
+	p := startEdge(t, s.cfg)
+	s.waitFor(t, "", func(id string) bool { return id == "b1" }, "b1 from Consul")
+	live, _, err := s.dialer().Dial("wss://"+s.wss+"/", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer live.Close()
+
+	agent.Stop()
+	p.waitLog(t, `"pool":"app"`) // the watcher noticed (logs the error)
+	if got := ask(t, live, "during outage"); got != "during outage" {
+		t.Errorf("live connection during the outage: got %q", got)
+	}
+	s.waitFor(t, "", func(id string) bool { return id == "b1" }, "b1 while Consul is down")
+
+	agent.Restart()
+	s.waitFor(t, "", func(id string) bool { return id == "b1" }, "b1 after Consul came back")
+	if got := ask(t, live, "after outage"); got != "after outage" {
+		t.Errorf("live connection after the outage: got %q", got)
+	}
+
+	// Cold start while Consul is down: the persisted set serves.
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-p.done; err != nil {
+		t.Fatalf("edge exit: %v", err)
+	}
+	p.done <- nil
+	if _, err := os.Stat(filepath.Join(s.dir, "state")); err != nil {
+		t.Fatalf("no state directory: %v", err)
+	}
+	agent.Stop()
+	startEdge(t, s.cfg)
+	s.waitFor(t, "", func(id string) bool { return id == "b1" }, "b1 from the persisted set with Consul down")
+}
+
+// TestConsulSelfRegistration: edge registers itself with a check on its
+// /readyz and leaves the catalog on shutdown.
+func TestConsulSelfRegistration(t *testing.T) {
+	agent := consultest.Start(t)
+	bs := backends(t, "b1")
+	registerBackend(t, agent.Client, "app", bs[0])
+	s := consulSetup(t, agent, ", register: {enabled: true, service: edge}")
+	p := startEdge(t, s.cfg)
+	p.waitLog(t, "registered in consul")
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		entries, _, err := agent.Client.Health().Service("edge", "", true, nil)
+		if err == nil && len(entries) == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("edge never passing in Consul: %v %v", entries, err)
+		}
+		time.Sleep(100 * time.Millisecond) // Consul runs the check on its own schedule
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	<-p.done
+	p.done <- nil
+	svcs, err := agent.Client.Agent().Services()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for id := range svcs {
+		if strings.HasPrefix(id, "edge") {
+			t.Errorf("edge still registered after shutdown: %s", id)
+		}
+	}
+}
+
