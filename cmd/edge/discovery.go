@@ -56,7 +56,6 @@ type dynamic struct {
 	watchers map[string]*discovery.Watcher // by pool name
 	routes   *discovery.RouteWatcher
 	declared map[string]*declaredPool // by service
-	dynRoute []proxy.Route
 }
 
 // declaredPool is a pool created for a service that declared a route.
