@@ -18,6 +18,11 @@ fi
 EDGE_CONSUL_BIN="$(scripts/consul.sh)"
 export EDGE_CONSUL_BIN
 
+echo "== gofmt"
+unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './.cache/*'))
+if [ -n "$unformatted" ]; then
+	echo "gofmt would change:"; echo "$unformatted"; exit 1
+fi
 echo "== go vet"
 go vet ./...
 echo "== staticcheck"

@@ -191,4 +191,3 @@ func TestConsulSelfRegistration(t *testing.T) {
 		}
 	}
 }
-
