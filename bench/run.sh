@@ -76,7 +76,7 @@ done
 # The orchestrator shares the load core: the proxy's core runs nothing else.
 taskset -c 1 "$out/bin/benchrun" \
 	-edge-bin "$edge" -backend-bin "$backend" -loadgen-bin "$out/bin/loadgen" \
-	-out "$out" -md "$md" -command "bench/run.sh $*" "$@" &
+	-out "$out" -md "$md" -command "bench/run.sh${*:+ $*}" "$@" &
 pid=$!
 status=0
 wait "$pid" || status=$?

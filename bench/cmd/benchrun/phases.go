@@ -104,9 +104,13 @@ func (r *runner) renderConfig(tmplName, out string) (string, error) {
 	}
 	var b bytes.Buffer
 	// 20,000 descriptors per process hold 9,9xx proxied connections at two
-	// descriptors each.
+	// descriptors each. nginx starts closing connections still in their
+	// TLS handshake once fewer than 1/16 of worker_connections are free
+	// (ngx_drain_connections: "worker_connections are not enough, reusing
+	// connections"), so it needs 16/15 of the 19,600 it will use; above the
+	// descriptor limit that is only a startup warning.
 	if err := t.Execute(&b, configData{Dir: r.dir, Listen: listenAddr, Admin: adminAddr, Backends: backends,
-		MaxConn: 9950, NoFile: 20000, WorkerConns: 19950}); err != nil {
+		MaxConn: 9950, NoFile: 20000, WorkerConns: 21000}); err != nil {
 		return "", fmt.Errorf("render template %s: %w", tmplName, err)
 	}
 	path := filepath.Join(r.dir, out)

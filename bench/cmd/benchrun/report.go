@@ -230,6 +230,13 @@ func render(results []Result) string {
 		w("\n")
 	}
 
+	w("\n## Reading these figures\n\n")
+	w("- Memory per connection does not depend on the host's load and is the most stable figure.\n")
+	w("- CPU per operation is the proxy's own utime+stime divided by the operations in the window. It rises when other processes share the proxy's core ")
+	w("(context switches, cache pollution, fewer events per wake-up), so compare columns within one run and read the \"other\" figures above.\n")
+	w("- Throughput and latency tails also depend on the load core, which the generators share with the backends (and, on a shared host, with other work); ")
+	w("latency is measured from each message's scheduled send time, so a starved generator shows up as a tail too.\n")
+
 	w("\n## Settings\n\n")
 	for _, k := range sortedKeys(last.Settings) {
 		w("- %s: %s\n", k, last.Settings[k])
