@@ -97,7 +97,7 @@ func (e *edge) startDynamic(ctx context.Context, g *errgroup.Group) {
 				Fall:         pc.Health.Fall,
 				Path:         pc.Health.Path,
 				ExpectStatus: pc.Health.ExpectStatus,
-				Logger:       e.log,
+				Logger:       e.log.With("pool", pc.Name),
 				Observer:     e.metrics,
 			})
 			if err != nil {
@@ -145,7 +145,7 @@ func (d *dynamic) newWatcher(pool, service, tag, dc string, passingOnly bool, ta
 		Datacenter: dc,
 		Members:    discovery.MemberOptions{IncludeWarning: !passingOnly},
 		StateDir:   stateDir,
-		Logger:     d.e.log,
+		Logger:     d.e.log.With("pool", pool),
 		Observer:   d.e.metrics,
 	})
 	if err != nil {
