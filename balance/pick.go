@@ -61,6 +61,7 @@ type Request struct {
 
 // Result is the outcome of Pick.
 type Result struct {
+	// Backend is the chosen backend; the caller acquires it.
 	Backend *Backend
 	// SetCookie is true when the client must be (re)issued Backend.CookieValue().
 	SetCookie bool

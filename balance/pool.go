@@ -103,6 +103,7 @@ type CookieOptions struct {
 // PoolOptions configure a Pool.
 type PoolOptions struct {
 	Name string // names the pool in errors; also binds cookie values to the pool
+	// Mode is how Pick chooses; see Pick for the order of choice.
 	Mode Mode
 	// BoundedLoad is the ClientIP load bound: a backend is skipped while its
 	// active connections reach BoundedLoad times its weighted share of the
@@ -111,9 +112,11 @@ type PoolOptions struct {
 	// it must be >= 1, and math.Inf(1) disables the bound.
 	BoundedLoad        float64
 	MaxConnsPerBackend int64 // 0 means unlimited
-	Eject              EjectOptions
-	Cookie             CookieOptions
-	Now                func() time.Time // defaults to time.Now; used for ejection
+	// Eject configures passive ejection on failures seen on real traffic.
+	Eject EjectOptions
+	// Cookie holds the sticky-cookie signing keys (Mode Cookie).
+	Cookie CookieOptions
+	Now    func() time.Time // defaults to time.Now; used for ejection
 	// StartUnhealthy makes every new backend unavailable until something
 	// (the active health checker) calls SetHealthy(true): with active
 	// checks configured, a backend is never sent clients before it has

@@ -169,8 +169,10 @@ func (t *TLS) Version() uint16 {
 // Certificate is one certificate chain and its private key, both PEM.
 // Relative paths are resolved against the configuration file's directory.
 type Certificate struct {
+	// CertFile holds the leaf first, then its intermediates.
 	CertFile string `yaml:"cert_file"`
-	KeyFile  string `yaml:"key_file"`
+	// KeyFile holds the leaf's private key.
+	KeyFile string `yaml:"key_file"`
 }
 
 // SessionTickets configures TLS session-ticket keys. Resumption fails when
@@ -333,8 +335,11 @@ type PassiveEjection struct {
 // unlimited. Reconnect storms after a restart (mattermost-webapp#10960)
 // are what the per-client-IP rate is for.
 type PoolLimits struct {
-	MaxConnections             int64   `yaml:"max_connections"`
-	MaxConnectionsPerBackend   int64   `yaml:"max_connections_per_backend"`
+	// MaxConnections caps the pool's connections and in-flight requests.
+	MaxConnections int64 `yaml:"max_connections"`
+	// MaxConnectionsPerBackend caps each backend (HAProxy: server maxconn).
+	MaxConnectionsPerBackend int64 `yaml:"max_connections_per_backend"`
+	// MaxConnectionsPerClientIP caps one client address (IPv6: its /64).
 	MaxConnectionsPerClientIP  int     `yaml:"max_connections_per_client_ip"`
 	ConnectionRatePerClientIP  float64 `yaml:"connection_rate_per_client_ip"`  // new connections per second
 	ConnectionBurstPerClientIP int     `yaml:"connection_burst_per_client_ip"` // default: the rate rounded up

@@ -69,8 +69,10 @@ type Options struct {
 // certificate right after the leaf, when it signed the leaf, is the issuer
 // used to check OCSP responses.
 type CertFiles struct {
+	// CertFile is the PEM chain, leaf first.
 	CertFile string
-	KeyFile  string
+	// KeyFile is the leaf's PEM private key.
+	KeyFile string
 }
 
 // TicketOptions configures session tickets (TLS 1.2, RFC 5077) and PSK
