@@ -78,6 +78,17 @@ func (g *registry) wait(ctx context.Context) error {
 	}
 }
 
+// appendAll appends every registered connection to buf, so that callers
+// can act on them without the lock (closing one takes it).
+func (g *registry) appendAll(buf []*wsConn) []*wsConn {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for c := range g.conns {
+		buf = append(buf, c)
+	}
+	return buf
+}
+
 func (g *registry) each(f func(c *wsConn)) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -113,7 +124,9 @@ func (s *Server) Drain(ctx context.Context, window time.Duration) {
 	if s.reg.wait(ctx) == nil {
 		return
 	}
-	s.reg.each(func(c *wsConn) { c.closeBoth("shutdown") })
+	for _, c := range s.reg.appendAll(nil) {
+		c.closeBoth("shutdown")
+	}
 	s.reg.wait(context.Background())
 }
 

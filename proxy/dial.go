@@ -142,7 +142,12 @@ func (s *Server) handshake(ctx context.Context, p *Pool, b *balance.Backend, hea
 		conn.Close()
 		return nil, fmt.Errorf("backend %s: write handshake: %w", b.ID(), err)
 	}
-	br := bufio.NewReaderSize(conn, 4096)
+	br := s.getReader(conn)
+	// Pooled: a fresh 4 KiB reader per connection is garbage the collector
+	// keeps as headroom (see doc.go), and the handshake needs it only here.
+	// Nothing read from br outlives this function (a 101 has no body; a
+	// relayed body is read below).
+	defer s.putReader(br)
 	resp, err := http.ReadResponse(br, nil)
 	if err != nil {
 		conn.Close()
@@ -174,6 +179,19 @@ func (s *Server) handshake(ctx context.Context, p *Pool, b *balance.Backend, hea
 		bc.buffered = append([]byte(nil), bc.buffered...)
 	}
 	return bc, nil
+}
+
+func (s *Server) getReader(r io.Reader) *bufio.Reader {
+	if br, ok := s.readers.Get().(*bufio.Reader); ok {
+		br.Reset(r)
+		return br
+	}
+	return bufio.NewReaderSize(r, 4096)
+}
+
+func (s *Server) putReader(br *bufio.Reader) {
+	br.Reset(nil)
+	s.readers.Put(br)
 }
 
 // relayResponse sends a backend's non-101 answer to an upgrade request to

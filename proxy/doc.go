@@ -15,10 +15,66 @@
 //	dial.go       pick, dial, backend handshake, retries, non-101 relay
 //	hijack.go     101 to the client, buffered bytes on both sides, splice start
 //	splice.go     two directions, readiness waits without buffers, half-close
+//	listener.go   WrapListener: accepted conns the splice can take over later
+//	splice_ready_linux.go, sock_linux.go, poll_linux.go
+//	              the readiness-driven splice: no goroutine per idle connection
 //	frame.go      RFC 6455 §5.2 frame-header tracking for boundary-safe closes
 //	conns.go      live-connection registry, Drain, CloseBackend
 //	http.go       plain HTTP leg (long-polling transports) over fasthttp
 //	proxyproto.go PROXY protocol v1/v2 listener wrapper for trusted peers
+//
+// # Two splices
+//
+// A connection accepted through WrapListener (cmd/edge wraps every
+// listener, under tls.NewListener) is spliced without any goroutine of its
+// own on Linux; any other connection, and every connection elsewhere, is
+// spliced by two goroutines (splice.go). Both keep the same behaviour:
+// half-close, idle and write timeouts, close frames between two frames on
+// drain, one access line and one Observer event per connection. The
+// readiness-driven splice exists for memory: a parked goroutine costs at
+// least 4 KiB of stack, two per connection rule out being leaner per idle
+// connection than HAProxy.
+//
+// Readiness-driven splice. After the upgrade both sockets are taken over:
+// their descriptors are duplicated, the Go conns (and their runtime poll
+// descriptors) closed, and the duplicates registered edge-triggered in the
+// Server's epoll instance. One goroutine waits in epoll_wait and runs the
+// connections that became readable or writable inline: every read and
+// write is non-blocking, so a run costs only the bytes it moves. A run
+// borrows a 16 KiB buffer, reads until the source would block, writes to
+// the other side, and returns the buffer; an idle connection holds no
+// buffer and no goroutine. One run per connection at a time (an atomic
+// idle/busy/again state: whoever finds it idle runs it, others ask for one
+// more run), so writes are never reordered and no wake-up is lost; a run
+// moves at most 1 MiB per direction before yielding to other connections.
+//
+// TLS. crypto/tls sees an edgeConn from the handshake on (a tls.Conn's
+// transport cannot be swapped later). Until the takeover it is the
+// accepted conn; afterwards its reads return a Temporary net.Error instead
+// of blocking, which crypto/tls survives with its record state intact, and
+// its writes never fail while the socket lives: what the socket does not
+// take is queued (a queue exists only while non-empty), flushed on
+// writability, and pauses the direction feeding it until it drains
+// (backpressure). crypto/tls makes any write error permanent, so a
+// would-block must never reach it. TLS close_notify and key updates take
+// the same path. Bytes crypto/tls or the PROXY reader already buffered are
+// never reported by epoll: a run of both directions follows the takeover.
+//
+// Timeouts. A per-Server sweeper, ticking every second (or a quarter of
+// the smallest idle or write timeout), closes connections idle for longer
+// than IdleTimeout and connections whose queue has not drained within
+// WriteTimeout (a half-open client, traefik#10627): cheaper than a timer
+// per connection, the activity timestamp is stored by the data path
+// anyway. After a burst of new connections it also forces one collection
+// (runtime/debug.FreeOSMemory): each TLS handshake leaves garbage the
+// collector keeps as headroom, about as much as the live heap.
+//
+// Close order: a socket leaves the epoll set before its descriptor is
+// closed, and events carry never-reused connection ids, so an event for a
+// reused descriptor number cannot reach another connection.
+//
+// Known limit: crypto/tls never shrinks its read buffer, so a connection
+// that once received a 16 KiB record keeps that much.
 //
 // Unknown hosts without a default route are answered 421 Misdirected Request
 // (RFC 9110 §15.5.20): the request reached a server that is not configured

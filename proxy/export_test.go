@@ -10,3 +10,14 @@ func (s *Server) closeRequested() int {
 	})
 	return n
 }
+
+// readyConns reports how many live connections the readiness-driven splice runs.
+func (s *Server) readyConns() int {
+	n := 0
+	s.reg.each(func(c *wsConn) {
+		if c.rd.on {
+			n++
+		}
+	})
+	return n
+}

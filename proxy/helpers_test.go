@@ -43,7 +43,7 @@ func startBackend(t *testing.T, id string) *testbackend.Server {
 }
 
 // newPool builds a Pool over members id=addr.
-func newPool(t *testing.T, name string, mode balance.Mode, addrs map[string]string) *Pool {
+func newPool(t testing.TB, name string, mode balance.Mode, addrs map[string]string) *Pool {
 	t.Helper()
 	bp, err := balance.NewPool(balance.PoolOptions{Name: name, Mode: mode, Cookie: balance.CookieOptions{Keys: [][]byte{[]byte("0123456789abcdef0123456789abcdef")}}})
 	if err != nil {
@@ -127,7 +127,7 @@ type edgeConfig struct {
 	wrap              func(net.Listener) net.Listener
 }
 
-func startEdge(t *testing.T, cfg edgeConfig) *edge {
+func startEdge(t testing.TB, cfg edgeConfig) *edge {
 	t.Helper()
 	e := &edge{tls: cfg.tls, obs: newRecorder()}
 	if cfg.opts.Observer == nil {
@@ -148,6 +148,9 @@ func startEdge(t *testing.T, cfg edgeConfig) *edge {
 	e.addr = ln.Addr().String()
 	if cfg.wrap != nil {
 		ln = cfg.wrap(ln)
+	}
+	if !goroutinePath(t) {
+		ln = WrapListener(ln)
 	}
 	cfg.lo.TLS = cfg.tls
 	if cfg.tls {
@@ -177,6 +180,35 @@ func startEdge(t *testing.T, cfg edgeConfig) *edge {
 		<-done
 	})
 	return e
+}
+
+// Splice paths: "readiness" (listener wrapped by WrapListener, the
+// default) and "goroutines" (plain listener, two goroutines per
+// connection). forEachPath runs f as a subtest per path; startEdge reads
+// the path from the subtest name.
+var splicePaths = []string{"readiness", "goroutines"}
+
+func forEachPath(t *testing.T, f func(t *testing.T)) {
+	t.Helper()
+	for _, p := range splicePaths {
+		t.Run(p, f)
+	}
+}
+
+// goroutinePath reports whether t runs under forEachPath's "goroutines".
+func goroutinePath(t testing.TB) bool {
+	for _, part := range strings.Split(t.Name(), "/") {
+		if part == "goroutines" {
+			return true
+		}
+	}
+	return false
+}
+
+// readinessExpected reports whether connections of t's edge should be
+// readiness-driven.
+func readinessExpected(t testing.TB) bool {
+	return readinessOn && runtime.GOOS == "linux" && !goroutinePath(t)
 }
 
 // url returns the WebSocket URL of path on the edge.
@@ -358,7 +390,7 @@ func closedPort(t *testing.T) string {
 }
 
 // selfSigned makes a certificate for edge.test and a pool trusting it.
-func selfSigned(t *testing.T) (tls.Certificate, *x509.CertPool) {
+func selfSigned(t testing.TB) (tls.Certificate, *x509.CertPool) {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {

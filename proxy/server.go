@@ -104,14 +104,24 @@ type Server struct {
 	poolMu   sync.Mutex
 	poolUse  map[string]*atomic.Int64 // per pool name, kept across reloads
 
-	ctx    context.Context // ends when the Server is closed
-	cancel context.CancelFunc
-	bufs   sync.Pool // *[]byte of bufSize
-	small  sync.Pool // *[]byte of smallBufSize
+	ctx     context.Context // ends when the Server is closed
+	cancel  context.CancelFunc
+	bufs    sync.Pool // *[]byte of bufSize
+	small   sync.Pool // *[]byte of smallBufSize
+	readers sync.Pool // *bufio.Reader for backend handshakes
 
 	reg      registry
 	draining atomic.Bool
 	hc       hostClients
+
+	// Readiness-driven splice (Linux): the epoll poller and the sweeper of
+	// idle and write timeouts, started on first use, stopped by Close.
+	pollMu     sync.Mutex
+	poll       *poller
+	pollClosed bool
+	sweepEvery atomic.Int64 // nanoseconds
+	readyAdds  atomic.Int64 // readiness-driven connections ever started
+	sweepDone  chan struct{}
 }
 
 // New returns a Server for the routes in opts.
@@ -164,7 +174,14 @@ func (s *Server) Close() error {
 	s.reg.closed = true
 	s.reg.mu.Unlock()
 	s.cancel()
+	// Readiness-driven connections have no goroutine watching s.ctx.
+	for _, c := range s.reg.appendAll(nil) {
+		if c.rd.on {
+			c.closeBoth("shutdown")
+		}
+	}
 	s.reg.wait(context.Background())
+	s.stopPoller()
 	s.hc.closeAll()
 	return nil
 }

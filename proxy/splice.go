@@ -57,10 +57,12 @@ type wsConn struct {
 	last      atomic.Int64 // unix nanos of the last byte read either way
 	in, out   atomic.Int64
 
-	// b2c state, owned by the backend->client goroutine.
+	// b2c state, owned by the backend->client goroutine (or the runner).
 	frames       frameTracker
 	closeNoticed bool
 	closeSent    bool
+
+	rd readyState // readiness-driven splice only
 }
 
 func newWSConn(s *Server, x *exchange, client net.Conn, bc *backendConn) *wsConn {
@@ -73,6 +75,9 @@ func newWSConn(s *Server, x *exchange, client net.Conn, bc *backendConn) *wsConn
 // start registers the connection and runs it on its own goroutines, so the
 // net/http goroutine (with its grown stack) ends now.
 func (c *wsConn) start(head, clientBuffered []byte, backendBuffered []byte) {
+	if c.startReady(head, clientBuffered, backendBuffered) {
+		return
+	}
 	if !c.s.reg.add(c) {
 		c.closeBoth("shutdown")
 		c.finish()
@@ -99,6 +104,10 @@ func (c *wsConn) getReason() string {
 // closeBoth closes both sockets once; every parked read and write returns.
 func (c *wsConn) closeBoth(reason string) {
 	c.setReason(reason)
+	if c.rd.on {
+		c.closeReady()
+		return
+	}
 	c.closeOnce.Do(func() {
 		c.client.Close()
 		c.backend.Close()
@@ -112,6 +121,10 @@ func (c *wsConn) closeBoth(reason string) {
 func (c *wsConn) requestClose(code int, reason string) {
 	if c.closeCode.CompareAndSwap(0, int32(code)) {
 		c.setReason(reason)
+		if c.rd.on {
+			c.kick()
+			return
+		}
 		c.backend.SetReadDeadline(aLongTimeAgo)
 	}
 }
@@ -201,15 +214,18 @@ func (c *wsConn) run(head, clientBuffered, backendBuffered []byte) {
 
 // finish releases everything the connection held and writes its log line.
 func (c *wsConn) finish() {
-	c.cancel()
+	if c.cancel != nil {
+		c.cancel()
+	}
 	c.s.reg.remove(c)
 	c.be.Release()
 	x := c.x
 	x.release()
 	x.reason = c.getReason()
 	x.in, x.out = c.in.Load(), c.out.Load()
-	c.s.obs.ConnClosed(x.routeName(), c.be.ID(), x.reason, c.s.now().Sub(x.start), x.in, x.out)
+	// The access line goes first: whoever waits for ConnClosed then finds it.
 	x.logAccess()
+	c.s.obs.ConnClosed(x.routeName(), c.be.ID(), x.reason, c.s.now().Sub(x.start), x.in, x.out)
 }
 
 // writeReason names a failed write.

@@ -21,36 +21,38 @@ import (
 
 // TestSpoofedForwardedForDiscarded (gorouter#179), end to end.
 func TestSpoofedForwardedForDiscarded(t *testing.T) {
-	for _, tc := range []struct {
-		name    string
-		trusted []string
-		wantXFF string
-		wantIP  string
-	}{
-		{"untrusted peer", nil, "127.0.0.1", "127.0.0.1"},
-		{"trusted peer", []string{"127.0.0.0/8"}, "1.2.3.4, 127.0.0.1", "1.2.3.4"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			e, _ := oneBackendEdge(t, false, func(_ *Pool, cfg *edgeConfig) {
-				cfg.lo.TrustedProxies = mustPrefixes(tc.trusted...)
-				cfg.lo.Forwarded = true
+	forEachPath(t, func(t *testing.T) {
+		for _, tc := range []struct {
+			name    string
+			trusted []string
+			wantXFF string
+			wantIP  string
+		}{
+			{"untrusted peer", nil, "127.0.0.1", "127.0.0.1"},
+			{"trusted peer", []string{"127.0.0.0/8"}, "1.2.3.4, 127.0.0.1", "1.2.3.4"},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				e, _ := oneBackendEdge(t, false, func(_ *Pool, cfg *edgeConfig) {
+					cfg.lo.TrustedProxies = mustPrefixes(tc.trusted...)
+					cfg.lo.Forwarded = true
+				})
+				c, _ := e.dialWS(t, "/", http.Header{"X-Forwarded-For": {"1.2.3.4"}, "X-Real-Ip": {"1.2.3.4"}})
+				h := askHeaders(t, c)
+				if got := strings.Join(h["X-Forwarded-For"], ", "); got != tc.wantXFF {
+					t.Errorf("X-Forwarded-For: got %q, want %q", got, tc.wantXFF)
+				}
+				if got := strings.Join(h["X-Real-Ip"], ","); got != tc.wantIP {
+					t.Errorf("X-Real-Ip: got %q, want %q", got, tc.wantIP)
+				}
+				if got := strings.Join(h["Forwarded"], ","); !strings.HasPrefix(got, "for=127.0.0.1;proto=http;host=") {
+					t.Errorf("Forwarded: got %q", got)
+				}
+				if got := strings.Join(h["Sec-Websocket-Key"], ","); got == "" {
+					t.Errorf("Sec-WebSocket-Key not passed through: %v", h)
+				}
 			})
-			c, _ := e.dialWS(t, "/", http.Header{"X-Forwarded-For": {"1.2.3.4"}, "X-Real-Ip": {"1.2.3.4"}})
-			h := askHeaders(t, c)
-			if got := strings.Join(h["X-Forwarded-For"], ", "); got != tc.wantXFF {
-				t.Errorf("X-Forwarded-For: got %q, want %q", got, tc.wantXFF)
-			}
-			if got := strings.Join(h["X-Real-Ip"], ","); got != tc.wantIP {
-				t.Errorf("X-Real-Ip: got %q, want %q", got, tc.wantIP)
-			}
-			if got := strings.Join(h["Forwarded"], ","); !strings.HasPrefix(got, "for=127.0.0.1;proto=http;host=") {
-				t.Errorf("Forwarded: got %q", got)
-			}
-			if got := strings.Join(h["Sec-Websocket-Key"], ","); got == "" {
-				t.Errorf("Sec-WebSocket-Key not passed through: %v", h)
-			}
-		})
-	}
+		}
+	})
 }
 
 // flushConn collects writes while hold is set and sends them in one write.
@@ -83,143 +85,151 @@ func (f *flushConn) flush() error {
 // stays inside crypto/tls, where no readiness event will ever report it,
 // so the splice must drain it before waiting.
 func TestTLSBufferedRecords(t *testing.T) {
-	e, _ := oneBackendEdge(t, true, nil)
-	raw, err := net.Dial("tcp", e.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer raw.Close()
-	fc := &flushConn{Conn: raw}
-	c := tls.Client(fc, e.tlsConfig())
-	if err := c.Handshake(); err != nil {
-		t.Fatal(err)
-	}
-	fc.mu.Lock()
-	fc.hold = true
-	fc.mu.Unlock()
-	io.WriteString(c, rawUpgrade("/", "x"))
-	c.Write(maskedFrame(1, []byte("whoami")))
-	if err := fc.flush(); err != nil {
-		t.Fatal(err)
-	}
-	c.SetReadDeadline(time.Now().Add(5 * time.Second))
-	br := bufio.NewReader(c)
-	if resp, err := http.ReadResponse(br, nil); err != nil || resp.StatusCode != 101 {
-		t.Fatalf("handshake: %v %v", resp, err)
-	}
-	if _, p := readFrame(t, br); string(p) != "b1" {
-		t.Fatalf("got %q, want b1", p)
-	}
+	forEachPath(t, func(t *testing.T) {
+		e, _ := oneBackendEdge(t, true, nil)
+		raw, err := net.Dial("tcp", e.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer raw.Close()
+		fc := &flushConn{Conn: raw}
+		c := tls.Client(fc, e.tlsConfig())
+		if err := c.Handshake(); err != nil {
+			t.Fatal(err)
+		}
+		fc.mu.Lock()
+		fc.hold = true
+		fc.mu.Unlock()
+		io.WriteString(c, rawUpgrade("/", "x"))
+		c.Write(maskedFrame(1, []byte("whoami")))
+		if err := fc.flush(); err != nil {
+			t.Fatal(err)
+		}
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		br := bufio.NewReader(c)
+		if resp, err := http.ReadResponse(br, nil); err != nil || resp.StatusCode != 101 {
+			t.Fatalf("handshake: %v %v", resp, err)
+		}
+		if _, p := readFrame(t, br); string(p) != "b1" {
+			t.Fatalf("got %q, want b1", p)
+		}
+	})
 }
 
 // TestDrainBetweenFrames: a close requested while a backend frame is half
 // sent goes out after that frame, never inside it.
 func TestDrainBetweenFrames(t *testing.T) {
-	rest := make(chan struct{})
-	addr := rawBackend(t, func(c net.Conn) {
+	forEachPath(t, func(t *testing.T) {
+		rest := make(chan struct{})
+		addr := rawBackend(t, func(c net.Conn) {
+			br := bufio.NewReader(c)
+			_, resp := readUpgrade(t, br)
+			payload := bytes.Repeat([]byte{'a'}, 100)
+			c.Write(append(append([]byte(resp), 0x82, 100), payload[:50]...))
+			<-rest
+			c.Write(payload[50:])
+			c.Write([]byte{0x81, 5, 'l', 'a', 't', 'e', 'r'}) // after the close: dropped
+			io.Copy(io.Discard, br)
+		})
+		p := newPool(t, "raw", balance.LeastConn, map[string]string{"raw": addr})
+		e := startEdge(t, edgeConfig{opts: Options{Routes: []Route{{Default: true, Pool: p}}}})
+		c := e.rawConn(t)
+		io.WriteString(c, rawUpgrade("/", "x"))
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
 		br := bufio.NewReader(c)
-		_, resp := readUpgrade(t, br)
-		payload := bytes.Repeat([]byte{'a'}, 100)
-		c.Write(append(append([]byte(resp), 0x82, 100), payload[:50]...))
-		<-rest
-		c.Write(payload[50:])
-		c.Write([]byte{0x81, 5, 'l', 'a', 't', 'e', 'r'}) // after the close: dropped
-		io.Copy(io.Discard, br)
+		if resp, err := http.ReadResponse(br, nil); err != nil || resp.StatusCode != 101 {
+			t.Fatalf("handshake: %v %v", resp, err)
+		}
+		head := make([]byte, 52)
+		if _, err := io.ReadFull(br, head); err != nil {
+			t.Fatalf("first half: %v", err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		go e.srv.Drain(ctx, 0)
+		waitFor(t, "close request", func() bool { return e.srv.closeRequested() == 1 })
+		close(rest)
+		tail := make([]byte, 50)
+		if _, err := io.ReadFull(br, tail); err != nil || !bytes.Equal(tail, bytes.Repeat([]byte{'a'}, 50)) {
+			t.Fatalf("second half: got %q %v", tail, err)
+		}
+		op, pl := readFrame(t, br)
+		if op != opClose || int(pl[0])<<8|int(pl[1]) != CloseGoingAway {
+			t.Fatalf("after the frame: got opcode %d %q, want close 1001", op, pl)
+		}
+		// The client's close reply still reaches the backend, which ends.
+		c.Write(maskedFrame(opClose, []byte{0x03, 0xe9}))
+		if b, _ := io.ReadAll(br); len(b) != 0 {
+			t.Fatalf("after close: got %q, want nothing", b)
+		}
 	})
-	p := newPool(t, "raw", balance.LeastConn, map[string]string{"raw": addr})
-	e := startEdge(t, edgeConfig{opts: Options{Routes: []Route{{Default: true, Pool: p}}}})
-	c := e.rawConn(t)
-	io.WriteString(c, rawUpgrade("/", "x"))
-	c.SetReadDeadline(time.Now().Add(5 * time.Second))
-	br := bufio.NewReader(c)
-	if resp, err := http.ReadResponse(br, nil); err != nil || resp.StatusCode != 101 {
-		t.Fatalf("handshake: %v %v", resp, err)
-	}
-	head := make([]byte, 52)
-	if _, err := io.ReadFull(br, head); err != nil {
-		t.Fatalf("first half: %v", err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	go e.srv.Drain(ctx, 0)
-	waitFor(t, "close request", func() bool { return e.srv.closeRequested() == 1 })
-	close(rest)
-	tail := make([]byte, 50)
-	if _, err := io.ReadFull(br, tail); err != nil || !bytes.Equal(tail, bytes.Repeat([]byte{'a'}, 50)) {
-		t.Fatalf("second half: got %q %v", tail, err)
-	}
-	op, pl := readFrame(t, br)
-	if op != opClose || int(pl[0])<<8|int(pl[1]) != CloseGoingAway {
-		t.Fatalf("after the frame: got opcode %d %q, want close 1001", op, pl)
-	}
-	// The client's close reply still reaches the backend, which ends.
-	c.Write(maskedFrame(opClose, []byte{0x03, 0xe9}))
-	if b, _ := io.ReadAll(br); len(b) != 0 {
-		t.Fatalf("after close: got %q, want nothing", b)
-	}
 }
 
 func TestProxyProtocol(t *testing.T) {
-	for _, tc := range []struct {
-		name    string
-		trusted []string
-		header  bool
-		wantOK  bool
-		wantIP  string
-	}{
-		{"trusted with header", []string{"127.0.0.0/8"}, true, true, "192.0.2.10"},
-		{"trusted without header", []string{"127.0.0.0/8"}, false, true, "127.0.0.1"},
-		{"untrusted with header", []string{"10.0.0.0/8"}, true, false, ""},
-		{"untrusted without header", []string{"10.0.0.0/8"}, false, true, "127.0.0.1"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			e, _ := oneBackendEdge(t, false, func(_ *Pool, cfg *edgeConfig) {
-				cfg.wrap = func(l net.Listener) net.Listener {
-					return ListenProxyProtocol(l, mustPrefixes(tc.trusted...), time.Second)
+	forEachPath(t, func(t *testing.T) {
+		for _, tc := range []struct {
+			name    string
+			trusted []string
+			header  bool
+			wantOK  bool
+			wantIP  string
+		}{
+			{"trusted with header", []string{"127.0.0.0/8"}, true, true, "192.0.2.10"},
+			{"trusted without header", []string{"127.0.0.0/8"}, false, true, "127.0.0.1"},
+			{"untrusted with header", []string{"10.0.0.0/8"}, true, false, ""},
+			{"untrusted without header", []string{"10.0.0.0/8"}, false, true, "127.0.0.1"},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				e, _ := oneBackendEdge(t, false, func(_ *Pool, cfg *edgeConfig) {
+					cfg.wrap = func(l net.Listener) net.Listener {
+						return ListenProxyProtocol(l, mustPrefixes(tc.trusted...), time.Second)
+					}
+				})
+				c := e.rawConn(t)
+				if tc.header {
+					h := proxyproto.HeaderProxyFromAddrs(2, &net.TCPAddr{IP: net.ParseIP("192.0.2.10"), Port: 4000}, &net.TCPAddr{IP: net.ParseIP("192.0.2.1"), Port: 443})
+					if _, err := h.WriteTo(c); err != nil {
+						t.Fatal(err)
+					}
 				}
-			})
-			c := e.rawConn(t)
-			if tc.header {
-				h := proxyproto.HeaderProxyFromAddrs(2, &net.TCPAddr{IP: net.ParseIP("192.0.2.10"), Port: 4000}, &net.TCPAddr{IP: net.ParseIP("192.0.2.1"), Port: 443})
-				if _, err := h.WriteTo(c); err != nil {
+				io.WriteString(c, "GET /headers HTTP/1.1\r\nHost: x\r\n\r\n")
+				c.SetReadDeadline(time.Now().Add(5 * time.Second))
+				resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+				if !tc.wantOK {
+					if err == nil {
+						t.Fatalf("got %d, want the connection closed", resp.StatusCode)
+					}
+					return
+				}
+				if err != nil {
 					t.Fatal(err)
 				}
-			}
-			io.WriteString(c, "GET /headers HTTP/1.1\r\nHost: x\r\n\r\n")
-			c.SetReadDeadline(time.Now().Add(5 * time.Second))
-			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
-			if !tc.wantOK {
-				if err == nil {
-					t.Fatalf("got %d, want the connection closed", resp.StatusCode)
+				body, _ := io.ReadAll(resp.Body)
+				if !strings.Contains(string(body), `"X-Real-Ip":["`+tc.wantIP+`"]`) {
+					t.Fatalf("backend saw %s, want X-Real-Ip %s", body, tc.wantIP)
 				}
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			body, _ := io.ReadAll(resp.Body)
-			if !strings.Contains(string(body), `"X-Real-Ip":["`+tc.wantIP+`"]`) {
-				t.Fatalf("backend saw %s, want X-Real-Ip %s", body, tc.wantIP)
-			}
-		})
-	}
+			})
+		}
+	})
 }
 
 // TestProxyProtocolSlowHeader: a trusted peer trickling a PROXY header is
 // cut off at the header timeout.
 func TestProxyProtocolSlowHeader(t *testing.T) {
-	e, _ := oneBackendEdge(t, false, func(_ *Pool, cfg *edgeConfig) {
-		cfg.wrap = func(l net.Listener) net.Listener {
-			return ListenProxyProtocol(l, mustPrefixes("127.0.0.0/8"), 200*time.Millisecond)
+	forEachPath(t, func(t *testing.T) {
+		e, _ := oneBackendEdge(t, false, func(_ *Pool, cfg *edgeConfig) {
+			cfg.wrap = func(l net.Listener) net.Listener {
+				return ListenProxyProtocol(l, mustPrefixes("127.0.0.0/8"), 200*time.Millisecond)
+			}
+			cfg.readHeaderTimeout = 300 * time.Millisecond
+		})
+		c := e.rawConn(t)
+		io.WriteString(c, "PROXY TCP4 192.0.2.10 ")
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if _, err := io.ReadAll(c); err != nil && !isClosed(err) {
+			t.Fatalf("got %v, want the connection closed", err)
 		}
-		cfg.readHeaderTimeout = 300 * time.Millisecond
 	})
-	c := e.rawConn(t)
-	io.WriteString(c, "PROXY TCP4 192.0.2.10 ")
-	c.SetReadDeadline(time.Now().Add(5 * time.Second))
-	if _, err := io.ReadAll(c); err != nil && !isClosed(err) {
-		t.Fatalf("got %v, want the connection closed", err)
-	}
 }
 
 // logCounter counts access-log records.
@@ -240,46 +250,50 @@ func (l *logCounter) WithGroup(string) slog.Handler      { return l }
 func (l *logCounter) count() int                         { l.mu.Lock(); defer l.mu.Unlock(); return len(l.recs) }
 
 func TestAccessLogOneLine(t *testing.T) {
-	lc := &logCounter{}
-	e, _ := oneBackendEdge(t, false, func(_ *Pool, cfg *edgeConfig) { cfg.opts.AccessLog = slog.New(lc) })
-	c, _ := e.dialWS(t, "/", nil)
-	ask(t, c, "x")
-	c.Close()
-	e.obs.waitClosed(t)
-	resp, err := e.httpClient().Get(e.httpURL("/whoami"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	_, resp, _ = e.dialer().Dial(e.url("/reject"), nil)
-	if resp == nil || resp.StatusCode != 403 {
-		t.Fatalf("reject: got %v", resp)
-	}
-	if got, want := lc.count(), 3; got != want {
-		t.Fatalf("access lines: got %d, want %d", got, want)
-	}
-	attrs := map[string]string{}
-	lc.recs[0].Attrs(func(a slog.Attr) bool { attrs[a.Key] = a.Value.String(); return true })
-	for _, k := range []string{"client", "route", "backend", "status", "dur", "bytes_in", "bytes_out", "reason"} {
-		if _, ok := attrs[k]; !ok {
-			t.Errorf("access line lacks %q: %v", k, attrs)
+	forEachPath(t, func(t *testing.T) {
+		lc := &logCounter{}
+		e, _ := oneBackendEdge(t, false, func(_ *Pool, cfg *edgeConfig) { cfg.opts.AccessLog = slog.New(lc) })
+		c, _ := e.dialWS(t, "/", nil)
+		ask(t, c, "x")
+		c.Close()
+		e.obs.waitClosed(t)
+		resp, err := e.httpClient().Get(e.httpURL("/whoami"))
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
-	if attrs["status"] != "101" || attrs["reason"] != "client_closed" || attrs["backend"] != "b1" {
-		t.Errorf("ws line: %v", attrs)
-	}
+		resp.Body.Close()
+		_, resp, _ = e.dialer().Dial(e.url("/reject"), nil)
+		if resp == nil || resp.StatusCode != 403 {
+			t.Fatalf("reject: got %v", resp)
+		}
+		if got, want := lc.count(), 3; got != want {
+			t.Fatalf("access lines: got %d, want %d", got, want)
+		}
+		attrs := map[string]string{}
+		lc.recs[0].Attrs(func(a slog.Attr) bool { attrs[a.Key] = a.Value.String(); return true })
+		for _, k := range []string{"client", "route", "backend", "status", "dur", "bytes_in", "bytes_out", "reason"} {
+			if _, ok := attrs[k]; !ok {
+				t.Errorf("access line lacks %q: %v", k, attrs)
+			}
+		}
+		if attrs["status"] != "101" || attrs["reason"] != "client_closed" || attrs["backend"] != "b1" {
+			t.Errorf("ws line: %v", attrs)
+		}
+	})
 }
 
 // TestCloseBackend: connections on a leaving backend get close 1012.
 func TestCloseBackend(t *testing.T) {
-	e, _ := oneBackendEdge(t, false, nil)
-	c, _ := e.dialWS(t, "/", nil)
-	ask(t, c, "x")
-	if got := e.srv.CloseBackend("b1", CloseServiceRestart, 0); got != 1 {
-		t.Fatalf("CloseBackend: got %d, want 1", got)
-	}
-	c.SetReadDeadline(time.Now().Add(5 * time.Second))
-	if _, _, err := c.ReadMessage(); !websocket.IsCloseError(err, CloseServiceRestart) {
-		t.Fatalf("got %v, want close 1012", err)
-	}
+	forEachPath(t, func(t *testing.T) {
+		e, _ := oneBackendEdge(t, false, nil)
+		c, _ := e.dialWS(t, "/", nil)
+		ask(t, c, "x")
+		if got := e.srv.CloseBackend("b1", CloseServiceRestart, 0); got != 1 {
+			t.Fatalf("CloseBackend: got %d, want 1", got)
+		}
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if _, _, err := c.ReadMessage(); !websocket.IsCloseError(err, CloseServiceRestart) {
+			t.Fatalf("got %v, want close 1012", err)
+		}
+	})
 }

@@ -347,6 +347,7 @@ func (e *edge) buildListener(cfg *conf.Config, lc conf.Listener) (*listener, err
 	if lc.ProxyProtocol.Enabled {
 		ln = proxy.ListenProxyProtocol(ln, lc.ProxyProtocol.Trusted, lc.ProxyProtocol.Timeout.Std())
 	}
+	ln = proxy.WrapListener(ln)
 	var tlsCfg *tls.Config
 	if l.term != nil {
 		tlsCfg = l.term.TLSConfig()

@@ -1,0 +1,170 @@
+package proxy
+
+import (
+	"crypto/tls"
+	"net"
+	"time"
+
+	"github.com/pires/go-proxyproto"
+)
+
+// readinessOn selects the readiness-driven splice (Linux) for connections
+// accepted through WrapListener; false keeps every connection on two
+// goroutines.
+const readinessOn = true
+
+// WrapListener returns l with connections that the readiness-driven splice
+// can take over after the upgrade (see doc.go). Apply it over
+// ListenProxyProtocol and under tls.NewListener: crypto/tls and net/http
+// must see the returned connections from the start, because a tls.Conn's
+// transport cannot be swapped afterwards.
+//
+// Until the takeover the connections behave exactly like the accepted ones
+// (blocking reads, deadlines), so the TLS handshake, PROXY header and HTTP
+// phase are unchanged. Connections accepted without the wrapper are spliced
+// by two goroutines instead.
+func WrapListener(l net.Listener) net.Listener { return &readyListener{Listener: l} }
+
+type readyListener struct{ net.Listener }
+
+func (l *readyListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return &edgeConn{Conn: c}, nil
+}
+
+// edgeConn is an accepted connection. Before the takeover every method
+// goes to the accepted conn; after it (Linux) the conn is closed and
+// dropped, reads and writes go to a sock that never blocks, and deadlines
+// are ignored: the splice enforces its own timeouts.
+type edgeConn struct {
+	net.Conn // nil after the takeover
+
+	s     *sock    // set by the takeover
+	pre   []byte   // bytes a layer below (PROXY reader) still held at takeover
+	raddr net.Addr // kept for logs; the local address is asked of the socket
+}
+
+func (c *edgeConn) Read(p []byte) (int, error) {
+	if c.s == nil {
+		return c.Conn.Read(p)
+	}
+	if len(c.pre) > 0 {
+		n := copy(p, c.pre)
+		c.pre = c.pre[n:]
+		if len(c.pre) == 0 {
+			c.pre = nil
+		}
+		return n, nil
+	}
+	return c.s.read(p)
+}
+
+// Write never reports a would-block after the takeover: what the socket
+// does not take is queued. crypto/tls turns any write error into a
+// permanent one (DATAPATH-NOTES), so only a dead socket is an error.
+func (c *edgeConn) Write(p []byte) (int, error) {
+	if c.s == nil {
+		return c.Conn.Write(p)
+	}
+	return c.s.write(p)
+}
+
+func (c *edgeConn) Close() error {
+	if c.s == nil {
+		return c.Conn.Close()
+	}
+	return c.s.close()
+}
+
+// CloseWrite sends a FIN, after the queued bytes once taken over.
+func (c *edgeConn) CloseWrite() error {
+	if c.s != nil {
+		return c.s.closeWrite()
+	}
+	switch v := c.Conn.(type) {
+	case interface{ CloseWrite() error }:
+		return v.CloseWrite()
+	case *proxyproto.Conn:
+		if tc, ok := v.TCPConn(); ok {
+			return tc.CloseWrite()
+		}
+	}
+	return nil
+}
+
+func (c *edgeConn) LocalAddr() net.Addr {
+	if c.s == nil {
+		return c.Conn.LocalAddr()
+	}
+	return c.s.localAddr()
+}
+
+func (c *edgeConn) RemoteAddr() net.Addr {
+	if c.s == nil {
+		return c.Conn.RemoteAddr()
+	}
+	return c.raddr
+}
+
+func (c *edgeConn) SetDeadline(t time.Time) error {
+	if c.s == nil {
+		return c.Conn.SetDeadline(t)
+	}
+	return nil
+}
+
+func (c *edgeConn) SetReadDeadline(t time.Time) error {
+	if c.s == nil {
+		return c.Conn.SetReadDeadline(t)
+	}
+	return nil
+}
+
+func (c *edgeConn) SetWriteDeadline(t time.Time) error {
+	if c.s == nil {
+		return c.Conn.SetWriteDeadline(t)
+	}
+	return nil
+}
+
+// NetConn returns the accepted conn (nil after the takeover), so the
+// two-goroutine splice finds the socket under it.
+func (c *edgeConn) NetConn() net.Conn { return c.Conn }
+
+// edgeConnOf finds our conn under a hijacked client connection.
+func edgeConnOf(c net.Conn) *edgeConn {
+	switch v := c.(type) {
+	case *edgeConn:
+		return v
+	case *tls.Conn:
+		ec, _ := v.NetConn().(*edgeConn)
+		return ec
+	}
+	return nil
+}
+
+// tcpOf returns the TCP socket under an accepted conn.
+func tcpOf(c net.Conn) *net.TCPConn {
+	switch v := c.(type) {
+	case *net.TCPConn:
+		return v
+	case *proxyproto.Conn:
+		tc, _ := v.TCPConn()
+		return tc
+	}
+	return nil
+}
+
+// wouldBlockError is what a taken-over socket returns instead of waiting.
+// crypto/tls keeps its record state across errors whose Temporary() is
+// true, so the next readiness event resumes a half-read record.
+type wouldBlockError struct{}
+
+func (wouldBlockError) Error() string   { return "socket would block" }
+func (wouldBlockError) Timeout() bool   { return true }
+func (wouldBlockError) Temporary() bool { return true }
+
+var errWouldBlock net.Error = wouldBlockError{}

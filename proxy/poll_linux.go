@@ -1,0 +1,213 @@
+package proxy
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Sweep periods of the idle and write-timeout sweeper.
+const (
+	maxSweep = time.Second
+	minSweep = 10 * time.Millisecond
+)
+
+// Memory return after churn: at least trimAfterConns new connections, then
+// trimQuiet without any, at most once per trimEvery.
+const (
+	trimAfterConns = 1000
+	trimQuiet      = 2 * time.Second
+	trimEvery      = time.Minute
+)
+
+// pumpBudget bounds the bytes one direction moves per run, so that one
+// busy connection cannot hold the poller goroutine from the others: past
+// it the connection is run again after the current batch of events.
+const pumpBudget = 1 << 20
+
+// poller is the Server's epoll instance and the goroutine blocked in
+// epoll_wait. Events carry a connection id (low bit: backend side) rather
+// than a descriptor number, and ids are never reused, so an event that
+// raced with a close finds no connection and is dropped.
+type poller struct {
+	epfd int
+	wake int // eventfd; its id is 0
+
+	mu    sync.RWMutex
+	conns map[uint64]*wsConn
+	next  uint64
+
+	// Connections that used up their budget (fairness, see pumpBudget)
+	// and still have bytes: run again after the current batch of events.
+	pendMu   sync.Mutex
+	pend     []*wsConn
+	stopping atomic.Bool
+
+	done chan struct{} // closed when run returns
+}
+
+func newPoller() (*poller, error) {
+	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		return nil, os.NewSyscallError("epoll_create1", err)
+	}
+	wake, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if err != nil {
+		unix.Close(epfd)
+		return nil, os.NewSyscallError("eventfd", err)
+	}
+	ev := unix.EpollEvent{Events: unix.EPOLLIN} // level-triggered: read in run
+	if err := unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, wake, &ev); err != nil {
+		unix.Close(wake)
+		unix.Close(epfd)
+		return nil, os.NewSyscallError("epoll_ctl", err)
+	}
+	return &poller{epfd: epfd, wake: wake, conns: map[uint64]*wsConn{}, done: make(chan struct{})}, nil
+}
+
+// add gives c an id; its client socket is watched as id, its backend as id|1.
+func (p *poller) add(c *wsConn) uint64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.next += 2
+	p.conns[p.next] = c
+	return p.next
+}
+
+func (p *poller) forget(id uint64) {
+	p.mu.Lock()
+	delete(p.conns, id)
+	p.mu.Unlock()
+}
+
+// watch registers fd edge-triggered: one event per change, drained by the
+// runner until the socket would block.
+func (p *poller) watch(fd int, id uint64) error {
+	ev := unix.EpollEvent{
+		Events: unix.EPOLLIN | unix.EPOLLOUT | unix.EPOLLRDHUP | unix.EPOLLET,
+		Fd:     int32(uint32(id)),
+		Pad:    int32(uint32(id >> 32)),
+	}
+	if err := unix.EpollCtl(p.epfd, unix.EPOLL_CTL_ADD, fd, &ev); err != nil {
+		return fmt.Errorf("epoll_ctl add fd %d: %w", fd, err)
+	}
+	return nil
+}
+
+func (p *poller) unwatch(fd int) {
+	unix.EpollCtl(p.epfd, unix.EPOLL_CTL_DEL, fd, nil)
+}
+
+// run waits for events and runs the connections they concern inline: all
+// socket work is non-blocking, so a batch costs only the work it carries.
+func (p *poller) run(log *slog.Logger) {
+	defer close(p.done)
+	evs := make([]unix.EpollEvent, 128)
+	var pend []*wsConn
+	for {
+		n, err := unix.EpollWait(p.epfd, evs, -1)
+		if err != nil {
+			if err == unix.EINTR {
+				continue
+			}
+			// Only a closed epoll descriptor gets here, and Close stops
+			// the poller after every connection ended.
+			log.Error("epoll_wait failed; readiness splice stopped", "err", err)
+			return
+		}
+		for i := range evs[:n] {
+			id := uint64(uint32(evs[i].Fd)) | uint64(uint32(evs[i].Pad))<<32
+			if id == 0 {
+				var b [8]byte
+				unix.Read(p.wake, b[:])
+				if p.stopping.Load() {
+					return
+				}
+				continue
+			}
+			p.mu.RLock()
+			c := p.conns[id&^1]
+			p.mu.RUnlock()
+			if c != nil {
+				c.readyEvent(id&1 == 1, evs[i].Events)
+			}
+		}
+		p.pendMu.Lock()
+		pend, p.pend = p.pend, pend[:0]
+		p.pendMu.Unlock()
+		for i, c := range pend {
+			c.kick()
+			pend[i] = nil
+		}
+	}
+}
+
+// again runs c once more after the current batch of events.
+func (p *poller) again(c *wsConn) {
+	p.pendMu.Lock()
+	first := len(p.pend) == 0
+	p.pend = append(p.pend, c)
+	p.pendMu.Unlock()
+	if first {
+		p.signal()
+	}
+}
+
+// signal wakes run (the eventfd's id is 0).
+func (p *poller) signal() {
+	one := [8]byte{1}
+	unix.Write(p.wake, one[:])
+}
+
+// stop ends run and releases the descriptors.
+func (p *poller) stop() {
+	p.stopping.Store(true)
+	p.signal()
+	<-p.done
+	unix.Close(p.wake)
+	unix.Close(p.epfd)
+}
+
+// getPoller returns the Server's poller, started on first use; nil once
+// the Server is closed or when epoll is unavailable (two goroutines then).
+func (s *Server) getPoller() *poller {
+	s.pollMu.Lock()
+	defer s.pollMu.Unlock()
+	if s.pollClosed {
+		return nil
+	}
+	if s.poll == nil {
+		p, err := newPoller()
+		if err != nil {
+			s.log.Error("readiness splice unavailable", "err", err)
+			s.pollClosed = true
+			return nil
+		}
+		s.poll = p
+		s.sweepEvery.Store(int64(maxSweep))
+		s.sweepDone = make(chan struct{})
+		go p.run(s.log)
+		go s.sweeper(s.ctx, s.sweepDone)
+	}
+	return s.poll
+}
+
+// stopPoller stops the poller and the sweeper; no connection uses them
+// any more when it is called.
+func (s *Server) stopPoller() {
+	s.pollMu.Lock()
+	s.pollClosed = true
+	p, done := s.poll, s.sweepDone
+	s.poll = nil
+	s.pollMu.Unlock()
+	if p == nil {
+		return
+	}
+	p.stop()
+	<-done
+}

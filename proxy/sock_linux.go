@@ -1,0 +1,286 @@
+package proxy
+
+import (
+	"errors"
+	"io"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// errNoSocket reports a connection without a TCP socket under it.
+var errNoSocket = errors.New("no TCP socket under the connection")
+
+// sock is one TCP socket of a taken-over connection: a descriptor of our
+// own, out of Go's poller, read and written without ever blocking.
+//
+// Reads are done by the connection's runner only. Writes come from the
+// runner and, for a TLS client, from tls.Conn.Close on whichever goroutine
+// closes the connection; mu orders them and the close, so no system call
+// ever sees a descriptor number after it was closed (and possibly reused).
+type sock struct {
+	mu     sync.Mutex
+	fd     int          // -1 once closed
+	p      *poller      // set while the descriptor is in the epoll set
+	q      []byte       // bytes the socket did not take; nil when empty
+	werr   error        // first hard write error; sticky
+	qSince atomic.Int64 // unix nanos when q became non-empty; 0 = empty
+
+	finPending bool // shutdown(SHUT_WR) once q drains
+
+	// Runner-owned: the last read found the receive queue empty, and that
+	// may be trusted (no hang-up was reported) until the next readiness.
+	empty, trustEmpty bool
+}
+
+func newSock(fd int) *sock { return &sock{fd: fd} }
+
+// dupFD returns a close-on-exec duplicate of the socket under tc.
+func dupFD(tc *net.TCPConn) (int, error) {
+	rc, err := tc.SyscallConn()
+	if err != nil {
+		return -1, err
+	}
+	nfd, derr := -1, error(nil)
+	if err := rc.Control(func(fd uintptr) { nfd, derr = unix.FcntlInt(fd, unix.F_DUPFD_CLOEXEC, 0) }); err != nil {
+		return -1, err
+	}
+	if derr != nil {
+		return -1, os.NewSyscallError("fcntl", derr)
+	}
+	return nfd, nil
+}
+
+// takeover moves both sockets of a spliced connection out of Go's net
+// package: their descriptors are duplicated, the Go conns (with their
+// runtime poll descriptors) are closed, and the duplicates become socks.
+// On error nothing has changed and the caller keeps the Go conns.
+func takeover(ec *edgeConn, backend *net.TCPConn) (cs, bs *sock, err error) {
+	ctcp := tcpOf(ec.Conn)
+	if ctcp == nil || backend == nil {
+		return nil, nil, errNoSocket
+	}
+	cfd, err := dupFD(ctcp)
+	if err != nil {
+		return nil, nil, err
+	}
+	bfd, err := dupFD(backend)
+	if err != nil {
+		unix.Close(cfd)
+		return nil, nil, err
+	}
+	if _, plain := ec.Conn.(*net.TCPConn); !plain {
+		// A PROXY-protocol reader may still hold bytes the client sent.
+		// With a deadline in the past only those come back; the socket
+		// itself is not read.
+		ec.Conn.SetReadDeadline(aLongTimeAgo)
+		var b [512]byte
+		for {
+			n, err := ec.Conn.Read(b[:])
+			ec.pre = append(ec.pre, b[:n]...)
+			if err != nil || n == 0 {
+				break
+			}
+		}
+	}
+	ec.raddr = ec.Conn.RemoteAddr()
+	// Closing the Go conns removes them from the runtime poller; the
+	// duplicates keep the connections open.
+	ec.Conn.Close()
+	backend.Close()
+	cs, bs = newSock(cfd), newSock(bfd)
+	ec.s, ec.Conn = cs, nil
+	return cs, bs, nil
+}
+
+// startDrain prepares a drain after a readiness event: a short read may
+// be taken as "empty" unless the peer hung up (then read until EOF).
+func (s *sock) startDrain(hup bool) {
+	s.empty, s.trustEmpty = false, !hup
+}
+
+// read reads without blocking; errWouldBlock means nothing is there.
+// With edge-triggered epoll a read shorter than p proves the queue was
+// empty at that moment: data arriving later raises a new event, so the
+// next read is skipped instead of paying a system call for EAGAIN.
+func (s *sock) read(p []byte) (int, error) {
+	if s.empty && s.trustEmpty {
+		return 0, errWouldBlock
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.fd < 0 {
+		return 0, net.ErrClosed
+	}
+	for {
+		n, err := unix.Read(s.fd, p)
+		switch {
+		case err == unix.EINTR:
+			continue
+		case err == unix.EAGAIN:
+			s.empty = true
+			return 0, errWouldBlock
+		case err != nil:
+			return 0, os.NewSyscallError("read", err)
+		case n == 0 && len(p) > 0:
+			return 0, io.EOF
+		}
+		if n < len(p) {
+			s.empty = true
+		}
+		return n, nil
+	}
+}
+
+// write sends p or queues what the socket does not take; it fails only
+// on a dead socket.
+func (s *sock) write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.werr != nil {
+		return 0, s.werr
+	}
+	if s.fd < 0 {
+		return 0, net.ErrClosed
+	}
+	n := len(p)
+	if len(s.q) == 0 {
+		for len(p) > 0 {
+			k, err := unix.Write(s.fd, p)
+			if err == unix.EINTR {
+				continue
+			}
+			if err == unix.EAGAIN {
+				break
+			}
+			if err != nil {
+				s.werr = os.NewSyscallError("write", err)
+				return n - len(p), s.werr
+			}
+			p = p[k:]
+		}
+		if len(p) == 0 {
+			return n, nil
+		}
+		s.qSince.Store(time.Now().UnixNano())
+	}
+	s.q = append(s.q, p...)
+	return n, nil
+}
+
+// queued reports that bytes wait for writability.
+func (s *sock) queued() bool { return s.qSince.Load() != 0 }
+
+// stuck reports a queue older than d.
+func (s *sock) stuck(now int64, d time.Duration) bool {
+	t := s.qSince.Load()
+	return t != 0 && now-t >= int64(d)
+}
+
+// flush writes the queue; once it is empty the queue is dropped and a
+// pending FIN goes out.
+func (s *sock) flush() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.werr != nil {
+		return s.werr
+	}
+	if s.fd < 0 {
+		return net.ErrClosed
+	}
+	for len(s.q) > 0 {
+		k, err := unix.Write(s.fd, s.q)
+		if err == unix.EINTR {
+			continue
+		}
+		if err == unix.EAGAIN {
+			return nil
+		}
+		if err != nil {
+			s.werr = os.NewSyscallError("write", err)
+			return s.werr
+		}
+		s.q = s.q[k:]
+	}
+	s.q = nil
+	s.qSince.Store(0)
+	if s.finPending {
+		s.finPending = false
+		unix.Shutdown(s.fd, unix.SHUT_WR)
+	}
+	return nil
+}
+
+// closeWrite sends a FIN after the queued bytes.
+func (s *sock) closeWrite() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.fd < 0 {
+		return net.ErrClosed
+	}
+	if len(s.q) > 0 {
+		s.finPending = true
+		return nil
+	}
+	if err := unix.Shutdown(s.fd, unix.SHUT_WR); err != nil {
+		return os.NewSyscallError("shutdown", err)
+	}
+	return nil
+}
+
+// localAddr asks the socket for its address; an idle connection does not
+// keep one.
+func (s *sock) localAddr() net.Addr {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.fd < 0 {
+		return &net.TCPAddr{}
+	}
+	switch sa, _ := unix.Getsockname(s.fd); v := sa.(type) {
+	case *unix.SockaddrInet4:
+		return &net.TCPAddr{IP: net.IP(v.Addr[:]).To16(), Port: v.Port}
+	case *unix.SockaddrInet6:
+		return &net.TCPAddr{IP: net.IP(v.Addr[:]), Port: v.Port}
+	}
+	return &net.TCPAddr{}
+}
+
+// watch adds the descriptor to p's epoll set under id.
+func (s *sock) watch(p *poller, id uint64) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.fd < 0 {
+		return net.ErrClosed
+	}
+	if err := p.watch(s.fd, id); err != nil {
+		return err
+	}
+	s.p = p
+	return nil
+}
+
+// close removes the descriptor from the epoll set, then closes it, so an
+// event for a reused descriptor number can never reach this connection.
+func (s *sock) close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.fd < 0 {
+		return net.ErrClosed
+	}
+	if s.p != nil {
+		s.p.unwatch(s.fd)
+		s.p = nil
+	}
+	err := unix.Close(s.fd)
+	s.fd = -1
+	s.q = nil
+	s.qSince.Store(0)
+	if err != nil {
+		return os.NewSyscallError("close", err)
+	}
+	return nil
+}

@@ -1,0 +1,457 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"io"
+	"runtime/debug"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Runner states of a readiness-driven connection.
+const (
+	runIdle  = iota // nobody runs the connection
+	runBusy         // one goroutine runs it
+	runAgain        // one goroutine runs it and must run it once more
+)
+
+// readyState is the part of a wsConn that only the readiness-driven splice
+// uses. Whoever wins the runner state (the poller goroutine, the sweeper, a
+// drain timer, the closing goroutine) runs the connection; everyone else
+// just asks for one more run, so there is one drain at a time per
+// connection, writes are never reordered and no wake-up is lost.
+type readyState struct {
+	on     bool // this connection is readiness-driven
+	cs, bs *sock
+	p      *poller
+	id     atomic.Uint64 // poller id; 0 until registered
+
+	state              atomic.Int32
+	c2bReady, b2cReady atomic.Bool // the source may hold bytes: drain it
+	cHup, bHup         atomic.Bool // hang-up or error reported: read to EOF
+	closed             atomic.Bool
+
+	// Runner-owned.
+	c2bDone, b2cDone bool // EOF seen and passed on
+	ending           bool // close once the queues are flushed
+	finished         bool
+	yield            bool // a pump used up its budget with bytes left
+	fin              *time.Timer
+}
+
+// startReady takes the connection over for the readiness-driven splice. It
+// reports false, with nothing changed, when the connection cannot be taken
+// over (not accepted through WrapListener, no epoll, no descriptor left):
+// the caller then splices with two goroutines.
+func (c *wsConn) startReady(head, clientBuffered, backendBuffered []byte) bool {
+	if !readinessOn {
+		return false
+	}
+	ec := edgeConnOf(c.client)
+	if ec == nil {
+		return false
+	}
+	p := c.s.getPoller()
+	if p == nil {
+		return false
+	}
+	// The Go conns are closed by the takeover: deadlines net/http or the
+	// backend handshake left on them no longer matter.
+	cs, bs, err := takeover(ec, c.backend)
+	if err != nil {
+		c.s.log.Debug("readiness splice: keeping goroutines", "err", err)
+		return false
+	}
+	r := &c.rd
+	r.on, r.cs, r.bs, r.p = true, cs, bs, p
+	c.backend = nil
+	c.cancel() // the per-connection context only serves the goroutine splice
+	c.ctx, c.cancel = nil, nil
+	r.state.Store(runBusy)
+	if !c.s.reg.add(c) {
+		c.closeBoth("shutdown")
+		c.finishReady()
+		return true
+	}
+	c.s.noteTimeouts(c.pool)
+	c.s.readyAdds.Add(1)
+
+	// The 101 and any frames the backend sent behind it; then what the
+	// client sent behind its request. Neither write blocks.
+	c.frames.feed(backendBuffered, false)
+	if _, err := c.client.Write(append(head, backendBuffered...)); err != nil {
+		c.closeBoth("client_closed")
+		c.runReady()
+		return true
+	}
+	c.out.Add(int64(len(backendBuffered)))
+	if len(clientBuffered) > 0 {
+		if _, err := bs.write(clientBuffered); err != nil {
+			c.closeBoth("backend_closed")
+			c.runReady()
+			return true
+		}
+		c.in.Add(int64(len(clientBuffered)))
+	}
+	c.s.obs.ConnOpened(c.x.routeName(), c.be.ID())
+
+	id := p.add(c)
+	r.id.Store(id)
+	if r.closed.Load() {
+		// Closed meanwhile (drain, shutdown): closeBoth may have run
+		// before the id existed.
+		p.forget(id)
+	} else if err := cs.watch(p, id); err != nil {
+		c.closeBoth("shutdown")
+	} else if err := bs.watch(p, id|1); err != nil {
+		c.closeBoth("shutdown")
+	}
+	// crypto/tls (the upgrade request's record may have carried a frame)
+	// and the sockets may already hold bytes that epoll will not report:
+	// drain both directions once now.
+	r.c2bReady.Store(true)
+	r.b2cReady.Store(true)
+	c.runReady()
+	return true
+}
+
+// readyEvent handles one epoll event for the client or backend socket.
+func (c *wsConn) readyEvent(backend bool, ev uint32) {
+	r := &c.rd
+	hup := ev&(unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) != 0
+	readable := hup || ev&unix.EPOLLIN != 0
+	s, ready, hupFlag := r.cs, &r.c2bReady, &r.cHup
+	if backend {
+		s, ready, hupFlag = r.bs, &r.b2cReady, &r.bHup
+	}
+	kick := false
+	if hup {
+		hupFlag.Store(true)
+	}
+	if readable {
+		ready.Store(true)
+		kick = true
+	}
+	if ev&unix.EPOLLOUT != 0 && s.queued() {
+		kick = true
+	}
+	if kick {
+		c.kick()
+	}
+}
+
+// kick runs the connection on this goroutine, or asks the goroutine that
+// is running it for one more run.
+func (c *wsConn) kick() {
+	r := &c.rd
+	for {
+		switch r.state.Load() {
+		case runIdle:
+			if r.state.CompareAndSwap(runIdle, runBusy) {
+				c.runReady()
+				return
+			}
+		case runBusy:
+			if r.state.CompareAndSwap(runBusy, runAgain) {
+				return
+			}
+		default:
+			return
+		}
+	}
+}
+
+// runReady runs steps until nobody asked for another; the caller holds the
+// runner state (runBusy).
+func (c *wsConn) runReady() {
+	r := &c.rd
+	for {
+		c.step()
+		yield := r.yield
+		r.yield = false
+		if r.state.CompareAndSwap(runBusy, runIdle) {
+			if yield {
+				r.p.again(c)
+			}
+			return
+		}
+		r.state.Store(runBusy)
+	}
+}
+
+// step flushes what the sockets did not take, drains the directions that
+// may have bytes and whose destination has no queue (backpressure), and
+// ends the connection when both directions are done.
+func (c *wsConn) step() {
+	r := &c.rd
+	if r.finished {
+		return
+	}
+	if r.closed.Load() {
+		c.finishReady()
+		return
+	}
+	if r.bs.queued() {
+		if err := r.bs.flush(); err != nil {
+			c.closeBoth("backend_closed")
+		}
+	}
+	if r.cs.queued() {
+		if err := r.cs.flush(); err != nil {
+			c.closeBoth("client_closed")
+		}
+	}
+	if !r.closed.Load() && !r.c2bDone && !r.bs.queued() && r.c2bReady.Swap(false) {
+		c.pumpClientToBackend()
+	}
+	if !r.closed.Load() && !r.b2cDone && !r.cs.queued() && (r.b2cReady.Swap(false) || c.closePending()) {
+		c.pumpBackendToClient()
+	}
+	if !r.closed.Load() && (r.ending || r.c2bDone && r.b2cDone) && !r.cs.queued() && !r.bs.queued() {
+		c.closeBoth("")
+	}
+	if r.closed.Load() {
+		c.finishReady()
+	}
+}
+
+// closePending reports a requested close frame not yet sent.
+func (c *wsConn) closePending() bool {
+	return c.closeCode.Load() != 0 && !c.closeSent
+}
+
+// pumpClientToBackend copies client bytes to the backend (opaque) until
+// the client would block or the backend's queue asks for a pause.
+func (c *wsConn) pumpClientToBackend() {
+	r := &c.rd
+	r.cs.startDrain(r.cHup.Load())
+	bp := c.s.getBuf()
+	defer c.s.putBuf(bp)
+	moved := 0
+	for {
+		if moved >= pumpBudget {
+			r.c2bReady.Store(true)
+			r.yield = true
+			return
+		}
+		// A tls.Conn may return bytes together with an error (a
+		// close_notify read ahead, or would-block while reading ahead):
+		// forward the bytes first.
+		n, err := c.client.Read(*bp)
+		if n > 0 {
+			c.touch()
+			if _, werr := r.bs.write((*bp)[:n]); werr != nil {
+				c.closeBoth("backend_closed")
+				return
+			}
+			c.in.Add(int64(n))
+			moved += n
+		}
+		switch {
+		case err == nil:
+		case errors.Is(err, errWouldBlock):
+			return
+		case errors.Is(err, io.EOF):
+			// Propagate the half-close; the other direction goes on.
+			c.setReason("client_closed")
+			r.bs.closeWrite()
+			r.c2bDone = true
+			c.armFin()
+			return
+		default:
+			c.closeBoth(readReason(err, "client_closed"))
+			return
+		}
+		if r.bs.queued() {
+			r.c2bReady.Store(true)
+			return
+		}
+	}
+}
+
+// pumpBackendToClient copies backend frames to the client, tracking frame
+// boundaries so a requested close frame goes between two frames.
+func (c *wsConn) pumpBackendToClient() {
+	r := &c.rd
+	r.bs.startDrain(r.bHup.Load())
+	var bp *[]byte
+	defer func() {
+		if bp != nil {
+			c.s.putBuf(bp)
+		}
+	}()
+	moved := 0
+	for {
+		if code := c.closeCode.Load(); code != 0 && !c.closeSent {
+			switch {
+			case c.frames.broken:
+				// No known boundary: closing is the only safe move.
+				c.closeBoth("")
+				return
+			case c.frames.closeSeen:
+				// The backend is already closing; do not send a second close.
+				c.closeSent = true
+			case c.frames.atBoundary():
+				c.closeSent = true
+				if _, err := c.client.Write(closeFrame(int(code))); err != nil {
+					c.closeBoth("client_closed")
+					return
+				}
+			}
+		}
+		if r.cs.queued() {
+			r.b2cReady.Store(true)
+			return
+		}
+		if moved >= pumpBudget {
+			r.b2cReady.Store(true)
+			r.yield = true
+			return
+		}
+		if bp == nil {
+			bp = c.s.getBuf()
+		}
+		n, err := r.bs.read(*bp)
+		switch {
+		case err == nil:
+		case errors.Is(err, errWouldBlock):
+			return
+		case errors.Is(err, io.EOF):
+			c.setReason("backend_closed")
+			r.b2cDone = true
+			if c.closeSent {
+				// Close handshake done on our side: the server closes TCP
+				// first (RFC 6455 §7.1.1), once the queues are out.
+				r.ending = true
+				c.armFin()
+				return
+			}
+			closeWrite(c.client)
+			c.armFin()
+			return
+		default:
+			c.closeBoth(readReason(err, "backend_closed"))
+			return
+		}
+		c.touch()
+		moved += n
+		p := (*bp)[:n]
+		switch {
+		case c.closeSent:
+			// After our close frame nothing more goes to the client.
+			p = nil
+		case c.closeCode.Load() != 0:
+			p = p[:c.frames.feed(p, true)]
+		default:
+			c.frames.feed(p, false)
+		}
+		if len(p) > 0 {
+			if _, err := c.client.Write(p); err != nil {
+				c.closeBoth("client_closed")
+				return
+			}
+			c.out.Add(int64(len(p)))
+		}
+	}
+}
+
+// armFin gives the other half finTimeout to finish once one half closed
+// cleanly (HAProxy's "timeout client-fin").
+func (c *wsConn) armFin() {
+	if c.rd.fin == nil {
+		c.rd.fin = time.AfterFunc(finTimeout, func() { c.closeBoth("fin_timeout") })
+	}
+}
+
+// closeReady closes both sockets once, from any goroutine, and has the
+// runner finish the connection.
+func (c *wsConn) closeReady() {
+	r := &c.rd
+	if !r.closed.CompareAndSwap(false, true) {
+		return
+	}
+	if id := r.id.Load(); id != 0 {
+		r.p.forget(id)
+	}
+	c.client.Close() // a tls.Conn tries a close_notify first; never blocks
+	r.bs.close()
+	c.kick()
+}
+
+// finishReady ends the connection on its runner.
+func (c *wsConn) finishReady() {
+	r := &c.rd
+	if r.finished {
+		return
+	}
+	r.finished = true
+	if r.fin != nil {
+		r.fin.Stop()
+	}
+	c.finish()
+}
+
+// noteTimeouts lowers the sweep period to a quarter of the pool's idle and
+// write timeouts, so short timeouts are honoured closely.
+func (s *Server) noteTimeouts(p *Pool) {
+	for _, d := range []time.Duration{p.IdleTimeout, p.WriteTimeout} {
+		if d <= 0 {
+			continue
+		}
+		d = min(max(d/4, minSweep), maxSweep)
+		for {
+			cur := s.sweepEvery.Load()
+			if int64(d) >= cur || s.sweepEvery.CompareAndSwap(cur, int64(d)) {
+				break
+			}
+		}
+	}
+}
+
+// sweeper closes idle connections and connections whose queue has not
+// drained within the write timeout (a half-open client that never reads,
+// traefik#10627). One coarse timer per Server is cheaper than one per
+// connection; activity is a timestamp the data path stores anyway.
+func (s *Server) sweeper(ctx context.Context, done chan struct{}) {
+	defer close(done)
+	t := time.NewTimer(time.Duration(s.sweepEvery.Load()))
+	defer t.Stop()
+	var buf []*wsConn
+	var lastAdds, trimmedAdds, quietSince, lastTrim int64
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		now := time.Now().UnixNano()
+		// Returning memory after connection churn (DATAPATH-NOTES): every
+		// handshake leaves garbage the collector keeps as headroom, so RSS
+		// after a burst of connections is about twice the live heap. Once
+		// a burst is over, one forced collection gives that back.
+		if adds := s.readyAdds.Load(); adds != lastAdds {
+			lastAdds, quietSince = adds, now
+		} else if adds-trimmedAdds >= trimAfterConns && now-quietSince >= int64(trimQuiet) && now-lastTrim >= int64(trimEvery) {
+			debug.FreeOSMemory()
+			trimmedAdds, lastTrim = adds, time.Now().UnixNano()
+		}
+		buf = s.reg.appendAll(buf[:0])
+		for _, c := range buf {
+			if !c.rd.on {
+				continue
+			}
+			if it := c.pool.IdleTimeout; it > 0 && now-c.last.Load() >= int64(it) {
+				c.closeBoth("idle_timeout")
+				continue
+			}
+			if wt := c.pool.WriteTimeout; wt > 0 && (c.rd.cs.stuck(now, wt) || c.rd.bs.stuck(now, wt)) {
+				c.closeBoth("write_timeout")
+			}
+		}
+		clear(buf)
+		t.Reset(time.Duration(s.sweepEvery.Load()))
+	}
+}
