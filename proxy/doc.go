@@ -38,7 +38,8 @@
 // Readiness-driven splice. After the upgrade both sockets are taken over:
 // their descriptors are duplicated, the Go conns (and their runtime poll
 // descriptors) closed, and the duplicates registered edge-triggered in the
-// Server's epoll instance. One goroutine waits in epoll_wait and runs the
+// epoll instance of one of the Server's pollers (one per GOMAXPROCS,
+// assigned in turn). Each poller's goroutine waits in epoll_wait and runs the
 // connections that became readable or writable inline: every read and
 // write is non-blocking, so a run costs only the bytes it moves. A run
 // borrows a 16 KiB buffer, reads until the source would block, writes to

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -173,41 +174,57 @@ func (p *poller) stop() {
 	unix.Close(p.epfd)
 }
 
-// getPoller returns the Server's poller, started on first use; nil once
-// the Server is closed or when epoll is unavailable (two goroutines then).
+// getPoller returns one of the Server's pollers, started on first use; nil
+// once the Server is closed or when epoll is unavailable (two goroutines
+// then). There is one poller per GOMAXPROCS, each with its own epoll
+// instance and goroutine, and connections are spread over them in turn: a
+// poller runs its connections' TLS and copies inline, so one poller would
+// confine all spliced traffic to one core.
 func (s *Server) getPoller() *poller {
 	s.pollMu.Lock()
 	defer s.pollMu.Unlock()
 	if s.pollClosed {
 		return nil
 	}
-	if s.poll == nil {
-		p, err := newPoller()
-		if err != nil {
-			s.log.Error("readiness splice unavailable", "err", err)
-			s.pollClosed = true
-			return nil
+	if s.polls == nil {
+		n := max(1, runtime.GOMAXPROCS(0))
+		for range n {
+			p, err := newPoller()
+			if err != nil {
+				s.log.Error("readiness splice unavailable", "err", err)
+				for _, q := range s.polls {
+					q.stop()
+				}
+				s.polls = nil
+				s.pollClosed = true
+				return nil
+			}
+			s.polls = append(s.polls, p)
 		}
-		s.poll = p
 		s.sweepEvery.Store(int64(maxSweep))
 		s.sweepDone = make(chan struct{})
-		go p.run(s.log)
+		for _, p := range s.polls {
+			go p.run(s.log)
+		}
 		go s.sweeper(s.ctx, s.sweepDone)
 	}
-	return s.poll
+	s.pollNext++
+	return s.polls[s.pollNext%uint64(len(s.polls))]
 }
 
-// stopPoller stops the poller and the sweeper; no connection uses them
+// stopPoller stops the pollers and the sweeper; no connection uses them
 // any more when it is called.
 func (s *Server) stopPoller() {
 	s.pollMu.Lock()
 	s.pollClosed = true
-	p, done := s.poll, s.sweepDone
-	s.poll = nil
+	polls, done := s.polls, s.sweepDone
+	s.polls = nil
 	s.pollMu.Unlock()
-	if p == nil {
+	if polls == nil {
 		return
 	}
-	p.stop()
+	for _, p := range polls {
+		p.stop()
+	}
 	<-done
 }

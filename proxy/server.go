@@ -117,7 +117,8 @@ type Server struct {
 	// Readiness-driven splice (Linux): the epoll poller and the sweeper of
 	// idle and write timeouts, started on first use, stopped by Close.
 	pollMu     sync.Mutex
-	poll       *poller
+	polls      []*poller // one per GOMAXPROCS, started on first use
+	pollNext   uint64    // round-robin over polls; guarded by pollMu
 	pollClosed bool
 	sweepEvery atomic.Int64 // nanoseconds
 	readyAdds  atomic.Int64 // readiness-driven connections ever started
