@@ -192,12 +192,18 @@ func (s *sock) flush() error {
 	if s.fd < 0 {
 		return net.ErrClosed
 	}
+	progressed := false
 	for len(s.q) > 0 {
 		k, err := unix.Write(s.fd, s.q)
 		if err == unix.EINTR {
 			continue
 		}
 		if err == unix.EAGAIN {
+			if progressed {
+				// The write timeout is about a peer that stopped
+				// reading, not a slow one: progress restarts the clock.
+				s.qSince.Store(time.Now().UnixNano())
+			}
 			return nil
 		}
 		if err != nil {
@@ -205,6 +211,7 @@ func (s *sock) flush() error {
 			return s.werr
 		}
 		s.q = s.q[k:]
+		progressed = progressed || k > 0
 	}
 	s.q = nil
 	s.qSince.Store(0)
@@ -274,6 +281,11 @@ func (s *sock) close() error {
 	if s.p != nil {
 		s.p.unwatch(s.fd)
 		s.p = nil
+	}
+	if len(s.q) > 0 && s.werr == nil {
+		// One last non-blocking try, so a queued close frame or TLS
+		// close_notify still reaches a peer that is reading.
+		unix.Write(s.fd, s.q)
 	}
 	err := unix.Close(s.fd)
 	s.fd = -1

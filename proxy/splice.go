@@ -298,9 +298,13 @@ func (c *wsConn) backendToClient() (string, error) {
 			case c.frames.broken:
 				// No known boundary: closing is the only safe move.
 				return "", errWake
-			case c.frames.closeSeen:
-				// The backend is already closing; do not send a second close.
+			case c.frames.closeSeen && c.frames.atBoundary():
+				// The backend is already closing and its close frame has
+				// gone through whole; do not send a second close.
 				c.closeSent = true
+			case c.frames.closeSeen:
+				// The backend's close frame is still passing through: let
+				// it finish before anything else is decided.
 			case c.frames.atBoundary():
 				err := c.write(c.client, closeFrame(int(code)))
 				c.closeSent = true

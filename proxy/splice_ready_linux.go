@@ -123,9 +123,9 @@ func (c *wsConn) readyEvent(backend bool, ev uint32) {
 	r := &c.rd
 	hup := ev&(unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) != 0
 	readable := hup || ev&unix.EPOLLIN != 0
-	s, ready, hupFlag := r.cs, &r.c2bReady, &r.cHup
+	ready, hupFlag := &r.c2bReady, &r.cHup
 	if backend {
-		s, ready, hupFlag = r.bs, &r.b2cReady, &r.bHup
+		ready, hupFlag = &r.b2cReady, &r.bHup
 	}
 	kick := false
 	if hup {
@@ -135,7 +135,11 @@ func (c *wsConn) readyEvent(backend bool, ev uint32) {
 		ready.Store(true)
 		kick = true
 	}
-	if ev&unix.EPOLLOUT != 0 && s.queued() {
+	if ev&unix.EPOLLOUT != 0 {
+		// Always run on writability: a runner on another goroutine may be
+		// between a write's EAGAIN and marking its queue, and an
+		// edge-triggered EPOLLOUT dropped here would never come again. A
+		// step with nothing queued costs two atomic loads.
 		kick = true
 	}
 	if kick {
@@ -168,6 +172,19 @@ func (c *wsConn) kick() {
 // runner state (runBusy).
 func (c *wsConn) runReady() {
 	r := &c.rd
+	defer func() {
+		// A panic here would otherwise take down the poller goroutine (and
+		// with it every connection), or leave this one busy forever with
+		// its descriptors and registry entry held.
+		if v := recover(); v != nil {
+			c.s.log.Error("splice panicked; closing the connection", "panic", v, "stack", string(debug.Stack()))
+			c.closeBoth("error")
+			if !r.finished {
+				c.finishReady()
+			}
+			r.state.Store(runIdle)
+		}
+	}()
 	for {
 		c.step()
 		yield := r.yield
@@ -291,9 +308,13 @@ func (c *wsConn) pumpBackendToClient() {
 				// No known boundary: closing is the only safe move.
 				c.closeBoth("")
 				return
-			case c.frames.closeSeen:
-				// The backend is already closing; do not send a second close.
+			case c.frames.closeSeen && c.frames.atBoundary():
+				// The backend is already closing and its close frame has
+				// gone through whole; do not send a second close.
 				c.closeSent = true
+			case c.frames.closeSeen:
+				// The backend's close frame is still passing through: let
+				// it finish before anything else is decided.
 			case c.frames.atBoundary():
 				c.closeSent = true
 				if _, err := c.client.Write(closeFrame(int(code))); err != nil {
@@ -447,7 +468,14 @@ func (s *Server) sweeper(ctx context.Context, done chan struct{}) {
 				c.closeBoth("idle_timeout")
 				continue
 			}
-			if wt := c.pool.WriteTimeout; wt > 0 && (c.rd.cs.stuck(now, wt) || c.rd.bs.stuck(now, wt)) {
+			wt := c.pool.WriteTimeout
+			if wt <= 0 {
+				// Without a write timeout a peer that never reads would
+				// hold its queue (the 101 to a half-open client, say)
+				// forever: bound it like the handshake.
+				wt = handshakeTimeout(c.pool)
+			}
+			if c.rd.cs.stuck(now, wt) || c.rd.bs.stuck(now, wt) {
 				c.closeBoth("write_timeout")
 			}
 		}
