@@ -35,14 +35,9 @@ done
 log "building"
 go build -o "$out/bin/loadgen" ./bench/loadgen
 go build -o "$out/bin/benchrun" ./bench/cmd/benchrun
-# The repository's echo backend, or the benchmark's own when it does not build.
-if go build -o "$out/bin/edge-backend" ./cmd/edge-backend 2>"$out/edge-backend-build.log"; then
-	backend="$out/bin/edge-backend"
-else
-	log "cmd/edge-backend does not build (see $out/edge-backend-build.log); using bench/echobackend"
-	go build -o "$out/bin/echobackend" ./bench/echobackend
-	backend="$out/bin/echobackend"
-fi
+# The repository's echo backend, the same one the tests and the demo use.
+go build -o "$out/bin/edge-backend" ./cmd/edge-backend
+backend="$out/bin/edge-backend"
 edge=${EDGE_BIN:-}
 if [ -z "$edge" ]; then
 	if go build -o "$out/bin/edge" ./cmd/edge 2>"$out/edge-build.log"; then
