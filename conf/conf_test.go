@@ -455,6 +455,11 @@ routes: [{default: true, pool: app}]
 			`edge.yaml:11: pools[0].health.path: "health" must start with /`,
 			`edge.yaml:12: pools[0].health.expect_status: 42 is not an HTTP status`,
 		}},
+		{"websocket settings", minimalWith("", "websocket: {max_frame_bytes: -1, ping_timeout: 5s}"),
+			[]string{
+				`edge.yaml:2: pools[0].websocket.max_frame_bytes: -1 must be >= 0`,
+				`edge.yaml:2: pools[0].websocket.ping_timeout: needs ping_interval`,
+			}},
 		{"cookie secret missing file", minimalWith("", "balance: cookie, cookie: {secret_file: nope.key}"),
 			[]string{`edge.yaml:2: pools[0].cookie: cookie secret_file: nope.key: no such file`}},
 		{"cookie secret too short", minimalWith("", "balance: cookie, cookie: {secret_file: "+short+"}"),

@@ -257,6 +257,27 @@ type Pool struct {
 	Consul PoolConsul `yaml:"consul"`
 	// Health configures active health checks.
 	Health Health `yaml:"health"`
+	// WebSocket turns on frame-aware splicing. With every value 0 (the
+	// default) the stream is spliced opaquely.
+	WebSocket WebSocket `yaml:"websocket"`
+}
+
+// WebSocket configures frame-aware handling of spliced WebSockets. Frame
+// headers are parsed as they pass (never the payloads): no frame can
+// exhaust memory (base/base#2655), and heartbeats reap clients whose
+// connection died without a FIN (traefik#10627).
+type WebSocket struct {
+	// MaxFrameBytes closes a connection whose client sends a frame with a
+	// larger payload (close 1009, message too big), or whose backend does.
+	// Default 0, no limit.
+	MaxFrameBytes int64 `yaml:"max_frame_bytes"`
+	// PingInterval sends the client a ping after this long without a byte
+	// from it. Default 0s, no pings; 30s suits mobile clients.
+	PingInterval Duration `yaml:"ping_interval"`
+	// PingTimeout closes the connection when the client sends nothing,
+	// not even the pong, this long after a ping. Needs PingInterval.
+	// Default 0s, never.
+	PingTimeout Duration `yaml:"ping_timeout"`
 }
 
 // Backend is one static pool member.

@@ -168,7 +168,7 @@ func (v *validator) routes(pools map[string]int) map[string]bool {
 	c := v.c
 	used := map[string]bool{}
 	if len(c.Routes) == 0 && len(c.Listeners) > 0 {
-		v.warnf("routes", "no routes: every request will be answered 404")
+		v.warnf("routes", "no routes: every request will be answered 421")
 	}
 	// A pool name that failed to decode would make every route to it look
 	// dangling; skip that check then.
@@ -393,6 +393,15 @@ func (v *validator) pool(path string, p *Pool) {
 	}
 	if h.Type == HealthNone && v.c.src.has(hp) && !v.c.src.has(hp+".type") {
 		v.warnf(hp, "health.type is not set: no active checks run")
+	}
+
+	ws := p.WebSocket
+	wp := path + ".websocket"
+	v.nonNegative(wp+".max_frame_bytes", ws.MaxFrameBytes)
+	v.duration(wp+".ping_interval", ws.PingInterval, true)
+	v.duration(wp+".ping_timeout", ws.PingTimeout, true)
+	if ws.PingTimeout > 0 && ws.PingInterval == 0 {
+		v.errf(wp+".ping_timeout", "needs ping_interval: without pings a silent client is not a dead one")
 	}
 }
 
