@@ -11,6 +11,9 @@ import (
 const (
 	// CloseGoingAway (1001) is sent to every client when the proxy drains.
 	CloseGoingAway = 1001
+	// CloseMessageTooBig (1009) is sent to a client whose frame exceeds
+	// Pool.MaxFrameBytes.
+	CloseMessageTooBig = 1009
 	// CloseServiceRestart (1012) suits a backend that leaves the pool.
 	CloseServiceRestart = 1012
 )

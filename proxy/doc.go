@@ -19,6 +19,7 @@
 //	splice_ready_linux.go, sock_linux.go, poll_linux.go
 //	              the readiness-driven splice: no goroutine per idle connection
 //	frame.go      RFC 6455 §5.2 frame-header tracking for boundary-safe closes
+//	frameaware.go frame-size limits and heartbeat pings (opt-in per pool)
 //	conns.go      live-connection registry, Drain, CloseBackend
 //	http.go       plain HTTP leg (long-polling transports) over fasthttp
 //	proxyproto.go PROXY protocol v1/v2 listener wrapper for trusted peers
@@ -62,9 +63,9 @@
 // never reported by epoll: a run of both directions follows the takeover.
 //
 // Timeouts. A per-Server sweeper, ticking every second (or a quarter of
-// the smallest idle or write timeout), closes connections idle for longer
-// than IdleTimeout and connections whose queue has not drained within
-// WriteTimeout (a half-open client, traefik#10627): cheaper than a timer
+// the smallest idle, write, ping interval or ping timeout), closes
+// connections idle for longer than IdleTimeout and connections whose
+// queue has not drained within WriteTimeout (a half-open client, traefik#10627): cheaper than a timer
 // per connection, the activity timestamp is stored by the data path
 // anyway. After a burst of new connections it also forces one collection
 // (runtime/debug.FreeOSMemory): each TLS handshake leaves garbage the
@@ -80,4 +81,46 @@
 // Unknown hosts without a default route are answered 421 Misdirected Request
 // (RFC 9110 §15.5.20): the request reached a server that is not configured
 // for that authority, and it is never sent to an arbitrary backend.
+//
+// # Frame-aware mode
+//
+// By default the splice is opaque: client bytes are copied as they come,
+// and backend bytes are only followed frame by frame (headers, never
+// payloads) so that a drain close lands between two frames. A pool with
+// MaxFrameBytes or PingInterval set turns frame-aware mode on for its
+// connections; everything else keeps the opaque path. Nothing is ever
+// buffered beyond the one read in flight: decisions are taken on frame
+// headers.
+//
+// MaxFrameBytes bounds the payload length of one frame (unbounded frames
+// exhaust memory, base/base#2655). Client frames are tracked only when it
+// is set (RFC 6455 §5.3 masked frames: the tracker honours the mask bit).
+// At the header of a client frame over the limit, nothing more goes to the
+// backend: it gets a masked close 1001 if its stream is between two
+// frames, the client gets a close 1009 (message too big, RFC 6455 §7.4.1)
+// at the next boundary of the backend->client stream, and both sockets
+// close once that frame is out; the access reason is "frame_too_big". A
+// client stream whose framing is lost is ended the same way, since its
+// frames can no longer be measured. A backend frame over the limit closes
+// both sockets at once (no boundary is left to send a close at), logs a
+// warning, and ends with "backend_frame_too_big".
+//
+// PingInterval: once the client has sent nothing for that long, a ping
+// with no payload (RFC 6455 §5.5.2) is sent to the client at the next
+// backend->client frame boundary, the way drain close frames are; control
+// frames may sit between the fragments of a message (§5.4), never inside
+// a frame. Pings repeat every PingInterval of client silence, which also
+// keeps idle timers of NATs and load balancers in front honest. With
+// PingTimeout, a client that sends nothing at all (any byte counts) within
+// PingTimeout of the first unanswered ping is closed with "ping_timeout":
+// that reaps half-open sockets, such as a phone that left coverage, which
+// would otherwise pin a backend connection for ever (traefik#10627,
+// traefik#8668). The client's pong is forwarded to the backend like any
+// other frame: unsolicited pongs are allowed (§5.5.3).
+//
+// Timers: the readiness-driven splice keeps the last client byte and the
+// last ping as per-connection timestamps that the sweeper reads, and its
+// period also honours PingInterval and PingTimeout (a quarter of the
+// smallest, at most a second); the goroutine splice bounds its backend
+// read deadline by the next ping or ping timeout instead.
 package proxy

@@ -1,10 +1,14 @@
 package proxy
 
-import "errors"
+import (
+	"crypto/rand"
+	"errors"
+)
 
 // RFC 6455 §5.2 opcodes used by the proxy.
 const (
 	opClose = 0x8
+	opPing  = 0x9
 )
 
 // maxFrameHeader is the longest frame header: 2 bytes, 8 bytes of extended
@@ -75,22 +79,35 @@ func parseFrameHeader(b []byte) (frameHeader, error) {
 // boundary is a safe point.
 type frameTracker struct {
 	hdr       [maxFrameHeader]byte // partial header carried across chunks
-	hn        int                  // bytes in hdr
-	remaining uint64               // payload bytes left in the current frame
 	closeSeen bool                 // a close frame header went by
 	broken    bool                 // framing lost; boundaries unknown
+	hn        int                  // bytes in hdr
+	remaining uint64               // payload bytes left in the current frame
+
+	// Frame-aware mode: limit bounds a frame's payload length (0: none).
+	// A header over it stops the tracker for good (tooBig); split says
+	// that bytes of that header went by in an earlier chunk.
+	limit  uint64
+	tooBig bool
+	split  bool
 }
 
 // atBoundary reports whether the stream is between two frames.
 func (t *frameTracker) atBoundary() bool {
-	return !t.broken && t.hn == 0 && t.remaining == 0
+	return !t.broken && !t.tooBig && t.hn == 0 && t.remaining == 0
 }
 
 // feed consumes p. When stop is true it stops right after the first frame
 // that ends inside p and returns how many bytes that is; otherwise, or when
 // no frame ends in p, it returns len(p). After a framing error the tracker is
-// broken and consumes everything.
+// broken and consumes everything. A header announcing more than limit
+// payload bytes is judged as soon as it is parsed, before any of the
+// payload arrives: feed returns the offset of that header in p (0 when it
+// began in an earlier chunk) and consumes nothing from then on.
 func (t *frameTracker) feed(p []byte, stop bool) int {
+	if t.tooBig {
+		return 0
+	}
 	i := 0
 	for i < len(p) && !t.broken {
 		if t.remaining > 0 {
@@ -119,6 +136,11 @@ func (t *frameTracker) feed(p []byte, stop bool) int {
 			i += k
 			continue
 		}
+		if t.limit > 0 && h.length > t.limit {
+			t.tooBig, t.split = true, before > 0
+			t.hn = 0
+			return i
+		}
 		i += h.size - before
 		t.hn = 0
 		t.remaining = h.length
@@ -136,4 +158,18 @@ func (t *frameTracker) feed(p []byte, stop bool) int {
 // (RFC 6455 §5.5.1) and no reason.
 func closeFrame(code int) []byte {
 	return []byte{0x80 | opClose, 2, byte(code >> 8), byte(code)}
+}
+
+// pingFrame returns an unmasked server ping with no payload
+// (RFC 6455 §5.5.2).
+func pingFrame() []byte {
+	return []byte{0x80 | opPing, 0}
+}
+
+// maskedCloseFrame returns a client close frame with the status code: a
+// frame the proxy sends to a backend must be masked (RFC 6455 §5.3).
+func maskedCloseFrame(code int) []byte {
+	var k [4]byte
+	rand.Read(k[:])
+	return []byte{0x80 | opClose, 0x80 | 2, k[0], k[1], k[2], k[3], byte(code>>8) ^ k[0], byte(code) ^ k[1]}
 }

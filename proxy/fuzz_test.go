@@ -178,3 +178,47 @@ func FuzzProxyHeader(f *testing.F) {
 		io.Copy(io.Discard, io.LimitReader(c, int64(len(data))+1))
 	})
 }
+
+// FuzzFrameLimit: the frame-size limit trips at the same header however
+// the stream is split, before any of that frame's payload is consumed.
+func FuzzFrameLimit(f *testing.F) {
+	// A frame at the limit, then one over it.
+	f.Add([]byte{0x81, 3, 'a', 'b', 'c', 0x81, 4, 'a', 'b', 'c', 'd'}, uint8(2), uint16(3))
+	// A masked 16-bit-length header over the limit, split mid-way.
+	f.Add([]byte{0x82, 0x80 | 126, 1, 0, 1, 2, 3, 4}, uint8(1), uint16(255))
+	// A 64-bit length with the forbidden top bit: broken, not too big.
+	f.Add([]byte{0x82, 127, 0x80, 0, 0, 0, 0, 0, 0, 1}, uint8(3), uint16(1))
+	f.Fuzz(func(t *testing.T, data []byte, cut uint8, limit uint16) {
+		if limit == 0 {
+			return
+		}
+		// trip returns where the tracker stopped and whether it did.
+		trip := func(chunk int) (int, bool, bool) {
+			tr := frameTracker{limit: uint64(limit)}
+			for pos := 0; pos < len(data); {
+				p := data[pos:min(pos+chunk, len(data))]
+				n := tr.feed(p, false)
+				if n < 0 || n > len(p) {
+					t.Fatalf("feed returned %d for %d bytes", n, len(p))
+				}
+				if tr.tooBig {
+					return pos + n, tr.split, true
+				}
+				pos += len(p)
+			}
+			return len(data), false, false
+		}
+		at, _, big := trip(len(data) + 1)
+		sat, split, sbig := trip(int(cut%16) + 1)
+		if big != sbig {
+			t.Fatalf("too big: whole %v, split %v", big, sbig)
+		}
+		if !big {
+			return
+		}
+		// A header that began in an earlier chunk has bytes already past.
+		if split && (sat < at || sat-at >= maxFrameHeader) || !split && sat != at {
+			t.Fatalf("stopped at %d (split header %v), want %d", sat, split, at)
+		}
+	})
+}

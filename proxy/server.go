@@ -70,6 +70,20 @@ type Pool struct {
 	RequestTimeout time.Duration
 	// MaxBodyBytes bounds plain HTTP request and response bodies; 0 means 10 MiB.
 	MaxBodyBytes int64
+
+	// Frame-aware splice (see the package documentation); all zero keeps
+	// the splice opaque.
+	//
+	// MaxFrameBytes bounds the payload length of one WebSocket frame in
+	// either direction; 0 means no limit. A client frame over it gets the
+	// client a close 1009, a backend frame over it closes both sockets.
+	MaxFrameBytes int64
+	// PingInterval is how long the client may send nothing before the
+	// proxy sends it a ping; 0 means no pings.
+	PingInterval time.Duration
+	// PingTimeout, with PingInterval, closes a connection whose client
+	// sends nothing at all within it after a ping; 0 means none.
+	PingTimeout time.Duration
 }
 
 // CookieSettings shape the sticky cookie issued when balance asks for one.

@@ -62,6 +62,8 @@ type wsConn struct {
 	closeNoticed bool
 	closeSent    bool
 
+	fw *frameState // frame-aware mode; nil: opaque
+
 	rd readyState // readiness-driven splice only
 }
 
@@ -69,6 +71,7 @@ func newWSConn(s *Server, x *exchange, client net.Conn, bc *backendConn) *wsConn
 	c := &wsConn{s: s, x: x, client: client, backend: bc.conn, be: bc.backend, pool: x.pool}
 	c.ctx, c.cancel = context.WithCancel(s.ctx)
 	c.touch()
+	c.initFrames()
 	return c
 }
 
@@ -151,7 +154,10 @@ func (c *wsConn) run(head, clientBuffered, backendBuffered []byte) {
 	defer stop()
 
 	// The 101 and any frames the backend sent behind it, in one write.
-	c.frames.feed(backendBuffered, false)
+	backendBuffered = backendBuffered[:c.frames.feed(backendBuffered, false)]
+	if c.fw != nil {
+		clientBuffered = c.clientChunk(clientBuffered)
+	}
 	wt := c.pool.WriteTimeout
 	if wt <= 0 {
 		wt = handshakeTimeout(c.pool)
@@ -163,6 +169,12 @@ func (c *wsConn) run(head, clientBuffered, backendBuffered []byte) {
 	}
 	c.out.Add(int64(len(backendBuffered)))
 	head, backendBuffered = nil, nil
+	if c.frames.tooBig {
+		// A frame over the limit came right behind the 101.
+		c.backendTooBig()
+		c.closeBoth("backend_frame_too_big")
+		return
+	}
 	if len(clientBuffered) > 0 {
 		c.backend.SetWriteDeadline(time.Now().Add(wt))
 		if _, err := c.backend.Write(clientBuffered); err != nil {
@@ -278,12 +290,18 @@ func (c *wsConn) clientToBackend() (string, error) {
 			return readReason(err, "client_closed"), err
 		}
 		c.touch()
-		err = c.write(c.backend, (*bp)[:n])
+		p := (*bp)[:n]
+		if c.fw != nil {
+			p = c.clientChunk(p)
+		}
+		if len(p) > 0 {
+			err = c.write(c.backend, p)
+		}
 		d.put(bp)
 		if err != nil {
 			return writeReason(err, "backend_closed"), err
 		}
-		c.in.Add(int64(n))
+		c.in.Add(int64(len(p)))
 	}
 }
 
@@ -312,6 +330,17 @@ func (c *wsConn) backendToClient() (string, error) {
 					return writeReason(err, "client_closed"), err
 				}
 			}
+			if c.closeSent && c.fw != nil && c.fw.endAfterClose.Load() {
+				// A client frame was over the limit and the client has its
+				// close: nothing more is exchanged.
+				return "", errWake
+			}
+		}
+		if c.fw != nil && c.mayPing() {
+			if err := c.write(c.client, pingFrame()); err != nil {
+				return writeReason(err, "client_closed"), err
+			}
+			c.pinged()
 		}
 		bp, n, err := d.read()
 		if err != nil {
@@ -321,6 +350,14 @@ func (c *wsConn) backendToClient() (string, error) {
 				}
 				if c.idleExpired() {
 					return "idle_timeout", err
+				}
+				if c.fw == nil {
+					continue
+				}
+				if due, timedOut := c.pingCheck(time.Now().UnixNano()); timedOut {
+					return "ping_timeout", err
+				} else if due {
+					c.fw.pingWanted.Store(true)
 				}
 				continue
 			}
@@ -340,6 +377,27 @@ func (c *wsConn) backendToClient() (string, error) {
 			p = nil
 		case c.closeCode.Load() != 0:
 			p = p[:c.frames.feed(p, true)]
+			if c.frames.tooBig {
+				// Whole frames before the one over the limit still go out.
+				if len(p) > 0 {
+					if err := c.write(c.client, p); err == nil {
+						c.out.Add(int64(len(p)))
+					}
+				}
+				d.put(bp)
+				return "backend_frame_too_big", c.backendTooBig()
+			}
+		case c.fw != nil:
+			n, err := c.relayFrames(p, func(b []byte) error { return c.write(c.client, b) })
+			d.put(bp)
+			c.out.Add(int64(n))
+			if errors.Is(err, errBackendFrameTooBig) {
+				return "backend_frame_too_big", err
+			}
+			if err != nil {
+				return writeReason(err, "client_closed"), err
+			}
+			continue
 		default:
 			c.frames.feed(p, false)
 		}
@@ -399,7 +457,12 @@ func (d *direction) read() (*[]byte, int, error) {
 			}
 			d.pending = false
 		}
-		if err := d.src.SetReadDeadline(d.c.idleDeadline()); err != nil {
+		dl := d.c.idleDeadline()
+		if d.wake && d.c.fw != nil {
+			// The backend->client direction also keeps the heartbeat.
+			dl = d.c.pingDeadline(dl)
+		}
+		if err := d.src.SetReadDeadline(dl); err != nil {
 			return nil, 0, err
 		}
 		if d.wake && !d.c.closeNoticed && d.c.closeCode.Load() != 0 {

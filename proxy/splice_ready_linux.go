@@ -81,13 +81,23 @@ func (c *wsConn) startReady(head, clientBuffered, backendBuffered []byte) bool {
 
 	// The 101 and any frames the backend sent behind it; then what the
 	// client sent behind its request. Neither write blocks.
-	c.frames.feed(backendBuffered, false)
+	backendBuffered = backendBuffered[:c.frames.feed(backendBuffered, false)]
+	if c.fw != nil {
+		clientBuffered = c.clientChunk(clientBuffered)
+	}
 	if _, err := c.client.Write(append(head, backendBuffered...)); err != nil {
 		c.closeBoth("client_closed")
 		c.runReady()
 		return true
 	}
 	c.out.Add(int64(len(backendBuffered)))
+	if c.frames.tooBig {
+		// A frame over the limit came right behind the 101.
+		c.backendTooBig()
+		c.closeBoth("backend_frame_too_big")
+		c.runReady()
+		return true
+	}
 	if len(clientBuffered) > 0 {
 		if _, err := bs.write(clientBuffered); err != nil {
 			c.closeBoth("backend_closed")
@@ -224,7 +234,7 @@ func (c *wsConn) step() {
 	if !r.closed.Load() && !r.c2bDone && !r.bs.queued() && r.c2bReady.Swap(false) {
 		c.pumpClientToBackend()
 	}
-	if !r.closed.Load() && !r.b2cDone && !r.cs.queued() && (r.b2cReady.Swap(false) || c.closePending()) {
+	if !r.closed.Load() && !r.b2cDone && !r.cs.queued() && (r.b2cReady.Swap(false) || c.closePending() || c.pingPending()) {
 		c.pumpBackendToClient()
 	}
 	if !r.closed.Load() && (r.ending || r.c2bDone && r.b2cDone) && !r.cs.queued() && !r.bs.queued() {
@@ -260,11 +270,17 @@ func (c *wsConn) pumpClientToBackend() {
 		n, err := c.client.Read(*bp)
 		if n > 0 {
 			c.touch()
-			if _, werr := r.bs.write((*bp)[:n]); werr != nil {
-				c.closeBoth("backend_closed")
-				return
+			p := (*bp)[:n]
+			if c.fw != nil {
+				p = c.clientChunk(p)
 			}
-			c.in.Add(int64(n))
+			if len(p) > 0 {
+				if _, werr := r.bs.write(p); werr != nil {
+					c.closeBoth("backend_closed")
+					return
+				}
+			}
+			c.in.Add(int64(len(p)))
 			moved += n
 		}
 		switch {
@@ -322,6 +338,19 @@ func (c *wsConn) pumpBackendToClient() {
 					return
 				}
 			}
+			if c.closeSent && c.fw != nil && c.fw.endAfterClose.Load() {
+				// A client frame was over the limit and the client has its
+				// close: end once the queues are out.
+				r.ending = true
+				return
+			}
+		}
+		if c.fw != nil && c.mayPing() {
+			if _, err := c.client.Write(pingFrame()); err != nil {
+				c.closeBoth("client_closed")
+				return
+			}
+			c.pinged()
 		}
 		if r.cs.queued() {
 			r.b2cReady.Store(true)
@@ -366,6 +395,30 @@ func (c *wsConn) pumpBackendToClient() {
 			p = nil
 		case c.closeCode.Load() != 0:
 			p = p[:c.frames.feed(p, true)]
+			if c.frames.tooBig {
+				// Whole frames before the one over the limit still go out.
+				if _, err := c.client.Write(p); err == nil {
+					c.out.Add(int64(len(p)))
+				}
+				c.backendTooBig()
+				c.closeBoth("backend_frame_too_big")
+				return
+			}
+		case c.fw != nil:
+			n, err := c.relayFrames(p, func(b []byte) error {
+				_, err := c.client.Write(b)
+				return err
+			})
+			c.out.Add(int64(n))
+			switch {
+			case errors.Is(err, errBackendFrameTooBig):
+				c.closeBoth("backend_frame_too_big")
+				return
+			case err != nil:
+				c.closeBoth("client_closed")
+				return
+			}
+			continue
 		default:
 			c.frames.feed(p, false)
 		}
@@ -415,10 +468,10 @@ func (c *wsConn) finishReady() {
 	c.finish()
 }
 
-// noteTimeouts lowers the sweep period to a quarter of the pool's idle and
-// write timeouts, so short timeouts are honoured closely.
+// noteTimeouts lowers the sweep period to a quarter of the pool's idle,
+// write and ping timeouts, so short timeouts are honoured closely.
 func (s *Server) noteTimeouts(p *Pool) {
-	for _, d := range []time.Duration{p.IdleTimeout, p.WriteTimeout} {
+	for _, d := range []time.Duration{p.IdleTimeout, p.WriteTimeout, p.PingInterval, p.PingTimeout} {
 		if d <= 0 {
 			continue
 		}
@@ -477,6 +530,18 @@ func (s *Server) sweeper(ctx context.Context, done chan struct{}) {
 			}
 			if c.rd.cs.stuck(now, wt) || c.rd.bs.stuck(now, wt) {
 				c.closeBoth("write_timeout")
+				continue
+			}
+			if c.fw == nil {
+				continue
+			}
+			if due, timedOut := c.pingCheck(now); timedOut {
+				c.closeBoth("ping_timeout")
+			} else if due {
+				// Injected by the runner at the next frame boundary, the
+				// way Drain's close frames are.
+				c.fw.pingWanted.Store(true)
+				c.kick()
 			}
 		}
 		clear(buf)

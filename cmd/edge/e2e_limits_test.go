@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gorilla/websocket"
 )
 
 // TestStalledClientsAreClosed: a TLS handshake that never starts and a
@@ -117,5 +119,30 @@ func TestTLSDefaults(t *testing.T) {
 	defer c.Close()
 	if got := c.ConnectionState().NegotiatedProtocol; got != "http/1.1" {
 		t.Errorf("ALPN: got %q, want http/1.1", got)
+	}
+}
+
+// TestFrameLimitFromConfig: pools[].websocket.max_frame_bytes reaches the
+// splice; an oversized client frame gets close 1009 (base/base#2655).
+func TestFrameLimitFromConfig(t *testing.T) {
+	bs := backends(t, "b1")
+	s := newSetup(t, bs, "least_conn", "    websocket: {max_frame_bytes: 1024, ping_interval: 1s, ping_timeout: 1s}\n")
+	startEdge(t, s.cfg)
+	c, _, err := s.dialer().Dial("wss://"+s.wss+"/", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if got := ask(t, c, strings.Repeat("a", 1024)); len(got) != 1024 {
+		t.Fatalf("a frame at the limit: got %d bytes back, want 1024", len(got))
+	}
+	if err := c.WriteMessage(websocket.TextMessage, []byte(strings.Repeat("b", 2048))); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	_, _, err = c.ReadMessage()
+	ce, ok := err.(*websocket.CloseError)
+	if !ok || ce.Code != websocket.CloseMessageTooBig {
+		t.Errorf("after an oversized frame: got %v, want close 1009", err)
 	}
 }

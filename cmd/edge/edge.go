@@ -264,6 +264,9 @@ func (e *edge) buildPool(pc *conf.Pool) (*poolEntry, error) {
 		IdleTimeout:      pc.Timeouts.Idle.Std(),
 		WriteTimeout:     pc.Timeouts.Write.Std(),
 		Retries:          pc.Retries,
+		MaxFrameBytes:    pc.WebSocket.MaxFrameBytes,
+		PingInterval:     pc.WebSocket.PingInterval.Std(),
+		PingTimeout:      pc.WebSocket.PingTimeout.Std(),
 		Cookie: proxy.CookieSettings{
 			Name:     pc.Cookie.Name,
 			Path:     pc.Cookie.Path,

@@ -1,0 +1,359 @@
+package proxy
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/edgelb/edge/balance"
+	"github.com/gorilla/websocket"
+)
+
+// maskedFrameN renders a masked client frame of any length below 64 KiB.
+func maskedFrameN(opcode byte, fin bool, payload []byte) []byte {
+	b0 := opcode
+	if fin {
+		b0 |= 0x80
+	}
+	f := []byte{b0}
+	switch n := len(payload); {
+	case n < 126:
+		f = append(f, 0x80|byte(n))
+	default:
+		f = append(f, 0x80|126, byte(n>>8), byte(n))
+	}
+	mask := [4]byte{9, 8, 7, 6}
+	f = append(f, mask[:]...)
+	for i, c := range payload {
+		f = append(f, c^mask[i%4])
+	}
+	return f
+}
+
+// serverFrame renders an unmasked backend frame of any length below 64 KiB.
+func serverFrame(opcode byte, fin bool, payload []byte) []byte {
+	b0 := opcode
+	if fin {
+		b0 |= 0x80
+	}
+	f := []byte{b0}
+	if n := len(payload); n < 126 {
+		f = append(f, byte(n))
+	} else {
+		f = append(f, 126, byte(n>>8), byte(n))
+	}
+	return append(f, payload...)
+}
+
+// closeCodeOf returns the close code carried by a gorilla read error.
+func closeCodeOf(err error) int {
+	var ce *websocket.CloseError
+	if errors.As(err, &ce) {
+		return ce.Code
+	}
+	return 0
+}
+
+// rawUpgraded dials the edge without an HTTP client and completes the
+// upgrade; the reader then holds whatever follows the 101.
+func rawUpgraded(t *testing.T, e *edge) (net.Conn, *bufio.Reader) {
+	t.Helper()
+	c := e.rawConn(t)
+	io.WriteString(c, rawUpgrade("/", "x"))
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	br := bufio.NewReader(c)
+	if resp, err := http.ReadResponse(br, nil); err != nil || resp.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("handshake: %v %v", resp, err)
+	}
+	return c, br
+}
+
+// TestMaxFrameBytesClient: a client frame over the limit is answered with
+// close 1009 and ends the backend connection; a frame exactly at the limit
+// passes, and another connection on the same server is not disturbed.
+func TestMaxFrameBytesClient(t *testing.T) {
+	forEachPath(t, func(t *testing.T) {
+		b := startBackend(t, "b1")
+		p := newPool(t, "chat", balance.LeastConn, map[string]string{"b1": b.Addr()})
+		p.MaxFrameBytes = 100
+		e := startEdge(t, edgeConfig{tls: true, opts: Options{Routes: []Route{{Default: true, Pool: p}}}})
+		other, _ := e.dialWS(t, "/", nil)
+		c, _ := e.dialWS(t, "/", nil)
+		waitFor(t, "two backend connections", func() bool { return b.Conns() == 2 })
+
+		atLimit := string(bytes.Repeat([]byte{'a'}, 100))
+		if got := ask(t, c, atLimit); got != atLimit {
+			t.Fatalf("frame at the limit: got %d bytes back, want %d", len(got), len(atLimit))
+		}
+		if err := c.WriteMessage(websocket.TextMessage, bytes.Repeat([]byte{'b'}, 101)); err != nil {
+			t.Fatalf("write over the limit: %v", err)
+		}
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		_, _, err := c.ReadMessage()
+		if got, want := closeCodeOf(err), CloseMessageTooBig; got != want {
+			t.Fatalf("close code: got %d (%v), want %d", got, err, want)
+		}
+		if got, want := e.obs.waitClosed(t), "frame_too_big"; got != want {
+			t.Fatalf("reason: got %q, want %q", got, want)
+		}
+		waitFor(t, "the backend connection to end", func() bool { return b.Conns() == 1 })
+		if got, want := ask(t, other, "whoami"), "b1"; got != want {
+			t.Fatalf("other connection: got %q, want %q", got, want)
+		}
+	})
+}
+
+// TestMaxFrameBytesSplitWrites: headers and payloads arriving a byte at a
+// time are tracked exactly: a frame at the limit passes, one byte more
+// gets close 1009.
+func TestMaxFrameBytesSplitWrites(t *testing.T) {
+	forEachPath(t, func(t *testing.T) {
+		b := startBackend(t, "b1")
+		p := newPool(t, "chat", balance.LeastConn, map[string]string{"b1": b.Addr()})
+		p.MaxFrameBytes = 200
+		e := startEdge(t, edgeConfig{opts: Options{Routes: []Route{{Default: true, Pool: p}}}})
+		c, br := rawUpgraded(t, e)
+		trickle := func(f []byte) {
+			for i := range f {
+				if _, err := c.Write(f[i : i+1]); err != nil {
+					t.Fatalf("write byte %d: %v", i, err)
+				}
+			}
+		}
+		want := bytes.Repeat([]byte{'x'}, 200)
+		for range 3 {
+			trickle(maskedFrameN(websocket.BinaryMessage, true, want))
+			c.SetReadDeadline(time.Now().Add(5 * time.Second))
+			if op, got := readFrame(t, br); op != websocket.BinaryMessage || !bytes.Equal(got, want) {
+				t.Fatalf("echo: got opcode %d, %d bytes; want binary, %d bytes", op, len(got), len(want))
+			}
+		}
+		// The header alone (2 bytes, 16-bit length, mask key) decides.
+		trickle(maskedFrameN(websocket.BinaryMessage, true, append(want, 'y'))[:8])
+		op, pl := readFrame(t, br)
+		if op != opClose || len(pl) < 2 || int(pl[0])<<8|int(pl[1]) != CloseMessageTooBig {
+			t.Fatalf("after a frame over the limit: got opcode %d %q, want close 1009", op, pl)
+		}
+		if got, want := e.obs.waitClosed(t), "frame_too_big"; got != want {
+			t.Fatalf("reason: got %q, want %q", got, want)
+		}
+	})
+}
+
+// TestMaxFrameBytesBackend: a backend frame over the limit closes both
+// sides; frames up to the limit pass.
+func TestMaxFrameBytesBackend(t *testing.T) {
+	forEachPath(t, func(t *testing.T) {
+		backendDone := make(chan error, 1)
+		addr := rawBackend(t, func(c net.Conn) {
+			br := bufio.NewReader(c)
+			_, resp := readUpgrade(t, br)
+			io.WriteString(c, resp)
+			c.Write(serverFrame(websocket.TextMessage, true, bytes.Repeat([]byte{'a'}, 100)))
+			// Only the header of the frame over the limit: its length
+			// alone must be enough.
+			c.Write([]byte{0x82, 126, 0x10, 0x00})
+			c.SetReadDeadline(time.Now().Add(5 * time.Second))
+			_, err := io.Copy(io.Discard, br)
+			backendDone <- err
+		})
+		p := newPool(t, "raw", balance.LeastConn, map[string]string{"raw": addr})
+		p.MaxFrameBytes = 100
+		e := startEdge(t, edgeConfig{opts: Options{Routes: []Route{{Default: true, Pool: p}}}})
+		c, _ := e.dialWS(t, "/", nil)
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if _, m, err := c.ReadMessage(); err != nil || len(m) != 100 {
+			t.Fatalf("frame at the limit: got %d bytes, %v", len(m), err)
+		}
+		if _, _, err := c.ReadMessage(); err == nil {
+			t.Fatal("read after a backend frame over the limit succeeded")
+		}
+		if got, want := e.obs.waitClosed(t), "backend_frame_too_big"; got != want {
+			t.Fatalf("reason: got %q, want %q", got, want)
+		}
+		select {
+		case err := <-backendDone:
+			if err != nil && !isClosed(err) {
+				t.Fatalf("backend: got %v, want the proxy to close it", err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("backend connection still open")
+		}
+	})
+}
+
+// TestPingKeepsAnsweringClient: a silent client is pinged, and one that
+// answers (gorilla replies with a pong while it reads) stays connected
+// across many intervals, well past PingTimeout.
+func TestPingKeepsAnsweringClient(t *testing.T) {
+	forEachPath(t, func(t *testing.T) {
+		e, _ := oneBackendEdge(t, true, func(p *Pool, _ *edgeConfig) {
+			p.PingInterval = 20 * time.Millisecond
+			p.PingTimeout = 300 * time.Millisecond
+		})
+		c, _ := e.dialWS(t, "/", nil)
+		pings := make(chan struct{}, 100)
+		c.SetPingHandler(func(data string) error {
+			select {
+			case pings <- struct{}{}:
+			default:
+			}
+			return c.WriteControl(websocket.PongMessage, []byte(data), time.Now().Add(time.Second))
+		})
+		msgs := make(chan string, 1)
+		go func() {
+			defer close(msgs)
+			for {
+				_, m, err := c.ReadMessage()
+				if err != nil {
+					return
+				}
+				msgs <- string(m)
+			}
+		}()
+		deadline := time.After(10 * time.Second)
+		for i := range 20 { // at least 400 ms of silence answered only by pongs
+			select {
+			case <-pings:
+			case <-deadline:
+				t.Fatalf("got %d pings, want 20", i)
+			}
+		}
+		if err := c.WriteMessage(websocket.TextMessage, []byte("whoami")); err != nil {
+			t.Fatalf("write: %v", err)
+		}
+		select {
+		case got := <-msgs:
+			if want := "b1"; got != want {
+				t.Fatalf("answer: got %q, want %q", got, want)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("no answer after the pings")
+		}
+		select {
+		case r := <-e.obs.closeCh:
+			t.Fatalf("connection closed with reason %q", r)
+		default:
+		}
+	})
+}
+
+// TestPingTimeoutReapsSilentClient: a client that sends nothing after our
+// ping (a half-open mobile socket, traefik#10627) is closed.
+func TestPingTimeoutReapsSilentClient(t *testing.T) {
+	forEachPath(t, func(t *testing.T) {
+		e, _ := oneBackendEdge(t, true, func(p *Pool, _ *edgeConfig) {
+			p.PingInterval = 20 * time.Millisecond
+			p.PingTimeout = 60 * time.Millisecond
+		})
+		_, br := rawUpgraded(t, e)
+		if op, pl := readFrame(t, br); op != websocket.PingMessage || len(pl) > 125 {
+			t.Fatalf("first frame: got opcode %d %q, want a ping", op, pl)
+		}
+		if got, want := e.obs.waitClosed(t), "ping_timeout"; got != want {
+			t.Fatalf("reason: got %q, want %q", got, want)
+		}
+	})
+}
+
+// TestPingNeverInsideFrame: while the backend streams a large fragmented
+// message slowly, due pings go between frames only, so the client's
+// parser sees a valid stream and the message arrives whole.
+func TestPingNeverInsideFrame(t *testing.T) {
+	forEachPath(t, func(t *testing.T) {
+		const frags, fragSize, piece = 40, 4000, 500
+		addr := rawBackend(t, func(c net.Conn) {
+			br := bufio.NewReader(c)
+			_, resp := readUpgrade(t, br)
+			io.WriteString(c, resp)
+			pongs := make(chan struct{})
+			go func() { // the client's pongs
+				defer close(pongs)
+				io.Copy(io.Discard, br)
+			}()
+			for i := range frags {
+				op := byte(websocket.BinaryMessage)
+				if i > 0 {
+					op = 0 // continuation
+				}
+				f := serverFrame(op, i == frags-1, bytes.Repeat([]byte{byte('a' + i%26)}, fragSize))
+				for len(f) > 0 {
+					k := min(piece, len(f))
+					if _, err := c.Write(f[:k]); err != nil {
+						return
+					}
+					f = f[k:]
+					// Pacing, not synchronisation: pings fall due while
+					// frames are half sent.
+					time.Sleep(time.Millisecond)
+				}
+			}
+			c.Write(serverFrame(websocket.TextMessage, true, []byte("done")))
+			c.SetReadDeadline(time.Now().Add(5 * time.Second))
+			<-pongs
+		})
+		p := newPool(t, "raw", balance.LeastConn, map[string]string{"raw": addr})
+		p.PingInterval = 10 * time.Millisecond
+		e := startEdge(t, edgeConfig{tls: true, opts: Options{Routes: []Route{{Default: true, Pool: p}}}})
+		c, _ := e.dialWS(t, "/", nil)
+		pings := 0
+		c.SetPingHandler(func(data string) error {
+			pings++
+			return c.WriteControl(websocket.PongMessage, []byte(data), time.Now().Add(time.Second))
+		})
+		c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		typ, m, err := c.ReadMessage()
+		if err != nil {
+			t.Fatalf("read the fragmented message: %v", err)
+		}
+		if typ != websocket.BinaryMessage || len(m) != frags*fragSize {
+			t.Fatalf("message: got type %d, %d bytes; want binary, %d bytes", typ, len(m), frags*fragSize)
+		}
+		for i := range frags {
+			if want := bytes.Repeat([]byte{byte('a' + i%26)}, fragSize); !bytes.Equal(m[i*fragSize:(i+1)*fragSize], want) {
+				t.Fatalf("fragment %d corrupted", i)
+			}
+		}
+		if _, m, err := c.ReadMessage(); err != nil || string(m) != "done" {
+			t.Fatalf("last message: got %q, %v", m, err)
+		}
+		if pings == 0 {
+			t.Fatal("got no ping while the message streamed")
+		}
+	})
+}
+
+// TestFrameTrackerLimit: the limit is judged on the header alone, at the
+// header's offset, whatever the length encoding.
+func TestFrameTrackerLimit(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		limit   uint64
+		stream  []byte
+		wantN   int
+		wantBig bool
+	}{
+		{"7-bit at the limit", 3, []byte{0x81, 3, 'a', 'b', 'c'}, 5, false},
+		{"7-bit over", 3, []byte{0x81, 3, 'a', 'b', 'c', 0x81, 4}, 5, true},
+		{"16-bit over, masked", 125, []byte{0x82, 0x80 | 126, 0, 126, 1, 2, 3, 4}, 0, true},
+		{"64-bit over", 1 << 20, []byte{0x82, 127, 0, 0, 0, 0, 0, 0x10, 0, 1}, 0, true},
+		{"header incomplete", 1, []byte{0x82, 126, 0}, 3, false},
+		{"no limit", 0, []byte{0x82, 126, 0xff, 0xff}, 4, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tr := frameTracker{limit: tc.limit}
+			n := tr.feed(tc.stream, false)
+			if n != tc.wantN || tr.tooBig != tc.wantBig {
+				t.Fatalf("feed: got %d, tooBig %v; want %d, %v", n, tr.tooBig, tc.wantN, tc.wantBig)
+			}
+			if tr.tooBig && tr.atBoundary() {
+				t.Fatal("a tracker over its limit reports a boundary")
+			}
+		})
+	}
+}
