@@ -83,6 +83,27 @@ func (s *Server) dialUpgrade(ctx context.Context, x *exchange) (bc *backendConn,
 	return nil, http.StatusBadGateway, err
 }
 
+// appendHeader writes h as header lines, skipping the field named skip and
+// any name or value that is not valid on the wire (RFC 9110 §5.1, §5.5), so
+// nothing a client sent can split a request or a response.
+func appendHeader(b []byte, h http.Header, skip string) []byte {
+	for k, vv := range h {
+		if k == skip || !httpguts.ValidHeaderFieldName(k) {
+			continue
+		}
+		for _, v := range vv {
+			if !httpguts.ValidHeaderFieldValue(v) {
+				continue
+			}
+			b = append(b, k...)
+			b = append(b, ": "...)
+			b = append(b, v...)
+			b = append(b, "\r\n"...)
+		}
+	}
+	return b
+}
+
 // errBackendFull means every backend tried was at its connection limit.
 var errBackendFull = errors.New("backend at its connection limit")
 
@@ -103,20 +124,7 @@ func (s *Server) upgradeRequest(x *exchange) []byte {
 	b = append(b, " HTTP/1.1\r\nHost: "...)
 	b = append(b, r.Host...)
 	b = append(b, "\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n"...)
-	for k, vv := range h {
-		if k == "Host" || !httpguts.ValidHeaderFieldName(k) {
-			continue
-		}
-		for _, v := range vv {
-			if !httpguts.ValidHeaderFieldValue(v) {
-				continue
-			}
-			b = append(b, k...)
-			b = append(b, ": "...)
-			b = append(b, v...)
-			b = append(b, "\r\n"...)
-		}
-	}
+	b = appendHeader(b, h, "Host")
 	return append(b, "\r\n"...)
 }
 

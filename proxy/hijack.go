@@ -2,8 +2,6 @@ package proxy
 
 import (
 	"net/http"
-
-	"golang.org/x/net/http/httpguts"
 )
 
 // serveWebSocket runs the upgrade: backend handshake first, hijack second.
@@ -71,20 +69,7 @@ func (s *Server) switchingResponse(x *exchange, bc *backendConn) []byte {
 	b = append(b, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"...)
 	h := bc.resp.Header
 	removeHopByHop(h)
-	for k, vv := range h {
-		if !httpguts.ValidHeaderFieldName(k) {
-			continue
-		}
-		for _, v := range vv {
-			if !httpguts.ValidHeaderFieldValue(v) {
-				continue
-			}
-			b = append(b, k...)
-			b = append(b, ": "...)
-			b = append(b, v...)
-			b = append(b, "\r\n"...)
-		}
-	}
+	b = appendHeader(b, h, "")
 	if bc.setCookie {
 		b = append(b, "Set-Cookie: "...)
 		b = append(b, setCookieValue(x.pool, bc.backend, x.lo.TLS || x.r.TLS != nil)...)
