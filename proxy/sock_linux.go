@@ -287,6 +287,17 @@ func (s *sock) close() error {
 		// close_notify still reaches a peer that is reading.
 		unix.Write(s.fd, s.q)
 	}
+	// Unread bytes in the receive buffer make close(2) send a reset,
+	// which can destroy what was just sent (a close frame 1001 during a
+	// drain) before the peer read it: discard what is there, bounded, so
+	// the close is an orderly FIN.
+	var sink [4096]byte
+	for range 16 {
+		n, err := unix.Read(s.fd, sink[:])
+		if n <= 0 || err != nil {
+			break
+		}
+	}
 	err := unix.Close(s.fd)
 	s.fd = -1
 	s.q = nil
