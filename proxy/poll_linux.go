@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -38,6 +39,13 @@ const pumpBudget = 1 << 20
 type poller struct {
 	epfd int
 	wake int // eventfd; its id is 0
+	// file holds epfd inside Go's own poller: run parks there while no
+	// event is ready instead of blocking a thread in epoll_wait. A thread
+	// blocked in a plain syscall keeps its P until sysmon takes it back
+	// (up to 10 ms when the process is otherwise idle), which with
+	// GOMAXPROCS=1 stalls every handshake and accept meanwhile.
+	file *os.File
+	rc   syscall.RawConn
 
 	mu    sync.RWMutex
 	conns map[uint64]*wsConn
@@ -68,7 +76,19 @@ func newPoller() (*poller, error) {
 		unix.Close(epfd)
 		return nil, os.NewSyscallError("epoll_ctl", err)
 	}
-	return &poller{epfd: epfd, wake: wake, conns: map[uint64]*wsConn{}, done: make(chan struct{})}, nil
+	if err := unix.SetNonblock(epfd, true); err != nil {
+		unix.Close(wake)
+		unix.Close(epfd)
+		return nil, os.NewSyscallError("setnonblock", err)
+	}
+	f := os.NewFile(uintptr(epfd), "epoll")
+	rc, err := f.SyscallConn()
+	if err != nil {
+		unix.Close(wake)
+		f.Close()
+		return nil, fmt.Errorf("epoll descriptor: %w", err)
+	}
+	return &poller{epfd: epfd, wake: wake, file: f, rc: rc, conns: map[uint64]*wsConn{}, done: make(chan struct{})}, nil
 }
 
 // add gives c an id; its client socket is watched as id, its backend as id|1.
@@ -111,11 +131,24 @@ func (p *poller) run(log *slog.Logger) {
 	evs := make([]unix.EpollEvent, 128)
 	var pend []*wsConn
 	for {
-		n, err := unix.EpollWait(p.epfd, evs, -1)
-		if err != nil {
-			if err == unix.EINTR {
-				continue
+		// Collect ready events without blocking; when there are none, park
+		// in Go's poller until the epoll descriptor becomes readable. The
+		// callback looks before it waits, so no event is missed.
+		var n int
+		var err error
+		rerr := p.rc.Read(func(uintptr) bool {
+			for {
+				n, err = unix.EpollWait(p.epfd, evs, 0)
+				if err != unix.EINTR {
+					break
+				}
 			}
+			return err != nil || n > 0
+		})
+		if err == nil {
+			err = rerr
+		}
+		if err != nil {
 			// Only a closed epoll descriptor gets here, and Close stops
 			// the poller after every connection ended.
 			log.Error("epoll_wait failed; readiness splice stopped", "err", err)
@@ -171,7 +204,7 @@ func (p *poller) stop() {
 	p.signal()
 	<-p.done
 	unix.Close(p.wake)
-	unix.Close(p.epfd)
+	p.file.Close()
 }
 
 // getPoller returns one of the Server's pollers, started on first use; nil
