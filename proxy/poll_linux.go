@@ -136,14 +136,22 @@ func (p *poller) run(log *slog.Logger) {
 		// callback looks before it waits, so no event is missed.
 		var n int
 		var err error
+		yielded := false
 		rerr := p.rc.Read(func(uintptr) bool {
 			for {
 				n, err = unix.EpollWait(p.epfd, evs, 0)
-				if err != unix.EINTR {
-					break
+				if err == unix.EINTR {
+					continue
 				}
+				if err != nil || n > 0 || yielded {
+					return err != nil || n > 0
+				}
+				// Under load the next event is usually microseconds
+				// away: let other goroutines run once and look again
+				// before paying for a park and a netpoll wake-up.
+				yielded = true
+				runtime.Gosched()
 			}
-			return err != nil || n > 0
 		})
 		if err == nil {
 			err = rerr
