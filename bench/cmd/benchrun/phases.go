@@ -441,27 +441,7 @@ func (r *runner) loop(ctx context.Context, px *proc, run *Run, paced bool) error
 		return err
 	}
 	defer gs.finish()
-	ready, err := gs.all(ctx, wire.EventReady, readyTimeout)
-	sumErrors(run, ready)
-	if err != nil {
-		return err
-	}
-	var w window
-	if err := gs.send(wire.CmdStart); err != nil {
-		return err
-	}
-	w.begin(px.pid())
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-time.After(win):
-	}
-	w.end(px.pid())
-	if err := gs.send(wire.CmdStop); err != nil {
-		return err
-	}
-	res, err := gs.all(ctx, wire.EventResult, time.Minute)
-	sumErrors(run, res)
+	w, res, err := measureWindow(ctx, gs, px, run, win)
 	if err != nil {
 		return err
 	}
@@ -490,6 +470,34 @@ func (r *runner) loop(ctx context.Context, px *proc, run *Run, paced bool) error
 	return nil
 }
 
+// measureWindow waits until every generator is ready, lets them run for win
+// while the proxy's CPU and memory are sampled at both ends, stops them, and
+// returns the window with their results.
+func measureWindow(ctx context.Context, gs gens, px *proc, run *Run, win time.Duration) (window, []wire.Event, error) {
+	var w window
+	ready, err := gs.all(ctx, wire.EventReady, readyTimeout)
+	sumErrors(run, ready)
+	if err != nil {
+		return w, nil, err
+	}
+	if err := gs.send(wire.CmdStart); err != nil {
+		return w, nil, err
+	}
+	w.begin(px.pid())
+	select {
+	case <-ctx.Done():
+		return w, nil, ctx.Err()
+	case <-time.After(win):
+	}
+	w.end(px.pid())
+	if err := gs.send(wire.CmdStop); err != nil {
+		return w, nil, err
+	}
+	res, err := gs.all(ctx, wire.EventResult, time.Minute)
+	sumErrors(run, res)
+	return w, res, err
+}
+
 // connect measures the CPU cost of connection establishment.
 func (r *runner) connect(ctx context.Context, px *proc, run *Run, resume bool) error {
 	gs, err := r.startGens(split(r.opt.connProcs*r.opt.connWork, r.opt.connProcs), "connect", func(n int) []string {
@@ -499,27 +507,7 @@ func (r *runner) connect(ctx context.Context, px *proc, run *Run, resume bool) e
 		return err
 	}
 	defer gs.finish()
-	ready, err := gs.all(ctx, wire.EventReady, readyTimeout)
-	sumErrors(run, ready)
-	if err != nil {
-		return err
-	}
-	var w window
-	if err := gs.send(wire.CmdStart); err != nil {
-		return err
-	}
-	w.begin(px.pid())
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-time.After(r.opt.connWindow):
-	}
-	w.end(px.pid())
-	if err := gs.send(wire.CmdStop); err != nil {
-		return err
-	}
-	res, err := gs.all(ctx, wire.EventResult, time.Minute)
-	sumErrors(run, res)
+	w, res, err := measureWindow(ctx, gs, px, run, r.opt.connWindow)
 	if err != nil {
 		return err
 	}
