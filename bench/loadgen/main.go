@@ -5,7 +5,8 @@
 // the kernel picks the port per 4-tuple and ephemeral ports never run out),
 // and runs one of four workloads:
 //
-//	idle     hold -conns connections after one small echo each
+//	idle     hold -conns connections after one small echo each; on the
+//	         command "echo" send one more on every held connection
 //	echo     closed loop: every connection sends -size bytes and awaits the echo
 //	rate     open loop: every connection sends -rate messages per second;
 //	         latency is measured from the scheduled send time, so a stalled
@@ -393,17 +394,59 @@ func (g *gen) runIdle(ctx context.Context, cmds <-chan string) error {
 		cipher, curve = describe(conns[0])
 	}
 	g.emit(wire.Event{Event: wire.EventReady, Conns: len(conns), Cipher: cipher, Curve: curve})
-	if err := await(ctx, cmds, wire.CmdStart); err != nil {
+	if err := g.holdUntil(ctx, cmds, conns, wire.CmdStart); err != nil {
 		return err
 	}
 	t0 := time.Now()
-	if err := await(ctx, cmds, wire.CmdStop); err != nil {
+	if err := g.holdUntil(ctx, cmds, conns, wire.CmdStop); err != nil {
 		return err
 	}
 	g.emit(wire.Event{Event: wire.EventResult, Conns: len(conns), Window: time.Since(t0)})
-	// Hold until the orchestrator has measured and closes our input.
-	<-ctx.Done()
+	// Hold until the orchestrator has measured and closes our input (which
+	// ends ctx), still answering echo requests.
+	_ = g.holdUntil(ctx, cmds, conns, "")
 	return nil
+}
+
+// holdUntil waits for the command want, answering CmdEcho meanwhile with one
+// echo on every held connection. With want "" it waits for ctx to end.
+func (g *gen) holdUntil(ctx context.Context, cmds <-chan string, conns []*conn, want string) error {
+	for {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("await %q: %w", want, context.Cause(ctx))
+		case got := <-cmds:
+			switch {
+			case want != "" && got == want:
+				return nil
+			case got == wire.CmdEcho:
+				n := g.echoAll(conns)
+				g.emit(wire.Event{Event: wire.EventEchoed, Conns: len(conns), Messages: uint64(n)})
+			}
+		}
+	}
+}
+
+// echoAll sends one small echo on every connection, -dial-concurrency at a
+// time, and returns how many came back. A failed one is counted as an error.
+func (g *gen) echoAll(conns []*conn) int {
+	msg := g.payload[:min(16, len(g.payload))]
+	var ok atomic.Int64
+	sem := make(chan struct{}, g.c.dialConc)
+	var wg sync.WaitGroup
+	for _, c := range conns {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			if err := c.echo(msg, make([]byte, len(msg)), g.c.timeout); err != nil {
+				g.fail(err)
+				return
+			}
+			ok.Add(1)
+		})
+	}
+	wg.Wait()
+	return int(ok.Load())
 }
 
 // runLoop runs the closed-loop echo (paced false) or the fixed-rate echo

@@ -17,6 +17,11 @@ const (
 	CmdStart = "start"
 	// CmdStop closes it; the generator answers with an EventResult.
 	CmdStop = "stop"
+	// CmdEcho asks an idle-mode generator for one more small echo on every
+	// connection it holds, at any time after EventReady; it answers with an
+	// EventEchoed. It shows that connections held for a while still carry
+	// traffic end to end.
+	CmdEcho = "echo"
 )
 
 // Event kinds the generator sends.
@@ -28,6 +33,9 @@ const (
 	EventResult = "result"
 	// EventFatal says the generator gave up; Error says why.
 	EventFatal = "fatal"
+	// EventEchoed answers CmdEcho: Messages counts the connections whose
+	// echo came back, out of Conns.
+	EventEchoed = "echoed"
 )
 
 // Event is one line written by a generator.
@@ -39,7 +47,8 @@ type Event struct {
 	// ErrorSample is the text of the first one.
 	Errors      uint64 `json:"errors"`
 	ErrorSample string `json:"error_sample,omitempty"`
-	// Messages counts echoed messages inside the window.
+	// Messages counts echoed messages inside the window (or, in an
+	// EventEchoed, the connections that answered CmdEcho).
 	Messages uint64 `json:"messages,omitempty"`
 	// Ops counts completed connect+handshake+upgrade+echo cycles inside the
 	// window (connect phase); Resumed counts those whose TLS session was
