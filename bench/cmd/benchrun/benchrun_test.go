@@ -1,9 +1,13 @@
 package main
 
 import (
+	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/edgelb/edge/conf"
 )
 
 func TestSplit(t *testing.T) {
@@ -92,5 +96,89 @@ func TestRender(t *testing.T) {
 		if !strings.Contains(md, want) {
 			t.Errorf("report lacks %q:\n%s", want, md)
 		}
+	}
+}
+
+func TestSelectProxies(t *testing.T) {
+	tests := []struct {
+		name      string
+		names     []string
+		haveEdge  bool
+		want      []string
+		wantSkips []string
+	}{
+		{"default", allProxies, true, []string{"edge", "edge-frames", "haproxy", "nginx"}, nil},
+		{"anchors only", []string{"haproxy", "nginx"}, true, []string{"haproxy", "nginx"}, nil},
+		{"edge modes back to back", []string{"edge-frames", "nginx", "edge"}, true, []string{"edge", "edge-frames", "nginx"}, nil},
+		{"duplicates", []string{"edge", "edge"}, true, []string{"edge"}, nil},
+		{"no edge binary", allProxies, false, []string{"haproxy", "nginx"}, []string{"edge", "edge-frames"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, skipped, err := selectProxies(tt.names, tt.haveEdge)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(got, tt.want) || !slices.Equal(skipped, tt.wantSkips) {
+				t.Errorf("selectProxies(%v, %v) = %v, skipped %v; want %v, skipped %v", tt.names, tt.haveEdge, got, skipped, tt.want, tt.wantSkips)
+			}
+		})
+	}
+	if _, _, err := selectProxies([]string{"edge", "envoy"}, true); err == nil {
+		t.Error("selectProxies accepted an unknown proxy")
+	}
+}
+
+func TestPlan(t *testing.T) {
+	got := plan(allProxies, []string{"idle", "echo", "connect-full"})
+	want := []step{
+		{"idle", "edge"}, {"idle", "haproxy"}, {"idle", "nginx"},
+		{"echo", "edge"}, {"echo", "edge-frames"}, {"echo", "haproxy"}, {"echo", "nginx"},
+		{"connect-full", "edge"}, {"connect-full", "haproxy"}, {"connect-full", "nginx"},
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("plan = %v, want %v", got, want)
+	}
+	if got := plan([]string{"edge-frames"}, []string{"idle", "rate"}); len(got) != 0 {
+		t.Errorf("edge-frames runs %v, want only the echo phase", got)
+	}
+}
+
+// TestEdgeConfigs loads both generated edge configurations with edge's own
+// parser: they differ by the websocket block alone.
+func TestEdgeConfigs(t *testing.T) {
+	dir := t.TempDir()
+	if err := writeCert(dir); err != nil {
+		t.Fatal(err)
+	}
+	r := &runner{dir: dir}
+	load := func(proxy string) (*conf.Config, string) {
+		t.Helper()
+		path, err := r.renderConfig("edge.yaml.tmpl", proxy+".yaml", r.configFor(proxy))
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := conf.Load(path)
+		if err != nil {
+			t.Fatalf("%s: %v", proxy, err)
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c, string(b)
+	}
+	opaque, opaqueText := load("edge")
+	framed, framedText := load(edgeFrames)
+	if ws := opaque.Pools[0].WebSocket; ws != (conf.WebSocket{}) {
+		t.Errorf("edge pool websocket = %+v, want opaque mode", ws)
+	}
+	ws := framed.Pools[0].WebSocket
+	if ws.MaxFrameBytes != 1048576 || time.Duration(ws.PingInterval) != 30*time.Second || time.Duration(ws.PingTimeout) != 10*time.Second {
+		t.Errorf("edge-frames pool websocket = %+v, want 1048576, 30s, 10s", ws)
+	}
+	extra, ok := strings.CutPrefix(framedText, opaqueText)
+	if !ok || strings.Count(extra, "\n") != 1 || !strings.HasPrefix(extra, "    websocket: {") {
+		t.Errorf("edge-frames.yaml is not edge.yaml plus one websocket line; extra: %q", extra)
 	}
 }

@@ -21,6 +21,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -72,10 +73,35 @@ const (
 
 var allPhases = []string{"idle", "echo", "rate", "connect-full", "connect-resume"}
 
+// edgeFrames is edge with frame-aware splicing turned on in its pool (see
+// frameAware), measured beside edge in its default opaque mode for the
+// frame-aware overhead figure.
+const edgeFrames = "edge-frames"
+
+// allProxies lists the proxies in the order a repeat runs them: the two edge
+// modes back to back, so that they see the same state of the shared host.
+var allProxies = []string{"edge", edgeFrames, "haproxy", "nginx"}
+
+// onlyPhases restricts a proxy to some phases. edge-frames exists for one
+// figure, CPU per message in the closed-loop echo against opaque edge;
+// running it through the other phases would lengthen the full run by a
+// quarter for figures nobody compares.
+var onlyPhases = map[string][]string{edgeFrames: {"echo"}}
+
+// runsPhase reports whether proxy takes part in phase.
+func runsPhase(proxy, phase string) bool {
+	only, ok := onlyPhases[proxy]
+	return !ok || slices.Contains(only, phase)
+}
+
+// usesEdge reports whether proxy is one of the edge modes, which run the
+// edge binary.
+func usesEdge(proxy string) bool { return proxy == "edge" || proxy == edgeFrames }
+
 func main() {
 	var o options
 	var proxies, phases, report string
-	flag.StringVar(&proxies, "proxies", "edge,haproxy,nginx", "proxies to measure, comma-separated")
+	flag.StringVar(&proxies, "proxies", strings.Join(allProxies, ","), "proxies to measure, comma-separated ("+edgeFrames+": edge in frame-aware mode, echo phase only)")
 	flag.StringVar(&phases, "phases", strings.Join(allPhases, ","), "phases to run, comma-separated")
 	flag.IntVar(&o.repeats, "repeats", 3, "repeats of every phase (interleaved across proxies)")
 	flag.BoolVar(&o.quick, "quick", false, "small counts and short windows, to check the setup")
@@ -218,22 +244,19 @@ func run(ctx context.Context, o options, log *slog.Logger) error {
 	if err := writeCert(dir); err != nil {
 		return err
 	}
-	var proxies []string
-	for _, p := range o.proxies {
-		switch p {
-		case "edge":
-			if _, err := os.Stat(o.edgeBin); err != nil {
-				log.Warn("edge binary missing; skipping edge", "bin", o.edgeBin, "err", err)
-				continue
-			}
-		case "haproxy", "nginx":
-		default:
-			return fmt.Errorf("unknown proxy %q (want edge, haproxy, nginx)", p)
-		}
-		proxies = append(proxies, p)
+	_, edgeErr := os.Stat(o.edgeBin)
+	proxies, skipped, err := selectProxies(o.proxies, edgeErr == nil)
+	if err != nil {
+		return err
+	}
+	if len(skipped) > 0 {
+		log.Warn("edge binary missing; skipping", "proxies", strings.Join(skipped, ","), "bin", o.edgeBin, "err", edgeErr)
+	}
+	if slices.Contains(proxies, edgeFrames) != slices.Contains(proxies, "edge") {
+		log.Warn("the frame-aware overhead figure needs both edge and " + edgeFrames + " in -proxies")
 	}
 	for _, ph := range o.phases {
-		if !contains(allPhases, ph) {
+		if !slices.Contains(allPhases, ph) {
 			return fmt.Errorf("unknown phase %q (want %s)", ph, strings.Join(allPhases, ", "))
 		}
 	}
@@ -260,36 +283,34 @@ func run(ctx context.Context, o options, log *slog.Logger) error {
 		}
 		return os.WriteFile(filepath.Join(o.outDir, "latest.json"), b, 0o644)
 	}
+	steps := plan(proxies, o.phases)
 	for rep := 1; rep <= o.repeats; rep++ {
-		// Interleave proxies inside a repeat so that drift of the shared
-		// host spreads over all of them alike.
-		for _, ph := range o.phases {
-			for _, p := range proxies {
-				if ctx.Err() != nil {
-					return ctx.Err()
+		for _, st := range steps {
+			p, ph := st.proxy, st.phase
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			log.Info("phase", "repeat", rep, "proxy", p, "phase", ph)
+			run := r.phase(ctx, p, ph)
+			// Memory (the idle phase) does not depend on the host's load,
+			// and that phase is the longest: it is never retried.
+			for try := 1; ph != "idle" && try <= o.retries && ctx.Err() == nil && run.Metrics["foreign_cpu_pct"] > o.quietMax; try++ {
+				log.Info("foreign load during the window; retrying", "proxy", p, "phase", ph,
+					"foreign_cpu_pct", run.Metrics["foreign_cpu_pct"])
+				again := r.phase(ctx, p, ph)
+				if again.Error == "" && again.Metrics["foreign_cpu_pct"] < run.Metrics["foreign_cpu_pct"] {
+					run = again
 				}
-				log.Info("phase", "repeat", rep, "proxy", p, "phase", ph)
-				run := r.phase(ctx, p, ph)
-				// Memory (the idle phase) does not depend on the host's load,
-				// and that phase is the longest: it is never retried.
-				for try := 1; ph != "idle" && try <= o.retries && ctx.Err() == nil && run.Metrics["foreign_cpu_pct"] > o.quietMax; try++ {
-					log.Info("foreign load during the window; retrying", "proxy", p, "phase", ph,
-						"foreign_cpu_pct", run.Metrics["foreign_cpu_pct"])
-					again := r.phase(ctx, p, ph)
-					if again.Error == "" && again.Metrics["foreign_cpu_pct"] < run.Metrics["foreign_cpu_pct"] {
-						run = again
-					}
-				}
-				run.Repeat = rep
-				if run.Error != "" {
-					log.Error("phase failed", "proxy", p, "phase", ph, "err", run.Error)
-				} else {
-					log.Info("phase done", "proxy", p, "phase", ph, "metrics", fmtMetrics(run.Metrics), "saturated", run.Saturated, "errors", run.Errors)
-				}
-				res.Runs = append(res.Runs, run)
-				if err := save(); err != nil {
-					return err
-				}
+			}
+			run.Repeat = rep
+			if run.Error != "" {
+				log.Error("phase failed", "proxy", p, "phase", ph, "err", run.Error)
+			} else {
+				log.Info("phase done", "proxy", p, "phase", ph, "metrics", fmtMetrics(run.Metrics), "saturated", run.Saturated, "errors", run.Errors)
+			}
+			res.Runs = append(res.Runs, run)
+			if err := save(); err != nil {
+				return err
 			}
 		}
 	}
@@ -303,6 +324,46 @@ func run(ctx context.Context, o options, log *slog.Logger) error {
 	return nil
 }
 
+// selectProxies checks the names of -proxies and keeps those that can run,
+// in the order of allProxies whatever the order given, so that the two edge
+// modes always run back to back. skipped are the edge modes, dropped when
+// the edge binary is missing.
+func selectProxies(names []string, haveEdge bool) (keep, skipped []string, err error) {
+	for _, p := range names {
+		if !slices.Contains(allProxies, p) {
+			return nil, nil, fmt.Errorf("unknown proxy %q (want %s)", p, strings.Join(allProxies, ", "))
+		}
+	}
+	for _, p := range allProxies {
+		switch {
+		case !slices.Contains(names, p):
+		case usesEdge(p) && !haveEdge:
+			skipped = append(skipped, p)
+		default:
+			keep = append(keep, p)
+		}
+	}
+	return keep, skipped, nil
+}
+
+// step is one phase of one proxy within a repeat.
+type step struct{ phase, proxy string }
+
+// plan orders the steps of one repeat: phase after phase, each run by every
+// proxy in turn (those onlyPhases allows), so that drift of the shared host
+// spreads over all of them alike.
+func plan(proxies, phases []string) []step {
+	var out []step
+	for _, ph := range phases {
+		for _, p := range proxies {
+			if runsPhase(p, ph) {
+				out = append(out, step{phase: ph, proxy: p})
+			}
+		}
+	}
+	return out
+}
+
 func fmtMetrics(m map[string]float64) string {
 	keys := sortedKeys(m)
 	parts := make([]string, 0, len(keys))
@@ -312,17 +373,8 @@ func fmtMetrics(m map[string]float64) string {
 	return strings.Join(parts, " ")
 }
 
-func contains(list []string, s string) bool {
-	for _, v := range list {
-		if v == s {
-			return true
-		}
-	}
-	return false
-}
-
 func (o options) settings() map[string]string {
-	return map[string]string{
+	s := map[string]string{
 		"placement":       fmt.Sprintf("proxy taskset -c %d (one worker: nbthread 1, worker_processes 1, GOMAXPROCS=1); generators and 3 backends taskset -c %d", o.proxyCPU, o.loadCPU),
 		"idle":            fmt.Sprintf("%d connections over %d generator processes, one 16-byte echo each, settle %v", o.idleConns, o.idleProcs, o.settle),
 		"echo":            fmt.Sprintf("closed loop, %d connections, %d-byte messages, window %v", o.echoConns, o.msgSize, o.echoWindow),
@@ -335,6 +387,11 @@ func (o options) settings() map[string]string {
 		"tunnel_timeouts": "1h",
 		"shared_host":     fmt.Sprintf("a phase starts once other processes take at most %g%% of a core (waiting at most %v); a window with more is retried %d time(s) (not the idle phase), keeping the quietest", o.quietMax, o.quietWait, o.retries),
 	}
+	if slices.Contains(o.proxies, edgeFrames) {
+		s["frame_aware"] = fmt.Sprintf("%s: edge's configuration plus websocket: {max_frame_bytes: %d, ping_interval: %s, ping_timeout: %s} on the pool; echo phase only",
+			edgeFrames, frameAware.MaxFrameBytes, frameAware.PingInterval, frameAware.PingTimeout)
+	}
+	return s
 }
 
 // onlineCPUs counts the machine's cores from /proc/stat: runtime.NumCPU and
@@ -389,7 +446,10 @@ func versions(o options, proxies []string) map[string]string {
 			if out, err := exec.Command("openssl", "version").CombinedOutput(); err == nil {
 				v["openssl"] = first(out)
 			}
-		case "edge":
+		case "edge", edgeFrames:
+			if _, ok := v["edge"]; ok {
+				continue
+			}
 			if out, err := exec.Command("git", "rev-parse", "--short", "HEAD").Output(); err == nil {
 				rev := first(out)
 				if st, err := exec.Command("git", "status", "--porcelain").Output(); err == nil && len(st) > 0 {

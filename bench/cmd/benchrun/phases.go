@@ -95,22 +95,47 @@ type configData struct {
 	MaxConn     int
 	NoFile      int
 	WorkerConns int
+	// WebSocket, when set, turns on edge's frame-aware mode in its pool.
+	WebSocket *wsSettings
 }
 
-func (r *runner) renderConfig(tmplName, out string) (string, error) {
-	t, err := template.ParseFS(templates, "templates/"+tmplName)
-	if err != nil {
-		return "", fmt.Errorf("parse template %s: %w", tmplName, err)
-	}
-	var b bytes.Buffer
+// wsSettings is the websocket block of an edge pool.
+type wsSettings struct {
+	MaxFrameBytes int
+	PingInterval  string
+	PingTimeout   string
+}
+
+// frameAware is the websocket block of edge-frames: a frame limit and
+// heartbeats, the settings of conf/testdata/full.yaml. Under the echo load
+// no frame comes near the limit and no connection is silent long enough
+// for a ping, so what the figure measures is the per-frame bookkeeping.
+var frameAware = wsSettings{MaxFrameBytes: 1 << 20, PingInterval: "30s", PingTimeout: "10s"}
+
+// configFor returns the template data of the named proxy.
+func (r *runner) configFor(proxy string) configData {
 	// 20,000 descriptors per process hold 9,9xx proxied connections at two
 	// descriptors each. nginx starts closing connections still in their
 	// TLS handshake once fewer than 1/16 of worker_connections are free
 	// (ngx_drain_connections: "worker_connections are not enough, reusing
 	// connections"), so it needs 16/15 of the 19,600 it will use; above the
 	// descriptor limit that is only a startup warning.
-	if err := t.Execute(&b, configData{Dir: r.dir, Listen: listenAddr, Admin: adminAddr, Backends: backends,
-		MaxConn: 9950, NoFile: 20000, WorkerConns: 21000}); err != nil {
+	d := configData{Dir: r.dir, Listen: listenAddr, Admin: adminAddr, Backends: backends,
+		MaxConn: 9950, NoFile: 20000, WorkerConns: 21000}
+	if proxy == edgeFrames {
+		ws := frameAware
+		d.WebSocket = &ws
+	}
+	return d
+}
+
+func (r *runner) renderConfig(tmplName, out string, data configData) (string, error) {
+	t, err := template.ParseFS(templates, "templates/"+tmplName)
+	if err != nil {
+		return "", fmt.Errorf("parse template %s: %w", tmplName, err)
+	}
+	var b bytes.Buffer
+	if err := t.Execute(&b, data); err != nil {
 		return "", fmt.Errorf("render template %s: %w", tmplName, err)
 	}
 	path := filepath.Join(r.dir, out)
@@ -125,20 +150,22 @@ func (r *runner) startProxy(ctx context.Context, name, tag string) (*proc, error
 	var argv, env []string
 	switch name {
 	case "haproxy":
-		cfg, err := r.renderConfig("haproxy.cfg.tmpl", "haproxy.cfg")
+		cfg, err := r.renderConfig("haproxy.cfg.tmpl", "haproxy.cfg", r.configFor(name))
 		if err != nil {
 			return nil, err
 		}
 		// -db: foreground, no master process: one process to measure.
 		argv = []string{r.opt.haproxyBin, "-db", "-f", cfg}
 	case "nginx":
-		cfg, err := r.renderConfig("nginx.conf.tmpl", "nginx.conf")
+		cfg, err := r.renderConfig("nginx.conf.tmpl", "nginx.conf", r.configFor(name))
 		if err != nil {
 			return nil, err
 		}
 		argv = []string{r.opt.nginxBin, "-c", cfg, "-p", r.dir}
-	case "edge":
-		cfg, err := r.renderConfig("edge.yaml.tmpl", "edge.yaml")
+	case "edge", edgeFrames:
+		// Both edge modes come from one template, so that the websocket
+		// block is the only difference between them.
+		cfg, err := r.renderConfig("edge.yaml.tmpl", name+".yaml", r.configFor(name))
 		if err != nil {
 			return nil, err
 		}
