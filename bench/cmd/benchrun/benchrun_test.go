@@ -1,6 +1,8 @@
 package main
 
 import (
+	"encoding/json"
+	"math"
 	"os"
 	"slices"
 	"strings"
@@ -141,6 +143,90 @@ func TestPlan(t *testing.T) {
 	}
 	if got := plan([]string{"edge-frames"}, []string{"idle", "rate"}); len(got) != 0 {
 		t.Errorf("edge-frames runs %v, want only the echo phase", got)
+	}
+}
+
+// echoRuns returns the echo phases of edge and edge-frames in repeats
+// 1..len(opaque), with the given CPU per message.
+func echoRuns(opaque, framed []float64) []Run {
+	var runs []Run
+	for i := range opaque {
+		runs = append(runs,
+			Run{Proxy: "edge", Phase: "echo", Repeat: i + 1, Saturated: "load core",
+				Metrics: map[string]float64{"cpu_us_per_msg": opaque[i], "msgs_per_s": 20000, "proxy_core_busy_pct": 85, "load_core_busy_pct": 99}},
+			Run{Proxy: edgeFrames, Phase: "echo", Repeat: i + 1, Saturated: "load core",
+				Metrics: map[string]float64{"cpu_us_per_msg": framed[i], "msgs_per_s": 19000, "proxy_core_busy_pct": 88, "load_core_busy_pct": 99}})
+	}
+	return runs
+}
+
+func TestFrameOverhead(t *testing.T) {
+	fo := frameOverhead([]Result{{Runs: echoRuns([]float64{40, 36, 38}, []float64{42, 40, 38})}})
+	if fo == nil {
+		t.Fatal("frameOverhead = nil")
+	}
+	if fo.Opaque.Median != 38 || fo.FrameAware.Median != 40 {
+		t.Errorf("medians %v and %v, want 38 and 40", fo.Opaque.Median, fo.FrameAware.Median)
+	}
+	if want := 40.0 / 38; math.Abs(fo.Ratio-want) > 1e-12 || !fo.Met || fo.Limit != 1.10 {
+		t.Errorf("ratio %v met %v limit %v, want %v met within 1.10", fo.Ratio, fo.Met, fo.Limit, want)
+	}
+	// Ratios within each repeat: 42/40, 40/36, 38/38.
+	if fo.PerRepeat.N != 3 || fo.PerRepeat.Min != 1 || math.Abs(fo.PerRepeat.Max-40.0/36) > 1e-12 {
+		t.Errorf("per-repeat ratios %+v, want 3 from 1 to %v", fo.PerRepeat, 40.0/36)
+	}
+	if fo := frameOverhead([]Result{{Runs: echoRuns([]float64{10}, []float64{11.5})}}); fo == nil || fo.Met {
+		t.Errorf("1.15× counted as met: %+v", fo)
+	}
+	onlyEdge := echoRuns([]float64{10}, []float64{11})[:1]
+	if fo := frameOverhead([]Result{{Runs: onlyEdge}}); fo != nil {
+		t.Errorf("frameOverhead without edge-frames = %+v, want nil", fo)
+	}
+	// The results file carries the figure.
+	b, err := json.Marshal(Result{Runs: echoRuns([]float64{10}, []float64{10.5}), FrameOverhead: frameOverhead([]Result{{Runs: echoRuns([]float64{10}, []float64{10.5})}})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`"frame_overhead":{`, `"ratio":1.05`, `"limit":1.1`, `"met":true`} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("JSON lacks %s: %s", want, b)
+		}
+	}
+}
+
+func TestRenderFrameOverhead(t *testing.T) {
+	res := Result{Runs: echoRuns([]float64{40, 36, 38}, []float64{42, 40, 38})}
+	md := render([]Result{res})
+	for _, want := range []string{
+		"## Frame-aware overhead",
+		"`websocket: { max_frame_bytes: 1048576, ping_interval: 30s, ping_timeout: 10s }`",
+		"| closed-loop echo | edge opaque | edge frame-aware | frame-aware / opaque |",
+		"| **proxy CPU per message (µs)** | 38.00 (36.00–40.00) | 40.00 (38.00–42.00) | 1.053× (1.000–1.111) |",
+		"| messages/s | 20000 (20000–20000) | 19000 (19000–19000) | 0.95× |",
+		"| cores (see which core saturated) | proxy 85%, load 99%, other 0%: load core | proxy 88%, load 99%, other 0%: load core | |",
+		"## Targets",
+		"| frame-aware echo CPU-µs/msg, frame-aware / opaque edge: ≤ 1.10× | 1.053× (1.000–1.111) | **met** |",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("report lacks %q:\n%s", want, md)
+		}
+	}
+	// edge-frames stays out of the three-way table.
+	if strings.Contains(md, "| metric | edge | edge frame-aware") {
+		t.Errorf("edge-frames in the main table:\n%s", md)
+	}
+
+	res = Result{Runs: echoRuns([]float64{10}, []float64{11.2})}
+	if md := render([]Result{res}); !strings.Contains(md, "| 1.120× | **not met** |") {
+		t.Errorf("report lacks the missed target:\n%s", md)
+	}
+	res = Result{Runs: append(echoRuns([]float64{10}, []float64{11})[:1], Run{Proxy: edgeFrames, Phase: "echo", Repeat: 1, Error: "edge-frames exited"})}
+	if md := render([]Result{res}); !strings.Contains(md, "| — | **not measured (needs the echo phase of both edge and edge-frames)** |") {
+		t.Errorf("report lacks the unmeasured target:\n%s", md)
+	}
+	res = Result{Runs: echoRuns([]float64{10}, []float64{11})[:1]}
+	if md := render([]Result{res}); strings.Contains(md, "Frame-aware") || strings.Contains(md, "## Targets") {
+		t.Errorf("frame-aware section without edge-frames:\n%s", md)
 	}
 }
 

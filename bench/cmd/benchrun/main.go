@@ -203,6 +203,9 @@ type Result struct {
 	Versions map[string]string `json:"versions"`
 	Settings map[string]string `json:"settings"`
 	Runs     []Run             `json:"runs"`
+	// FrameOverhead compares the two edge modes in the echo phase; absent
+	// when the run did not measure both.
+	FrameOverhead *FrameOverhead `json:"frame_overhead,omitempty"`
 }
 
 // Machine describes where the run happened.
@@ -274,6 +277,7 @@ func run(ctx context.Context, o options, log *slog.Logger) error {
 	outPath := filepath.Join(o.outDir, "results-"+stamp+".json")
 	save := func() error {
 		res.Finished = time.Now().UTC()
+		res.FrameOverhead = frameOverhead([]Result{res})
 		b, err := json.MarshalIndent(res, "", "  ")
 		if err != nil {
 			return fmt.Errorf("encode results: %w", err)

@@ -45,7 +45,68 @@ var reportRows = []metricRow{
 
 var proxyOrder = []string{"edge", "haproxy", "nginx"}
 
-var proxyTitle = map[string]string{"edge": "edge", "haproxy": "HAProxy", "nginx": "nginx"}
+var proxyTitle = map[string]string{"edge": "edge", edgeFrames: "edge frame-aware", "haproxy": "HAProxy", "nginx": "nginx"}
+
+// frameOverheadLimit is the target of the frame-aware overhead figure:
+// frame-aware mode costs at most 10% more edge CPU per echoed message than
+// opaque mode.
+const frameOverheadLimit = 1.10
+
+// FrameOverhead is edge's CPU per echoed message in frame-aware mode over
+// the same in opaque mode, from the closed-loop echo phases of one or more
+// runs.
+type FrameOverhead struct {
+	// Opaque and FrameAware summarize cpu_us_per_msg of edge and
+	// edge-frames over the repeats.
+	Opaque     stats.Summary `json:"opaque_cpu_us_per_msg"`
+	FrameAware stats.Summary `json:"frame_aware_cpu_us_per_msg"`
+	// Ratio is FrameAware.Median / Opaque.Median.
+	Ratio float64 `json:"ratio"`
+	// PerRepeat summarizes the ratio within each repeat, whose two runs
+	// went back to back on the same host: its range is the figure's spread.
+	PerRepeat stats.Summary `json:"per_repeat_ratio"`
+	// Limit is the target for Ratio, and Met whether Ratio is within it.
+	Limit float64 `json:"limit"`
+	Met   bool    `json:"met"`
+}
+
+// frameOverhead computes the figure, or returns nil when the results lack
+// an echo phase of either edge mode.
+func frameOverhead(results []Result) *FrameOverhead {
+	type key struct{ file, repeat int }
+	opaque, framed := map[key]float64{}, map[key]float64{}
+	var ov, fv []float64
+	for i, res := range results {
+		for _, run := range res.Runs {
+			v, ok := run.Metrics["cpu_us_per_msg"]
+			if run.Phase != "echo" || !ok {
+				continue
+			}
+			switch run.Proxy {
+			case "edge":
+				opaque[key{i, run.Repeat}] = v
+				ov = append(ov, v)
+			case edgeFrames:
+				framed[key{i, run.Repeat}] = v
+				fv = append(fv, v)
+			}
+		}
+	}
+	fo := &FrameOverhead{Opaque: stats.Summarize(ov), FrameAware: stats.Summarize(fv), Limit: frameOverheadLimit}
+	if fo.Opaque.N == 0 || fo.FrameAware.N == 0 || fo.Opaque.Median == 0 {
+		return nil
+	}
+	fo.Ratio = fo.FrameAware.Median / fo.Opaque.Median
+	fo.Met = fo.Ratio <= fo.Limit
+	var per []float64
+	for k, f := range framed {
+		if o, ok := opaque[k]; ok && o > 0 {
+			per = append(per, f/o)
+		}
+	}
+	fo.PerRepeat = stats.Summarize(per)
+	return fo
+}
 
 func renderFiles(paths []string, mdPath string) error {
 	var results []Result
@@ -194,6 +255,8 @@ func render(results []Result) string {
 		w("\n")
 	}
 
+	renderFrameOverhead(w, results, sum)
+
 	w("\n## Which core saturated\n\n")
 	w("Busy share of the proxy's core and of the load core (generators and backends) over each measured window, median over repeats. ")
 	w("\"Other\" is CPU that processes outside the benchmark took on the two cores (percent of one core): the host is shared, so it is measured and shown rather than assumed zero. A core at 95%% or more is saturated; when only the load core is, the proxy's throughput figure is a floor and its CPU per operation is the figure to compare.\n\n")
@@ -253,6 +316,80 @@ func render(results []Result) string {
 		w("\n## Problems during the runs\n\n%s\n", strings.Join(problems, "\n"))
 	}
 	return b.String()
+}
+
+// renderFrameOverhead writes the frame-aware overhead table and the
+// targets when edge-frames was measured; a failed attempt still shows, as a
+// target not measured.
+func renderFrameOverhead(w func(string, ...any), results []Result, sum map[string]map[string]map[string][]float64) {
+	attempted := false
+	for _, res := range results {
+		for _, run := range res.Runs {
+			attempted = attempted || run.Proxy == edgeFrames
+		}
+	}
+	if !attempted {
+		return
+	}
+	fo := frameOverhead(results)
+	w("\n## Frame-aware overhead\n\n")
+	w("edge with frame-aware splicing on (`websocket: { max_frame_bytes: %d, ping_interval: %s, ping_timeout: %s }` on its pool) ",
+		frameAware.MaxFrameBytes, frameAware.PingInterval, frameAware.PingTimeout)
+	w("against edge in its default opaque mode, in the closed-loop echo phase above: same load, same run, the two modes back to back in every repeat. ")
+	w("The ratio of CPU per message is of the medians, with the (min–max) of the ratios within each repeat.\n\n")
+	w("| closed-loop echo | edge opaque | edge frame-aware | frame-aware / opaque |\n|---|---:|---:|---:|\n")
+	for _, row := range reportRows {
+		if row.phase != "echo" {
+			continue
+		}
+		o := stats.Summarize(sum["edge"]["echo"][row.key])
+		f := stats.Summarize(sum[edgeFrames]["echo"][row.key])
+		if o.N == 0 && f.N == 0 {
+			continue
+		}
+		label, _ := strings.CutPrefix(strings.Trim(row.label, "*"), "closed-loop echo: ")
+		r := ratio(f, o)
+		if row.key == "cpu_us_per_msg" {
+			label = "**" + label + "**"
+			r = frameRatio(fo)
+		}
+		w("| %s | %s | %s | %s |\n", label, cell(o, row.digits), cell(f, row.digits), r)
+	}
+	cores := func(p string) string {
+		pc := stats.Summarize(sum[p]["echo"]["proxy_core_busy_pct"])
+		if pc.N == 0 {
+			return "—"
+		}
+		lc := stats.Summarize(sum[p]["echo"]["load_core_busy_pct"])
+		fc := stats.Summarize(sum[p]["echo"]["foreign_cpu_pct"])
+		return fmt.Sprintf("proxy %.0f%%, load %.0f%%, other %.0f%%: %s", pc.Median, lc.Median, fc.Median, saturatedLabels(results, p, "echo"))
+	}
+	w("| cores (see which core saturated) | %s | %s | |\n", cores("edge"), cores(edgeFrames))
+
+	w("\n## Targets\n\n")
+	w("| target | measured | verdict |\n|---|---:|---|\n")
+	verdict := "not measured (needs the echo phase of both edge and " + edgeFrames + ")"
+	if fo != nil {
+		verdict = "not met"
+		if fo.Met {
+			verdict = "met"
+		}
+	}
+	w("| frame-aware echo CPU-µs/msg, frame-aware / opaque edge: ≤ %.2f× | %s | **%s** |\n", frameOverheadLimit, frameRatio(fo), verdict)
+}
+
+// frameRatio renders the frame-aware overhead ratio with the range of the
+// per-repeat ratios. It has three decimals so that a figure just above the
+// limit cannot print as the limit itself.
+func frameRatio(fo *FrameOverhead) string {
+	if fo == nil {
+		return "—"
+	}
+	s := fmt.Sprintf("%.3f×", fo.Ratio)
+	if fo.PerRepeat.N > 1 {
+		s += fmt.Sprintf(" (%.3f–%.3f)", fo.PerRepeat.Min, fo.PerRepeat.Max)
+	}
+	return s
 }
 
 // saturatedLabels lists the distinct saturation verdicts of the repeats.
