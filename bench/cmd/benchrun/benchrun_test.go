@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"math"
+	"net"
 	"os"
 	"slices"
 	"strings"
@@ -266,5 +267,20 @@ func TestEdgeConfigs(t *testing.T) {
 	extra, ok := strings.CutPrefix(framedText, opaqueText)
 	if !ok || strings.Count(extra, "\n") != 1 || !strings.HasPrefix(extra, "    websocket: {") {
 		t.Errorf("edge-frames.yaml is not edge.yaml plus one websocket line; extra: %q", extra)
+	}
+}
+
+func TestPortsFree(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	busy := ln.Addr().String()
+	if err := portsFree([]string{busy}); err == nil {
+		t.Errorf("portsFree(%s) = nil while listening", busy)
+	}
+	_ = ln.Close()
+	if err := portsFree([]string{busy}); err != nil {
+		t.Errorf("portsFree(%s) after close: %v", busy, err)
 	}
 }

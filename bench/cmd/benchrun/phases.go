@@ -215,6 +215,10 @@ func stopAll(ps []*proc) {
 // proxy process, so that phases do not inherit each other's heap.
 func (r *runner) phase(ctx context.Context, proxy, phase string) Run {
 	run := Run{Proxy: proxy, Phase: phase, Metrics: map[string]float64{}}
+	if err := portsFree(benchAddrs()); err != nil {
+		run.Error = err.Error()
+		return run
+	}
 	tag := fmt.Sprintf("%s-%s-%d", phase, proxy, time.Now().UnixNano()%1e6)
 	bes, err := r.startBackends(ctx, tag)
 	if err != nil {
@@ -262,6 +266,30 @@ func (r *runner) phase(ctx context.Context, proxy, phase string) Run {
 		}
 	}
 	return run
+}
+
+// benchAddrs lists every address the benchmark listens on.
+func benchAddrs() []string {
+	addrs := []string{listenAddr, adminAddr}
+	for _, b := range backends {
+		addrs = append(addrs, b.Addr)
+	}
+	return addrs
+}
+
+// portsFree fails when something already accepts connections on one of
+// addrs. Without this check another process on the benchmark's ports (a
+// proxy left running, a profile of edge) would pass the readiness checks,
+// take the load in place of the proxy under test, and be disturbed by it.
+func portsFree(addrs []string) error {
+	for _, a := range addrs {
+		c, err := net.DialTimeout("tcp", a, 200*time.Millisecond)
+		if err == nil {
+			_ = c.Close()
+			return fmt.Errorf("%s is already in use by another process; stop it before running the benchmark", a)
+		}
+	}
+	return nil
 }
 
 // waitQuiet samples the CPU that processes outside the benchmark take, one
