@@ -132,7 +132,14 @@ func (s *Server) upgradeRequest(x *exchange) []byte {
 // (never one fixed-size read). A 101 must carry the right
 // Sec-WebSocket-Accept (RFC 6455 §4.1), otherwise it is a broken handshake.
 func (s *Server) handshake(ctx context.Context, p *Pool, b *balance.Backend, head []byte, key string) (*backendConn, error) {
-	d := net.Dialer{Timeout: dialTimeout(p)}
+	d := net.Dialer{
+		Timeout: dialTimeout(p),
+		// A backend host that vanishes without a reset leaves an idle
+		// WebSocket open forever unless probed. Go's defaults (15 s, 15 s,
+		// 9), except that the count is the kernel's (also 9 unless tuned):
+		// one setsockopt less per connection.
+		KeepAliveConfig: net.KeepAliveConfig{Enable: true, Idle: 15 * time.Second, Interval: 15 * time.Second, Count: -1},
+	}
 	c, err := d.DialContext(ctx, "tcp", b.Addr())
 	if err != nil {
 		return nil, fmt.Errorf("backend %s: dial: %w", b.ID(), err)

@@ -71,9 +71,10 @@
 // (runtime/debug.FreeOSMemory): each TLS handshake leaves garbage the
 // collector keeps as headroom, about as much as the live heap.
 //
-// Close order: a socket leaves the epoll set before its descriptor is
-// closed, and events carry never-reused connection ids, so an event for a
-// reused descriptor number cannot reach another connection.
+// Close order: a taken-over socket has exactly one descriptor, so closing
+// it also removes it from the epoll set, and events carry never-reused
+// connection ids, so an event for a reused descriptor number cannot reach
+// another connection.
 //
 // Known limit: crypto/tls never shrinks its read buffer, so a connection
 // that once received a 16 KiB record keeps that much.

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -264,12 +265,15 @@ func TestPingTimeoutReapsSilentClient(t *testing.T) {
 	})
 }
 
-// TestPingNeverInsideFrame: while the backend streams a large fragmented
-// message slowly, due pings go between frames only, so the client's
-// parser sees a valid stream and the message arrives whole.
+// TestPingNeverInsideFrame: while the backend streams large fragmented
+// messages slowly, due pings go between frames only, so the client's
+// parser sees a valid stream and every message arrives whole. The backend
+// streams until the client has seen a ping (bounded), so a slow machine
+// cannot end the stream before a ping fell due.
 func TestPingNeverInsideFrame(t *testing.T) {
 	forEachPath(t, func(t *testing.T) {
-		const frags, fragSize, piece = 40, 4000, 500
+		const frags, fragSize, piece, maxMsgs = 40, 4000, 500, 50
+		var pings atomic.Int32
 		addr := rawBackend(t, func(c net.Conn) {
 			br := bufio.NewReader(c)
 			_, resp := readUpgrade(t, br)
@@ -279,21 +283,23 @@ func TestPingNeverInsideFrame(t *testing.T) {
 				defer close(pongs)
 				io.Copy(io.Discard, br)
 			}()
-			for i := range frags {
-				op := byte(websocket.BinaryMessage)
-				if i > 0 {
-					op = 0 // continuation
-				}
-				f := serverFrame(op, i == frags-1, bytes.Repeat([]byte{byte('a' + i%26)}, fragSize))
-				for len(f) > 0 {
-					k := min(piece, len(f))
-					if _, err := c.Write(f[:k]); err != nil {
-						return
+			for m := 0; m < maxMsgs && pings.Load() == 0; m++ {
+				for i := range frags {
+					op := byte(websocket.BinaryMessage)
+					if i > 0 {
+						op = 0 // continuation
 					}
-					f = f[k:]
-					// Pacing, not synchronisation: pings fall due while
-					// frames are half sent.
-					time.Sleep(time.Millisecond)
+					f := serverFrame(op, i == frags-1, bytes.Repeat([]byte{byte('a' + i%26)}, fragSize))
+					for len(f) > 0 {
+						k := min(piece, len(f))
+						if _, err := c.Write(f[:k]); err != nil {
+							return
+						}
+						f = f[k:]
+						// Pacing, not synchronisation: pings fall due
+						// while frames are half sent.
+						time.Sleep(time.Millisecond)
+					}
 				}
 			}
 			c.Write(serverFrame(websocket.TextMessage, true, []byte("done")))
@@ -304,29 +310,30 @@ func TestPingNeverInsideFrame(t *testing.T) {
 		p.PingInterval = 10 * time.Millisecond
 		e := startEdge(t, edgeConfig{tls: true, opts: Options{Routes: []Route{{Default: true, Pool: p}}}})
 		c, _ := e.dialWS(t, "/", nil)
-		pings := 0
 		c.SetPingHandler(func(data string) error {
-			pings++
+			pings.Add(1)
 			return c.WriteControl(websocket.PongMessage, []byte(data), time.Now().Add(time.Second))
 		})
-		c.SetReadDeadline(time.Now().Add(10 * time.Second))
-		typ, m, err := c.ReadMessage()
-		if err != nil {
-			t.Fatalf("read the fragmented message: %v", err)
-		}
-		if typ != websocket.BinaryMessage || len(m) != frags*fragSize {
-			t.Fatalf("message: got type %d, %d bytes; want binary, %d bytes", typ, len(m), frags*fragSize)
-		}
-		for i := range frags {
-			if want := bytes.Repeat([]byte{byte('a' + i%26)}, fragSize); !bytes.Equal(m[i*fragSize:(i+1)*fragSize], want) {
-				t.Fatalf("fragment %d corrupted", i)
+		for n := 0; ; n++ {
+			c.SetReadDeadline(time.Now().Add(10 * time.Second))
+			typ, m, err := c.ReadMessage()
+			if err != nil {
+				t.Fatalf("read message %d: %v", n, err)
+			}
+			if typ == websocket.TextMessage && string(m) == "done" {
+				break
+			}
+			if typ != websocket.BinaryMessage || len(m) != frags*fragSize {
+				t.Fatalf("message %d: got type %d, %d bytes; want binary, %d bytes", n, typ, len(m), frags*fragSize)
+			}
+			for i := range frags {
+				if want := bytes.Repeat([]byte{byte('a' + i%26)}, fragSize); !bytes.Equal(m[i*fragSize:(i+1)*fragSize], want) {
+					t.Fatalf("message %d: fragment %d corrupted", n, i)
+				}
 			}
 		}
-		if _, m, err := c.ReadMessage(); err != nil || string(m) != "done" {
-			t.Fatalf("last message: got %q, %v", m, err)
-		}
-		if pings == 0 {
-			t.Fatal("got no ping while the message streamed")
+		if pings.Load() == 0 {
+			t.Fatalf("got no ping while %d messages streamed", maxMsgs)
 		}
 	})
 }

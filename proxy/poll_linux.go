@@ -120,10 +120,6 @@ func (p *poller) watch(fd int, id uint64) error {
 	return nil
 }
 
-func (p *poller) unwatch(fd int) {
-	unix.EpollCtl(p.epfd, unix.EPOLL_CTL_DEL, fd, nil)
-}
-
 // run waits for events and runs the connections they concern inline: all
 // socket work is non-blocking, so a batch costs only the work it carries.
 func (p *poller) run(log *slog.Logger) {

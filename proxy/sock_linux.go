@@ -25,7 +25,6 @@ var errNoSocket = errors.New("no TCP socket under the connection")
 type sock struct {
 	mu     sync.Mutex
 	fd     int          // -1 once closed
-	p      *poller      // set while the descriptor is in the epoll set
 	q      []byte       // bytes the socket did not take; nil when empty
 	werr   error        // first hard write error; sticky
 	qSince atomic.Int64 // unix nanos when q became non-empty; 0 = empty
@@ -35,6 +34,8 @@ type sock struct {
 	// Runner-owned: the last read found the receive queue empty, and that
 	// may be trusted (no hang-up was reported) until the next readiness.
 	empty, trustEmpty bool
+
+	eof bool // a read returned end of file: nothing is left to discard
 }
 
 func newSock(fd int) *sock { return &sock{fd: fd} }
@@ -127,6 +128,7 @@ func (s *sock) read(p []byte) (int, error) {
 		case err != nil:
 			return 0, os.NewSyscallError("read", err)
 		case n == 0 && len(p) > 0:
+			s.eof = true
 			return 0, io.EOF
 		}
 		if n < len(p) {
@@ -263,24 +265,20 @@ func (s *sock) watch(p *poller, id uint64) error {
 	if s.fd < 0 {
 		return net.ErrClosed
 	}
-	if err := p.watch(s.fd, id); err != nil {
-		return err
-	}
-	s.p = p
-	return nil
+	return p.watch(s.fd, id)
 }
 
-// close removes the descriptor from the epoll set, then closes it, so an
-// event for a reused descriptor number can never reach this connection.
+// close closes the descriptor. The descriptor is the only reference to
+// its socket (takeover closed Go's original), so close(2) also takes it
+// out of the epoll set (epoll(7): a file leaves every interest list when
+// its last descriptor is closed) without an EPOLL_CTL_DEL of its own, and
+// events carry ids that are never reused, so an event already fetched for
+// this socket cannot reach a connection that reuses the number.
 func (s *sock) close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.fd < 0 {
 		return net.ErrClosed
-	}
-	if s.p != nil {
-		s.p.unwatch(s.fd)
-		s.p = nil
 	}
 	if len(s.q) > 0 && s.werr == nil {
 		// One last non-blocking try, so a queued close frame or TLS
@@ -291,8 +289,9 @@ func (s *sock) close() error {
 	// which can destroy what was just sent (a close frame 1001 during a
 	// drain) before the peer read it: discard what is there, bounded, so
 	// the close is an orderly FIN.
+	// After end of file nothing can be left, and the read is skipped.
 	var sink [4096]byte
-	for range 16 {
+	for i := 0; i < 16 && !s.eof; i++ {
 		n, err := unix.Read(s.fd, sink[:])
 		if n <= 0 || err != nil {
 			break

@@ -74,14 +74,6 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 0
 	}
 	log := newLogger(cfg.Log, stderr)
-	if os.Getenv("GOGC") == "" {
-		// An edge's live heap is mostly many small long-lived objects (one
-		// TLS state per idle WebSocket); the default GOGC=100 lets the heap
-		// grow to twice that before collecting, which is most of the memory
-		// per idle connection. 50 costs a little CPU and keeps the headline
-		// figure low. GOGC in the environment still wins.
-		debug.SetGCPercent(50)
-	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	hup := make(chan os.Signal, 1)
@@ -94,6 +86,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		<-ctx.Done()
 		stop()
 	}()
+	if os.Getenv("GOGC") == "" {
+		// See gctune.go. GOGC in the environment still wins.
+		go newGCTuner().run(ctx)
+	}
 	e, err := newEdge(cfg, *path, log)
 	if err != nil {
 		log.Error("startup failed", "err", err)

@@ -1,0 +1,56 @@
+package main
+
+import (
+	"net"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// Keep-alive is set on the listening socket only; accepted sockets must
+// carry it all the same (the kernel copies it), or half-open clients on a
+// silent path would never be probed.
+func TestAcceptedSocketsInheritKeepAlive(t *testing.T) {
+	ln, err := listenReusePort("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	a, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	rc, err := a.(*net.TCPConn).SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range []struct {
+		name       string
+		level, opt int
+		want       int
+	}{
+		{"SO_KEEPALIVE", unix.SOL_SOCKET, unix.SO_KEEPALIVE, 1},
+		{"TCP_KEEPIDLE", unix.IPPROTO_TCP, unix.TCP_KEEPIDLE, keepAliveIdle},
+		{"TCP_KEEPINTVL", unix.IPPROTO_TCP, unix.TCP_KEEPINTVL, keepAliveInterval},
+		{"TCP_KEEPCNT", unix.IPPROTO_TCP, unix.TCP_KEEPCNT, keepAliveCount},
+		{"TCP_NODELAY", unix.IPPROTO_TCP, unix.TCP_NODELAY, 1},
+	} {
+		var v int
+		var gerr error
+		if err := rc.Control(func(fd uintptr) { v, gerr = unix.GetsockoptInt(int(fd), o.level, o.opt) }); err != nil {
+			t.Fatal(err)
+		}
+		if gerr != nil {
+			t.Fatalf("getsockopt %s: %v", o.name, gerr)
+		}
+		if v != o.want {
+			t.Errorf("accepted socket %s = %d, want %d", o.name, v, o.want)
+		}
+	}
+}
