@@ -2,5 +2,7 @@
 // HAProxy and nginx on one machine: a load generator (bench/loadgen), an echo
 // backend used when cmd/edge-backend is not built (bench/echobackend), the
 // orchestrator (bench/cmd/benchrun) and the pure helpers they share
-// (bench/internal/stats, bench/internal/procfs). See bench/README.md.
+// (bench/internal/stats, bench/internal/procfs). bench/cmd/fleet runs
+// several edge processes on one port (SO_REUSEPORT) and measures the memory
+// of tens of thousands of connections held over them. See bench/README.md.
 package bench
