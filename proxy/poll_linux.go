@@ -135,7 +135,7 @@ func (p *poller) run(log *slog.Logger) {
 		yielded := false
 		rerr := p.rc.Read(func(uintptr) bool {
 			for {
-				n, err = unix.EpollWait(p.epfd, evs, 0)
+				n, err = rawEpollPoll(p.epfd, evs)
 				if err == unix.EINTR {
 					continue
 				}

@@ -118,7 +118,7 @@ func (s *sock) read(p []byte) (int, error) {
 		return 0, net.ErrClosed
 	}
 	for {
-		n, err := unix.Read(s.fd, p)
+		n, err := rawRead(s.fd, p)
 		switch {
 		case err == unix.EINTR:
 			continue
@@ -152,7 +152,7 @@ func (s *sock) write(p []byte) (int, error) {
 	n := len(p)
 	if len(s.q) == 0 {
 		for len(p) > 0 {
-			k, err := unix.Write(s.fd, p)
+			k, err := rawWrite(s.fd, p)
 			if err == unix.EINTR {
 				continue
 			}
@@ -196,7 +196,7 @@ func (s *sock) flush() error {
 	}
 	progressed := false
 	for len(s.q) > 0 {
-		k, err := unix.Write(s.fd, s.q)
+		k, err := rawWrite(s.fd, s.q)
 		if err == unix.EINTR {
 			continue
 		}
