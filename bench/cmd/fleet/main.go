@@ -111,11 +111,19 @@ func main() {
 	flag.StringVar(&o.outDir, "out", "bench/out", "directory for the JSON result, configurations and logs")
 	flag.StringVar(&o.mdPath, "md", "", "also write the markdown report here (e.g. docs/FLEET.md) if every check passed")
 	flag.StringVar(&o.command, "command", "", "the command line to quote in the report (default: this one)")
+	report := flag.String("report", "", "only render -md from this earlier JSON result")
 	flag.Parse()
 
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	if o.command == "" {
 		o.command = strings.Join(os.Args, " ")
+	}
+	if *report != "" {
+		if err := rerender(*report, o.mdPath); err != nil {
+			log.Error("render report", "err", err)
+			os.Exit(1)
+		}
+		return
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
@@ -153,6 +161,29 @@ func main() {
 		log.Info("report written", "file", o.mdPath)
 	}
 	fmt.Print(summary(res))
+}
+
+// rerender writes the markdown report of an earlier result, so a change of
+// wording does not need another run.
+func rerender(jsonPath, mdPath string) error {
+	if mdPath == "" {
+		return errors.New("-report needs -md")
+	}
+	b, err := os.ReadFile(jsonPath)
+	if err != nil {
+		return fmt.Errorf("read result: %w", err)
+	}
+	var res Result
+	if err := json.Unmarshal(b, &res); err != nil {
+		return fmt.Errorf("decode result %s: %w", jsonPath, err)
+	}
+	if res.Error != "" {
+		return fmt.Errorf("%s is a failed run: %s", jsonPath, res.Error)
+	}
+	if err := os.WriteFile(mdPath, []byte(renderMarkdown(&res)), 0o644); err != nil {
+		return fmt.Errorf("write report: %w", err)
+	}
+	return nil
 }
 
 func writeJSON(path string, res *Result) error {
@@ -274,7 +305,7 @@ func run(ctx context.Context, o options, log *slog.Logger, stamp string, res *Re
 		}
 	}
 	res.check("every generator reports all its connections up", established == p.Conns,
-		fmt.Sprintf("%d of %d established in %.1f s", established, p.Conns, res.ConnectS))
+		fmt.Sprintf("%s of %s established in %.1f s", thousands(established), thousands(p.Conns), res.ConnectS))
 	log.Info("all generators ready", "established", established, "seconds", fmt.Sprintf("%.1f", res.ConnectS))
 	// The hold is the generators' measured window; they answer "echo" in it
 	// and end it cleanly on "stop".
@@ -326,7 +357,7 @@ func run(ctx context.Context, o options, log *slog.Logger, stamp string, res *Re
 		res.Echoed += int(e.Messages)
 	}
 	res.check("one more echo after the hold comes back on every connection", res.Echoed == p.Conns,
-		fmt.Sprintf("%d of %d", res.Echoed, p.Conns))
+		fmt.Sprintf("%s of %s", thousands(res.Echoed), thousands(p.Conns)))
 	for i, e := range f.edges {
 		res.Edges[i].RSSEchoedKB = rss(e.pid())
 	}
@@ -556,9 +587,10 @@ func (f *fleet) countEdges(res *Result, when string) error {
 		backend += s.Remote
 	}
 	want := res.Plan.Conns
-	res.check(fmt.Sprintf("edges' connection gauges and sockets sum to %d, %s", want, when),
+	res.check(fmt.Sprintf("edges' connection gauges and sockets sum to %s, %s", thousands(want), when),
 		metric == want && client == want && backend == want,
-		fmt.Sprintf("%s %d, established client sockets %d, established backend sockets %d", activeMetric, metric, client, backend))
+		fmt.Sprintf("%s %s, established client sockets %s, established backend sockets %s",
+			activeMetric, thousands(metric), thousands(client), thousands(backend)))
 	for i, r := range res.Edges {
 		if r.Conns == 0 {
 			res.check(fmt.Sprintf("edge %d receives connections", i+1), false, "its gauge is 0")

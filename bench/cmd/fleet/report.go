@@ -250,7 +250,7 @@ func renderMarkdown(r *Result) string {
 		w("- %s: %s (%s)\n", mark, c.Name, c.Detail)
 	}
 	w("\n## Setup\n\n")
-	w("- %d edge processes, each `edge -config edge-N.yaml` with the benchmark's configuration (`bench/cmd/fleet/templates/edge.yaml.tmpl`, modelled on `bench/cmd/benchrun/templates/edge.yaml.tmpl`): the same public address for all, its own admin address (%s and up), least connections over every backend, tunnel timeouts of one hour, access logs off, GC at edge's default (GOGC=50)%s. They are started one after another, each once the previous one is ready, so every one binds the port while others hold it.\n",
+	w("- %d edge processes, each `edge -config edge-N.yaml` with the benchmark's configuration (`bench/cmd/fleet/templates/edge.yaml.tmpl`, modelled on `bench/cmd/benchrun/templates/edge.yaml.tmpl`): the same public address for all, its own admin address (%s and up), least connections over every backend, tunnel timeouts of one hour, access logs off, GOGC unset (edge paces its collector itself)%s. They are started one after another, each once the previous one is ready, so every one binds the port while others hold it.\n",
 		len(r.Edges), firstAdmin(r), gomaxprocsNote(r))
 	w("- %d echo backends (`cmd/edge-backend`), one port each, about %s connections each. The edges dial them without binding, so the kernel picks one source address (127.0.0.1) for all and each backend address needs one ephemeral port per connection: %s ports are available per destination.\n",
 		r.Plan.Backends, thousands(r.Plan.PerBackend), thousands(r.Limits.Ports))
