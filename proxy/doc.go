@@ -49,6 +49,10 @@
 // idle/busy/again state: whoever finds it idle runs it, others ask for one
 // more run), so writes are never reordered and no wake-up is lost; a run
 // moves at most 1 MiB per direction before yielding to other connections.
+// The socket calls of a run are raw system calls (rawio_linux.go): on a
+// non-blocking descriptor they return at once, and skipping the runtime's
+// system call bookkeeping keeps the monitor thread from handing the only
+// P to another thread whenever a loopback write lasts one of its ticks.
 //
 // TLS. crypto/tls sees an edgeConn from the handshake on (a tls.Conn's
 // transport cannot be swapped later). Until the takeover it is the
