@@ -722,8 +722,5 @@ func versions(o options) map[string]string {
 	if out, err := exec.Command(o.edgeBin, "-version").Output(); err == nil {
 		v["edge"] = strings.TrimSpace(string(out))
 	}
-	if out, err := exec.Command("git", "rev-parse", "--short", "HEAD").Output(); err == nil {
-		v["tree"] = "git " + strings.TrimSpace(string(out))
-	}
 	return v
 }

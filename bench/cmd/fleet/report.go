@@ -259,7 +259,7 @@ func renderMarkdown(r *Result) string {
 	w("- Why several edges: at two descriptors per proxied connection (client and backend sockets), the per-process limit of %s descriptors holds fewer than %s connections per process. Nothing is pinned to a core; no sysctl or limit is changed.\n",
 		thousands(r.Limits.FDs), thousands((r.Limits.FDs-fdReserve)/2))
 	w("- Once every connection is up, the run holds them %s before the main reading.\n", time.Duration(r.SettleS*float64(time.Second)))
-	w("- Full figures: `bench/out/fleet-%s.json`; configurations and logs in `bench/out/fleet-%s/`.\n", r.Stamp, r.Stamp)
+	w("- The run wrote every figure to `bench/out/fleet-%s.json`, and the configurations and logs to `bench/out/fleet-%s/` (`bench/out` is not committed).\n", r.Stamp, r.Stamp)
 	return b.String()
 }
 
@@ -279,9 +279,12 @@ func gomaxprocsNote(r *Result) string {
 
 func joinVersions(v map[string]string) string {
 	var parts []string
-	for _, k := range []string{"edge", "tree", "go"} {
+	// Not the working tree's commit: bench/fleet.sh builds edge from a
+	// snapshot, and the tree may have moved on by the time the run starts.
+	for _, k := range []string{"edge", "go"} {
 		if s, ok := v[k]; ok {
-			parts = append(parts, k+": "+s)
+			// "edge -version" prints "edge VERSION".
+			parts = append(parts, k+": "+strings.TrimPrefix(s, k+" "))
 		}
 	}
 	return strings.Join(parts, "; ")
