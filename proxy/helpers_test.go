@@ -90,6 +90,13 @@ func (r *recorder) Rejected(_ string, status int, _ string) {
 }
 func (r *recorder) HTTPRequest(string, string, int, time.Duration) {}
 
+// closedCount reports how many connections have closed so far.
+func (r *recorder) closedCount() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.closed)
+}
+
 func (r *recorder) dialFailures() []string {
 	r.mu.Lock()
 	defer r.mu.Unlock()

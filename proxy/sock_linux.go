@@ -28,6 +28,7 @@ type sock struct {
 	q      []byte       // bytes the socket did not take; nil when empty
 	werr   error        // first hard write error; sticky
 	qSince atomic.Int64 // unix nanos when q became non-empty; 0 = empty
+	qLen   atomic.Int64 // len(q), readable without mu
 
 	finPending bool // shutdown(SHUT_WR) once q drains
 
@@ -171,11 +172,15 @@ func (s *sock) write(p []byte) (int, error) {
 		s.qSince.Store(time.Now().UnixNano())
 	}
 	s.q = append(s.q, p...)
+	s.qLen.Store(int64(len(s.q)))
 	return n, nil
 }
 
 // queued reports that bytes wait for writability.
 func (s *sock) queued() bool { return s.qSince.Load() != 0 }
+
+// queuedBytes is the length of the queue.
+func (s *sock) queuedBytes() int64 { return s.qLen.Load() }
 
 // stuck reports a queue older than d.
 func (s *sock) stuck(now int64, d time.Duration) bool {
@@ -213,6 +218,7 @@ func (s *sock) flush() error {
 			return s.werr
 		}
 		s.q = s.q[k:]
+		s.qLen.Store(int64(len(s.q)))
 		progressed = progressed || k > 0
 	}
 	s.q = nil
@@ -301,6 +307,7 @@ func (s *sock) close() error {
 	s.fd = -1
 	s.q = nil
 	s.qSince.Store(0)
+	s.qLen.Store(0)
 	if err != nil {
 		return os.NewSyscallError("close", err)
 	}

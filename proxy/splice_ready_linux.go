@@ -231,7 +231,7 @@ func (c *wsConn) step() {
 			c.closeBoth("client_closed")
 		}
 	}
-	if !r.closed.Load() && !r.c2bDone && !r.bs.queued() && r.c2bReady.Swap(false) {
+	if !r.closed.Load() && !r.c2bDone && !r.bs.queued() && r.cs.queuedBytes() <= clientQueueCap && r.c2bReady.Swap(false) {
 		c.pumpClientToBackend()
 	}
 	if !r.closed.Load() && !r.b2cDone && !r.cs.queued() && (r.b2cReady.Swap(false) || c.closePending() || c.pingPending()) {
@@ -250,8 +250,19 @@ func (c *wsConn) closePending() bool {
 	return c.closeCode.Load() != 0 && !c.closeSent
 }
 
+// clientQueueCap bounds what reading from the client may queue towards the
+// client itself. Reading a TLS client makes crypto/tls answer a KeyUpdate
+// that requests one with a KeyUpdate of its own (RFC 8446 §4.6.3), written
+// to the client: a client that floods KeyUpdates and never reads would
+// grow that queue as fast as it sends. Past the cap the client is not
+// read until it takes its bytes. Traffic from the backend never gets
+// near it (that direction pauses as soon as the client's queue is not
+// empty, one buffer at most), so well-behaved clients never meet it.
+const clientQueueCap = 64 << 10
+
 // pumpClientToBackend copies client bytes to the backend (opaque) until
-// the client would block or the backend's queue asks for a pause.
+// the client would block, the backend's queue asks for a pause, or the
+// client's own queue is over clientQueueCap.
 func (c *wsConn) pumpClientToBackend() {
 	r := &c.rd
 	r.cs.startDrain(r.cHup.Load())
@@ -298,7 +309,7 @@ func (c *wsConn) pumpClientToBackend() {
 			c.closeBoth(readReason(err, "client_closed"))
 			return
 		}
-		if r.bs.queued() {
+		if r.bs.queued() || r.cs.queuedBytes() > clientQueueCap {
 			r.c2bReady.Store(true)
 			return
 		}

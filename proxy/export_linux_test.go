@@ -1,0 +1,13 @@
+package proxy
+
+// maxClientQueue reports the longest queue towards a client among the
+// live readiness-driven connections.
+func (s *Server) maxClientQueue() int64 {
+	var m int64
+	s.reg.each(func(c *wsConn) {
+		if c.rd.on && c.rd.cs != nil {
+			m = max(m, c.rd.cs.queuedBytes())
+		}
+	})
+	return m
+}
