@@ -284,3 +284,34 @@ func TestPortsFree(t *testing.T) {
 		t.Errorf("portsFree(%s) after close: %v", busy, err)
 	}
 }
+
+// TestRenderTargets: each target is edge's median over the right anchor's
+// (HAProxy, or the lower of HAProxy and nginx), with its verdict.
+func TestRenderTargets(t *testing.T) {
+	run := func(proxy, phase, key string, v float64) Run {
+		return Run{Proxy: proxy, Phase: phase, Repeat: 1, Metrics: map[string]float64{key: v}}
+	}
+	res := Result{Runs: []Run{
+		run("edge", "idle", "kib_per_conn", 8), run("haproxy", "idle", "kib_per_conn", 18), run("nginx", "idle", "kib_per_conn", 4),
+		run("edge", "echo", "cpu_us_per_msg", 30), run("haproxy", "echo", "cpu_us_per_msg", 50), run("nginx", "echo", "cpu_us_per_msg", 40),
+		run("edge", "connect-full", "cpu_us_per_upgrade", 600), run("haproxy", "connect-full", "cpu_us_per_upgrade", 700),
+	}}
+	md := render([]Result{res})
+	for _, want := range []string{
+		"## Targets",
+		// Against HAProxy even though nginx is lower.
+		"| RSS per idle wss connection, edge / HAProxy: ≤ 0.50× | 0.44× (HAProxy) | **met** |",
+		// Against the better anchor.
+		"| closed-loop echo CPU-µs/msg, edge / the better of HAProxy and nginx: ≤ 0.80× | 0.75× (nginx) | **met** |",
+		"| full handshake + upgrade CPU-µs, edge / the better: ≤ 0.60× | 0.86× (HAProxy) | **not met** |",
+		"[FLEET.md](FLEET.md)",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("report lacks %q:\n%s", want, md)
+		}
+	}
+	// Unmeasured targets are left out.
+	if strings.Contains(md, "resumed handshake + upgrade CPU-µs, edge") || strings.Contains(md, "p99 latency, edge / HAProxy") {
+		t.Errorf("report shows unmeasured targets:\n%s", md)
+	}
+}

@@ -256,6 +256,7 @@ func render(results []Result) string {
 	}
 
 	renderFrameOverhead(w, results, sum)
+	renderTargets(w, results, sum)
 
 	w("\n## Which core saturated\n\n")
 	w("Busy share of the proxy's core and of the load core (generators and backends) over each measured window, median over repeats. ")
@@ -366,16 +367,83 @@ func renderFrameOverhead(w func(string, ...any), results []Result, sum map[strin
 	}
 	w("| cores (see which core saturated) | %s | %s | |\n", cores("edge"), cores(edgeFrames))
 
-	w("\n## Targets\n\n")
-	w("| target | measured | verdict |\n|---|---:|---|\n")
-	verdict := "not measured (needs the echo phase of both edge and " + edgeFrames + ")"
-	if fo != nil {
-		verdict = "not met"
-		if fo.Met {
+}
+
+// target is one of edge's goals against the anchors, a ratio of medians.
+type target struct {
+	label      string
+	phase, key string
+	// against is "haproxy", or "better" for the lower of HAProxy and nginx.
+	against string
+	limit   float64
+}
+
+var targets = []target{
+	{"RSS per idle wss connection, edge / HAProxy", "idle", "kib_per_conn", "haproxy", 0.5},
+	{"closed-loop echo CPU-µs/msg, edge / the better of HAProxy and nginx", "echo", "cpu_us_per_msg", "better", 0.8},
+	{"full handshake + upgrade CPU-µs, edge / the better", "connect-full", "cpu_us_per_upgrade", "better", 0.6},
+	{"resumed handshake + upgrade CPU-µs, edge / the better", "connect-resume", "cpu_us_per_upgrade", "better", 0.6},
+	{"fixed-rate p99 latency, edge / HAProxy", "rate", "p99_us", "haproxy", 1.0},
+}
+
+// renderTargets writes edge's targets with their verdicts: the ratios to
+// the anchors that were measured, and the frame-aware overhead when
+// edge-frames was attempted.
+func renderTargets(w func(string, ...any), results []Result, sum map[string]map[string]map[string][]float64) {
+	var rows []string
+	for _, tg := range targets {
+		e := stats.Summarize(sum["edge"][tg.phase][tg.key])
+		if e.N == 0 {
+			continue
+		}
+		var ref stats.Summary
+		name := ""
+		for _, a := range []string{"haproxy", "nginx"} {
+			if tg.against == "haproxy" && a != "haproxy" {
+				continue
+			}
+			s := stats.Summarize(sum[a][tg.phase][tg.key])
+			if s.N > 0 && s.Median > 0 && (ref.N == 0 || s.Median < ref.Median) {
+				ref, name = s, proxyTitle[a]
+			}
+		}
+		if ref.N == 0 {
+			continue
+		}
+		r := e.Median / ref.Median
+		verdict := "not met"
+		if r <= tg.limit {
 			verdict = "met"
 		}
+		rows = append(rows, fmt.Sprintf("| %s: ≤ %.2f× | %.2f× (%s) | **%s** |\n", tg.label, tg.limit, r, name, verdict))
 	}
-	w("| frame-aware echo CPU-µs/msg, frame-aware / opaque edge: ≤ %.2f× | %s | **%s** |\n", frameOverheadLimit, frameRatio(fo), verdict)
+	attempted := false
+	for _, res := range results {
+		for _, run := range res.Runs {
+			attempted = attempted || run.Proxy == edgeFrames
+		}
+	}
+	if attempted {
+		fo := frameOverhead(results)
+		verdict := "not measured (needs the echo phase of both edge and " + edgeFrames + ")"
+		if fo != nil {
+			verdict = "not met"
+			if fo.Met {
+				verdict = "met"
+			}
+		}
+		rows = append(rows, fmt.Sprintf("| frame-aware echo CPU-µs/msg, frame-aware / opaque edge: ≤ %.2f× | %s | **%s** |\n", frameOverheadLimit, frameRatio(fo), verdict))
+	}
+	if len(rows) == 0 {
+		return
+	}
+	w("\n## Targets\n\n")
+	w("Ratios of the medians in the table above; the anchor each ratio is taken against is named.\n\n")
+	w("| target | measured | verdict |\n|---|---:|---|\n")
+	for _, r := range rows {
+		w("%s", r)
+	}
+	w("\n50,000 connections held by several edges sharing one port (`SO_REUSEPORT`) are measured by `bench/fleet.sh`: see [FLEET.md](FLEET.md).\n")
 }
 
 // frameRatio renders the frame-aware overhead ratio with the range of the
