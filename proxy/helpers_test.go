@@ -66,7 +66,9 @@ type recorder struct {
 	dialErr []string // backend ids
 	rejects []int
 	opened  int
-	closeCh chan string
+	// unpaired counts ConnClosed calls beyond the ConnOpened ones.
+	unpaired int
+	closeCh  chan string
 }
 
 func newRecorder() *recorder { return &recorder{closeCh: make(chan string, 100)} }
@@ -75,6 +77,9 @@ func (r *recorder) ConnOpened(string, string) { r.mu.Lock(); r.opened++; r.mu.Un
 func (r *recorder) ConnClosed(_, _, reason string, _ time.Duration, _, _ int64) {
 	r.mu.Lock()
 	r.closed = append(r.closed, reason)
+	if len(r.closed) > r.opened {
+		r.unpaired++
+	}
 	r.mu.Unlock()
 	r.closeCh <- reason
 }
@@ -185,6 +190,11 @@ func startEdge(t testing.TB, cfg edgeConfig) *edge {
 		hs.Shutdown(ctx)
 		s.Close()
 		<-done
+		e.obs.mu.Lock()
+		defer e.obs.mu.Unlock()
+		if e.obs.unpaired > 0 {
+			t.Errorf("observer: %d ConnClosed without a ConnOpened before them", e.obs.unpaired)
+		}
 	})
 	return e
 }

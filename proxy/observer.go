@@ -5,7 +5,8 @@ import "time"
 // Observer receives connection events; cmd/edge turns them into metrics.
 // Methods are called on the connection's goroutine and must not block.
 type Observer interface {
-	// ConnOpened is called once a WebSocket connection is spliced.
+	// ConnOpened is called once a WebSocket connection is spliced, before
+	// the 101 goes to the client; exactly one ConnClosed follows it.
 	ConnOpened(route, backend string)
 	// ConnClosed is called when a spliced connection ends; reason is the
 	// access-log reason, in and out count client->backend and

@@ -149,6 +149,9 @@ func (c *wsConn) idleExpired() bool {
 // run writes the 101, forwards what both sides had already sent, then
 // splices until both directions end.
 func (c *wsConn) run(head, clientBuffered, backendBuffered []byte) {
+	// Opened before anything can fail, so that every ConnClosed (finish)
+	// follows its ConnOpened.
+	c.s.obs.ConnOpened(c.x.routeName(), c.be.ID())
 	defer c.finish()
 	stop := context.AfterFunc(c.ctx, func() { c.closeBoth("shutdown") })
 	defer stop()
@@ -188,7 +191,6 @@ func (c *wsConn) run(head, clientBuffered, backendBuffered []byte) {
 	// them on the backend.
 	c.client.SetDeadline(time.Time{})
 	c.backend.SetDeadline(time.Time{})
-	c.s.obs.ConnOpened(c.x.routeName(), c.be.ID())
 
 	errc := make(chan struct{}, 2) // room for both: neither sender blocks
 	var fin atomic.Pointer[time.Timer]
