@@ -13,32 +13,6 @@ import (
 	"github.com/edgelb/edge/conf"
 )
 
-func TestSplit(t *testing.T) {
-	tests := []struct {
-		name string
-		n, k int
-		want []int
-	}{
-		{"even", 9800, 4, []int{2450, 2450, 2450, 2450}},
-		{"remainder first", 10, 3, []int{4, 3, 3}},
-		{"more parts than items", 2, 5, []int{1, 1}},
-		{"zero parts", 7, 0, []int{7}},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			got := split(tt.n, tt.k)
-			if len(got) != len(tt.want) {
-				t.Fatalf("split(%d, %d) = %v, want %v", tt.n, tt.k, got, tt.want)
-			}
-			for i := range got {
-				if got[i] != tt.want[i] {
-					t.Fatalf("split(%d, %d) = %v, want %v", tt.n, tt.k, got, tt.want)
-				}
-			}
-		})
-	}
-}
-
 func TestSaturated(t *testing.T) {
 	tests := []struct {
 		proxy, load float64

@@ -323,19 +323,6 @@ func foreignPct(c0, c1 coreSample, ours, elapsed time.Duration) float64 {
 	return max(0, 100*foreign.Seconds()/elapsed.Seconds())
 }
 
-// split divides n into k nearly equal positive parts.
-func split(n, k int) []int {
-	k = max(1, min(k, n))
-	out := make([]int, k)
-	for i := range out {
-		out[i] = n / k
-		if i < n%k {
-			out[i]++
-		}
-	}
-	return out
-}
-
 // srcPerProc is how many source addresses each generator process gets: the
 // processes use disjoint ranges of 127.0.0.2 and up.
 const srcPerProc = 200
@@ -428,7 +415,7 @@ func (r *runner) idle(ctx context.Context, px *proc, run *Run) error {
 	before := measure(px.pid())
 	var w window
 	w.begin(px.pid())
-	gs, err := r.startGens(split(r.opt.idleConns, r.opt.idleProcs), "idle", func(n int) []string {
+	gs, err := r.startGens(stats.Split(r.opt.idleConns, r.opt.idleProcs), "idle", func(n int) []string {
 		return []string{"-conns", strconv.Itoa(n), "-dial-concurrency", "32"}
 	})
 	if err != nil {
@@ -488,7 +475,7 @@ func (r *runner) loop(ctx context.Context, px *proc, run *Run, paced bool) error
 	if paced {
 		mode, conns, procs, win = "rate", r.opt.rateConns, r.opt.rateProcs, r.opt.rateWindow
 	}
-	gs, err := r.startGens(split(conns, procs), mode, func(n int) []string {
+	gs, err := r.startGens(stats.Split(conns, procs), mode, func(n int) []string {
 		return []string{"-conns", strconv.Itoa(n), "-size", strconv.Itoa(r.opt.msgSize),
 			"-rate", strconv.FormatFloat(r.opt.rate, 'g', -1, 64), "-dial-concurrency", "32"}
 	})
@@ -555,7 +542,7 @@ func measureWindow(ctx context.Context, gs gens, px *proc, run *Run, win time.Du
 
 // connect measures the CPU cost of connection establishment.
 func (r *runner) connect(ctx context.Context, px *proc, run *Run, resume bool) error {
-	gs, err := r.startGens(split(r.opt.connProcs*r.opt.connWork, r.opt.connProcs), "connect", func(n int) []string {
+	gs, err := r.startGens(stats.Split(r.opt.connProcs*r.opt.connWork, r.opt.connProcs), "connect", func(n int) []string {
 		return []string{"-workers", strconv.Itoa(n), "-resume=" + strconv.FormatBool(resume), "-dial-concurrency", "32"}
 	})
 	if err != nil {

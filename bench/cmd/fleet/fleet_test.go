@@ -109,16 +109,6 @@ func TestMakePlan(t *testing.T) {
 	}
 }
 
-func TestSplit(t *testing.T) {
-	got := split(50000, 3)
-	if len(got) != 3 || got[0] != 16667 || got[1] != 16667 || got[2] != 16666 {
-		t.Errorf("split(50000, 3) = %v", got)
-	}
-	if got := split(2, 5); len(got) != 2 {
-		t.Errorf("split(2, 5) = %v, want 2 parts", got)
-	}
-}
-
 func TestThousands(t *testing.T) {
 	for n, want := range map[int]string{0: "0", 999: "999", 1000: "1,000", 50000: "50,000", 1234567: "1,234,567", -4200: "-4,200"} {
 		if got := thousands(n); got != want {

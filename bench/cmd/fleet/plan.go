@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	"github.com/edgelb/edge/bench/internal/stats"
 )
 
 // Limits the plan must fit in.
@@ -71,7 +73,7 @@ func makePlan(conns, edges, gensN, backends int, lim limits) (plan, error) {
 		backends = max(3, ceilDiv(conns, perOne))
 	}
 	p := plan{Conns: conns, Edges: edges, Gens: gensN, Backends: backends,
-		PerGen: split(conns, gensN), PerEdge: ceilDiv(conns, edges), PerBackend: ceilDiv(conns, backends)}
+		PerGen: stats.Split(conns, gensN), PerEdge: ceilDiv(conns, edges), PerBackend: ceilDiv(conns, backends)}
 
 	// An edge holds two descriptors per proxied connection.
 	if need := int(math.Ceil(float64(p.PerEdge)*hashMargin)) * 2; need > usable {
@@ -99,19 +101,6 @@ func makePlan(conns, edges, gensN, backends int, lim limits) (plan, error) {
 }
 
 func ceilDiv(a, b int) int { return (a + b - 1) / b }
-
-// split divides n into k parts, the remainder going to the first ones.
-func split(n, k int) []int {
-	k = max(1, min(k, n))
-	out := make([]int, k)
-	for i := range out {
-		out[i] = n / k
-		if i < n%k {
-			out[i]++
-		}
-	}
-	return out
-}
 
 // readLimits reads the descriptor limit and the ephemeral port range.
 func readLimits() (limits, error) {

@@ -170,3 +170,19 @@ func PerOp(total float64, ops uint64) float64 {
 	}
 	return total / float64(ops)
 }
+
+// Split divides n into k nearly equal parts, the remainder going to the first
+// ones: the connections or workers of a phase over its generator processes.
+// There are never more parts than n (a process with nothing to do would only
+// distort the figures) nor fewer than one.
+func Split(n, k int) []int {
+	k = max(1, min(k, n))
+	out := make([]int, k)
+	for i := range out {
+		out[i] = n / k
+		if i < n%k {
+			out[i]++
+		}
+	}
+	return out
+}

@@ -2,6 +2,7 @@ package stats
 
 import (
 	"math"
+	"slices"
 	"testing"
 	"time"
 )
@@ -123,5 +124,26 @@ func TestCloneIsDeep(t *testing.T) {
 	}
 	if got, want := len(c.Counts), 1; got != want {
 		t.Errorf("clone has %d buckets, want %d", got, want)
+	}
+}
+
+func TestSplit(t *testing.T) {
+	tests := []struct {
+		name string
+		n, k int
+		want []int
+	}{
+		{"even", 9800, 4, []int{2450, 2450, 2450, 2450}},
+		{"remainder first", 10, 3, []int{4, 3, 3}},
+		{"fleet", 50000, 3, []int{16667, 16667, 16666}},
+		{"more parts than items", 2, 5, []int{1, 1}},
+		{"zero parts", 7, 0, []int{7}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := Split(tt.n, tt.k); !slices.Equal(got, tt.want) {
+				t.Errorf("Split(%d, %d) = %v, want %v", tt.n, tt.k, got, tt.want)
+			}
+		})
 	}
 }
