@@ -140,7 +140,7 @@ func TestTLSDefaults(t *testing.T) {
 // Values written in the file, zero and false included, beat defaults.
 func TestExplicitZeroKept(t *testing.T) {
 	c := mustParse(t, minimalWith("log: {access_log: false}\ndrain: {window: 0}",
-		"timeouts: {idle: 0}, retries: 0, passive_ejection: {failures: 0}, consul: {passing_only: false}, limits: {connection_rate_per_client_ip: 2.5}"))
+		"timeouts: {idle: 0}, retries: 0, passive_ejection: {failures: 0}, consul: {passing_only: false}, limits: {connection_rate_per_client_ip: 2.5, connection_rate: 7.2}"))
 	p := c.Pools[0]
 	if c.Log.AccessLog {
 		t.Error("log.access_log: got true, want false")
@@ -162,6 +162,9 @@ func TestExplicitZeroKept(t *testing.T) {
 	}
 	if got, want := p.Limits.ConnectionBurstPerClientIP, 3; got != want {
 		t.Errorf("connection_burst_per_client_ip: got %d, want %d (rate rounded up)", got, want)
+	}
+	if got, want := p.Limits.ConnectionBurst, 8; got != want {
+		t.Errorf("pool connection burst default: got %d, want %d (the rate rounded up)", got, want)
 	}
 }
 
@@ -406,7 +409,7 @@ pools:
     client_ip: {bounded_load: 0.9}
     retries: 11
     passive_ejection: {failures: -1}
-    limits: {max_connections: -1, connection_rate_per_client_ip: -2}
+    limits: {max_connections: -1, connection_rate: -3, connection_burst: -1, connection_rate_per_client_ip: -2}
 routes: [{default: true, pool: app}]
 `, []string{
 			`edge.yaml:4: pools[0].balance: "round_robin" is not one of "least_conn", "cookie", "client_ip"`,
@@ -420,6 +423,8 @@ routes: [{default: true, pool: app}]
 			`edge.yaml:10: pools[0].retries: 11 is outside 0..10`,
 			`edge.yaml:11: pools[0].passive_ejection.failures: -1 must be >= 0`,
 			`edge.yaml:12: pools[0].limits.max_connections: -1 must be >= 0`,
+			`edge.yaml:12: pools[0].limits.connection_rate: -3 must be >= 0`,
+			`edge.yaml:12: pools[0].limits.connection_burst: -1 must be >= 0`,
 			`edge.yaml:12: pools[0].limits.connection_rate_per_client_ip: -2 must be >= 0`,
 		}},
 		{"duplicate pools", `listeners: [{address: 127.0.0.1:8080}]

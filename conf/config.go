@@ -354,10 +354,16 @@ type PassiveEjection struct {
 
 // PoolLimits are per-pool admission limits. Every limit defaults to 0,
 // unlimited. Reconnect storms after a restart (mattermost-webapp#10960)
-// are what the per-client-IP rate is for.
+// are what the rates are for: the pool-wide one caps what reaches the
+// backends when many clients come back at once, the per-client-IP one a
+// single client's retry loop.
 type PoolLimits struct {
 	// MaxConnections caps the pool's connections and in-flight requests.
 	MaxConnections int64 `yaml:"max_connections"`
+	// ConnectionRate caps new connections per second to the pool from all
+	// clients together (HAProxy: rate-limit sessions).
+	ConnectionRate  float64 `yaml:"connection_rate"`
+	ConnectionBurst int     `yaml:"connection_burst"` // default: the rate rounded up
 	// MaxConnectionsPerBackend caps each backend (HAProxy: server maxconn).
 	MaxConnectionsPerBackend int64 `yaml:"max_connections_per_backend"`
 	// MaxConnectionsPerClientIP caps one client address (IPv6: its /64).

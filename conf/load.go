@@ -204,6 +204,9 @@ func (c *Config) fill() {
 		if l.ConnectionBurstPerClientIP == 0 && l.ConnectionRatePerClientIP > 0 && l.ConnectionRatePerClientIP < math.MaxInt32 {
 			l.ConnectionBurstPerClientIP = int(math.Ceil(l.ConnectionRatePerClientIP))
 		}
+		if l.ConnectionBurst == 0 && l.ConnectionRate > 0 && l.ConnectionRate < math.MaxInt32 {
+			l.ConnectionBurst = int(math.Ceil(l.ConnectionRate))
+		}
 	}
 }
 

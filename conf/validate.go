@@ -361,6 +361,10 @@ func (v *validator) pool(path string, p *Pool) {
 	lp := path + ".limits"
 	v.nonNegative(lp+".max_connections", l.MaxConnections)
 	v.nonNegative(lp+".max_connections_per_backend", int64(l.MaxConnectionsPerBackend))
+	if r := l.ConnectionRate; math.IsNaN(r) || r < 0 {
+		v.errf(lp+".connection_rate", "%g must be >= 0 (0 is unlimited)", r)
+	}
+	v.nonNegative(lp+".connection_burst", int64(l.ConnectionBurst))
 	v.nonNegative(lp+".max_connections_per_client_ip", int64(l.MaxConnectionsPerClientIP))
 	if r := l.ConnectionRatePerClientIP; math.IsNaN(r) || r < 0 {
 		v.errf(lp+".connection_rate_per_client_ip", "%g must be >= 0 (0 is unlimited)", r)

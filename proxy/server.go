@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/netip"
@@ -56,15 +57,20 @@ type Route struct {
 
 // Pool is a balance pool with its connection settings.
 type Pool struct {
-	Name             string
-	Balancer         *balance.Pool
-	Limiter          *balance.Limiter // per client IP; nil means none
-	MaxConns         int64            // connections and in-flight requests of this pool; 0 = unlimited
-	DialTimeout      time.Duration    // 0 means 2s
-	HandshakeTimeout time.Duration    // writing the upgrade and reading the answer; 0 means 10s
-	IdleTimeout      time.Duration    // no bytes either way; 0 means none
-	WriteTimeout     time.Duration    // one write to either side; 0 means none
-	Retries          int              // further backends tried after a dial or handshake failure
+	Name     string
+	Balancer *balance.Pool
+	Limiter  *balance.Limiter // per client IP; nil means none
+	// Admission caps new connections and requests per second to the pool
+	// from all clients together; nil means no cap. Whoever is refused gets
+	// a 503 with a Retry-After spread over a few seconds, so a refused
+	// reconnect storm does not come back as one.
+	Admission        *balance.Bucket
+	MaxConns         int64         // connections and in-flight requests of this pool; 0 = unlimited
+	DialTimeout      time.Duration // 0 means 2s
+	HandshakeTimeout time.Duration // writing the upgrade and reading the answer; 0 means 10s
+	IdleTimeout      time.Duration // no bytes either way; 0 means none
+	WriteTimeout     time.Duration // one write to either side; 0 means none
+	Retries          int           // further backends tried after a dial or handshake failure
 	Cookie           CookieSettings
 	// RequestTimeout bounds a whole plain HTTP exchange; 0 means 60s.
 	RequestTimeout time.Duration
@@ -282,6 +288,14 @@ func (x *exchange) reject(w http.ResponseWriter, status int, reason string) {
 	x.logAccess()
 }
 
+// spreadRetryAfter picks a Retry-After between after and four times it, in
+// whole seconds: clients refused in the same second should not all come
+// back in the same second.
+func spreadRetryAfter(after time.Duration) string {
+	sec := max(int64(math.Ceil(after.Seconds())), 1)
+	return strconv.FormatInt(sec+rand.Int64N(3*sec+1), 10)
+}
+
 // ServeHTTP is the top of the path of one connection.
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s := h.s
@@ -334,6 +348,12 @@ func (x *exchange) admit(w http.ResponseWriter) bool {
 		s.inflight.Add(-1)
 		w.Header().Set("Retry-After", retryAfterBusy)
 		x.reject(w, http.StatusServiceUnavailable, "max_conns")
+		return false
+	}
+	if ok, after := p.Admission.Take(); !ok {
+		s.inflight.Add(-1)
+		w.Header().Set("Retry-After", spreadRetryAfter(after))
+		x.reject(w, http.StatusServiceUnavailable, "pool_rate_limit")
 		return false
 	}
 	pc := s.poolCounter(p.Name)

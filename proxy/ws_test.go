@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -622,12 +623,25 @@ func TestLimits(t *testing.T) {
 			c, _ := e.dialWS(t, "/", nil)
 			c.Close()
 			_, resp, err := e.dialer().Dial(e.url("/"), nil)
-			if err == nil {
-				t.Skip("balance.Limiter admits everything (contract stub)")
+			if err == nil || resp == nil || resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") == "" {
+				t.Fatalf("second conn: got %v (%v), want 429 with Retry-After", resp, err)
 			}
-			if resp == nil || resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") == "" {
-				t.Fatalf("second conn: got %v, want 429 with Retry-After", resp)
+		})
+		t.Run("pool rate", func(t *testing.T) {
+			// One new connection per two seconds for everyone together.
+			e, _ := oneBackendEdge(t, false, func(p *Pool, _ *edgeConfig) { p.Admission = balance.NewBucket(0.5, 1, nil) })
+			c, _ := e.dialWS(t, "/", nil)
+			ask(t, c, "x")
+			_, resp, err := e.dialer().Dial(e.url("/"), nil)
+			if err == nil || resp == nil || resp.StatusCode != http.StatusServiceUnavailable {
+				t.Fatalf("second conn: got %v (%v), want 503", resp, err)
 			}
+			// The next token is 2 s away; the answer spreads retries over
+			// 2 to 8 s.
+			if ra, err := strconv.Atoi(resp.Header.Get("Retry-After")); err != nil || ra < 2 || ra > 8 {
+				t.Fatalf("Retry-After %q, want 2..8", resp.Header.Get("Retry-After"))
+			}
+			ask(t, c, "y") // the admitted connection is untouched
 		})
 	})
 }

@@ -146,3 +146,30 @@ func TestFrameLimitFromConfig(t *testing.T) {
 		t.Errorf("after an oversized frame: got %v, want close 1009", err)
 	}
 }
+
+// TestPoolConnectionRateFromConfig: pools[].limits.connection_rate caps new
+// connections from all clients together (a reconnect storm, field note 11);
+// the refused get 503 and a Retry-After, the admitted keep working.
+func TestPoolConnectionRateFromConfig(t *testing.T) {
+	bs := backends(t, "b1")
+	s := newSetup(t, bs, "least_conn", "    limits: {connection_rate: 0.1, connection_burst: 2}\n")
+	startEdge(t, s.cfg)
+	var conns []*websocket.Conn
+	for i := range 2 {
+		c, _, err := s.dialer().Dial("wss://"+s.wss+"/", nil)
+		if err != nil {
+			t.Fatalf("connection %d of the burst: %v", i+1, err)
+		}
+		defer c.Close()
+		conns = append(conns, c)
+	}
+	_, resp, err := s.dialer().Dial("wss://"+s.wss+"/", nil)
+	if err == nil || resp == nil || resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("third connection: got %v (%v), want 503 with Retry-After", resp, err)
+	}
+	for _, c := range conns {
+		if got := ask(t, c, "still here"); got == "" {
+			t.Fatal("an admitted connection stopped answering")
+		}
+	}
+}

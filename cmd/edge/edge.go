@@ -49,6 +49,8 @@ type poolEntry struct {
 	limits   balance.LimiterOptions
 	bal      *balance.Pool
 	limiter  *balance.Limiter
+	rate     [2]float64      // pool-wide connection rate and burst at build time
+	admit    *balance.Bucket // kept across reloads while rate is unchanged
 	px       *proxy.Pool
 
 	// What applyPools changes on bal.
@@ -208,7 +210,8 @@ func (e *edge) buildPool(pc *conf.Pool) (*poolEntry, error) {
 			keys = append(keys, prev...)
 		}
 	}
-	ent := &poolEntry{mode: mode, settings: balanceSettings(pc), limits: limiterOptions(pc), keys: keys}
+	ent := &poolEntry{mode: mode, settings: balanceSettings(pc), limits: limiterOptions(pc), keys: keys,
+		rate: [2]float64{pc.Limits.ConnectionRate, float64(pc.Limits.ConnectionBurst)}}
 	if old := e.pools[pc.Name]; old != nil {
 		ent.bal, ent.reused = old.bal, true
 		if old.settings != ent.settings {
@@ -220,6 +223,9 @@ func (e *edge) buildPool(pc *conf.Pool) (*poolEntry, error) {
 		}
 		if reflect.DeepEqual(old.limits, ent.limits) {
 			ent.limiter = old.limiter
+		}
+		if old.rate == ent.rate {
+			ent.admit = old.admit
 		}
 	} else {
 		if mode == balance.Cookie && keys == nil {
@@ -248,6 +254,9 @@ func (e *edge) buildPool(pc *conf.Pool) (*poolEntry, error) {
 		// proxy keeps the Pool they were admitted through.
 		ent.limiter = balance.NewLimiter(ent.limits)
 	}
+	if ent.admit == nil {
+		ent.admit = balance.NewBucket(pc.Limits.ConnectionRate, pc.Limits.ConnectionBurst, nil)
+	}
 	if pc.Consul.Service == "" {
 		ent.static = true
 		for _, b := range pc.Backends {
@@ -258,6 +267,7 @@ func (e *edge) buildPool(pc *conf.Pool) (*poolEntry, error) {
 		Name:             pc.Name,
 		Balancer:         ent.bal,
 		Limiter:          ent.limiter,
+		Admission:        ent.admit,
 		MaxConns:         pc.Limits.MaxConnections,
 		DialTimeout:      pc.Timeouts.Dial.Std(),
 		HandshakeTimeout: pc.Timeouts.Handshake.Std(),
