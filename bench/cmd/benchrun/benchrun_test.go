@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edgelb/edge/bench/internal/procfs"
 	"github.com/edgelb/edge/conf"
 )
 
@@ -51,7 +52,7 @@ func TestRender(t *testing.T) {
 	res := Result{
 		Finished: time.Date(2026, 1, 2, 3, 4, 0, 0, time.UTC),
 		Command:  "bench/run.sh",
-		Machine:  Machine{NProc: 2, Model: "Test CPU", Kernel: "6.1", MemoryKB: 24 << 20, FDLimit: "20000/20000"},
+		Machine:  procfs.Machine{NProc: 2, Model: "Test CPU", Kernel: "6.1", MemoryKB: 24 << 20, FDLimit: "20000/20000"},
 		Versions: map[string]string{"haproxy": "HAProxy 2.6"},
 		Runs: []Run{
 			run("edge", "echo", 1, map[string]float64{"cpu_us_per_msg": 10, "proxy_core_busy_pct": 99}),

@@ -199,22 +199,13 @@ type Result struct {
 	Finished time.Time         `json:"finished"`
 	Command  string            `json:"command"`
 	Quick    bool              `json:"quick"`
-	Machine  Machine           `json:"machine"`
+	Machine  procfs.Machine    `json:"machine"`
 	Versions map[string]string `json:"versions"`
 	Settings map[string]string `json:"settings"`
 	Runs     []Run             `json:"runs"`
 	// FrameOverhead compares the two edge modes in the echo phase; absent
 	// when the run did not measure both.
 	FrameOverhead *FrameOverhead `json:"frame_overhead,omitempty"`
-}
-
-// Machine describes where the run happened.
-type Machine struct {
-	NProc    int    `json:"nproc"`
-	Model    string `json:"model"`
-	Kernel   string `json:"kernel"`
-	MemoryKB int64  `json:"memory_kb"`
-	FDLimit  string `json:"fd_limit"`
 }
 
 // Run is one phase of one proxy in one repeat.
@@ -233,7 +224,7 @@ type Run struct {
 }
 
 func run(ctx context.Context, o options, log *slog.Logger) error {
-	if n := onlineCPUs(); n < 2 && o.proxyCPU != o.loadCPU {
+	if n := procfs.OnlineCPUs(); n < 2 && o.proxyCPU != o.loadCPU {
 		log.Warn("fewer than two cores online; placement will not hold", "cpus", n)
 	}
 	stamp := time.Now().UTC().Format("20060102-150405")
@@ -270,7 +261,7 @@ func run(ctx context.Context, o options, log *slog.Logger) error {
 		Started:  time.Now().UTC(),
 		Command:  o.command,
 		Quick:    o.quick,
-		Machine:  machine(),
+		Machine:  procfs.ReadMachine(),
 		Versions: versions(o, proxies),
 		Settings: o.settings(),
 	}
@@ -396,39 +387,6 @@ func (o options) settings() map[string]string {
 			edgeFrames, frameAware.MaxFrameBytes, frameAware.PingInterval, frameAware.PingTimeout)
 	}
 	return s
-}
-
-// onlineCPUs counts the machine's cores from /proc/stat: runtime.NumCPU and
-// nproc only see this process's affinity mask, which run.sh narrows.
-func onlineCPUs() int {
-	s, err := procfs.ReadCPUStat()
-	if err != nil {
-		return runtime.NumCPU()
-	}
-	return len(s)
-}
-
-func machine() Machine {
-	m := Machine{NProc: onlineCPUs()}
-	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
-		for line := range strings.SplitSeq(string(b), "\n") {
-			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
-				m.Model = strings.TrimSpace(v)
-				break
-			}
-		}
-	}
-	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
-		m.Kernel = strings.TrimSpace(string(b))
-	}
-	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
-		fmt.Sscanf(string(b), "MemTotal: %d kB", &m.MemoryKB)
-	}
-	var lim syscall.Rlimit
-	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err == nil {
-		m.FDLimit = fmt.Sprintf("%d/%d", lim.Cur, lim.Max)
-	}
-	return m
 }
 
 func versions(o options, proxies []string) map[string]string {

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/edgelb/edge/bench/internal/procfs"
 )
 
 func TestParseProcNetTCP(t *testing.T) {
@@ -120,7 +122,7 @@ func TestThousands(t *testing.T) {
 func TestRenderMarkdown(t *testing.T) {
 	r := &Result{
 		Started: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC), Stamp: "20261130-120000",
-		Command: "bench/fleet.sh", Machine: Machine{NProc: 2, Model: "cpu", Kernel: "6.18", MemoryKB: 24 << 20, FDLimit: "20000/20000"},
+		Command: "bench/fleet.sh", Machine: Machine{Machine: procfs.Machine{NProc: 2, Model: "cpu", Kernel: "6.18", MemoryKB: 24 << 20, FDLimit: "20000/20000"}},
 		Versions: map[string]string{"edge": "edge git-abc"}, Limits: limits{FDs: 20000, Ports: 28232},
 		Plan: plan{Conns: 4, Edges: 2, Gens: 1, Backends: 3, PerGen: []int{4}, PerEdge: 2, PerBackend: 2},
 		Edges: []EdgeRow{

@@ -683,31 +683,9 @@ func writeCert(dir string, ip netip.Addr) error {
 	return nil
 }
 
-// machine describes where the run happened. The core count comes from
-// /proc/stat: runtime.NumCPU only sees this process's affinity mask.
+// machine describes where the run happened.
 func machine() Machine {
-	m := Machine{NProc: runtime.NumCPU()}
-	if s, err := procfs.ReadCPUStat(); err == nil {
-		m.NProc = len(s)
-	}
-	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
-		for line := range strings.SplitSeq(string(b), "\n") {
-			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
-				m.Model = strings.TrimSpace(v)
-				break
-			}
-		}
-	}
-	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
-		m.Kernel = strings.TrimSpace(string(b))
-	}
-	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
-		_, _ = fmt.Sscanf(string(b), "MemTotal: %d kB", &m.MemoryKB)
-	}
-	var lim syscall.Rlimit
-	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err == nil {
-		m.FDLimit = fmt.Sprintf("%d/%d", lim.Cur, lim.Max)
-	}
+	m := Machine{Machine: procfs.ReadMachine()}
 	if lo, hi, err := portRange(); err == nil {
 		m.PortRange = fmt.Sprintf("%d-%d", lo, hi)
 	}

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/edgelb/edge/bench/internal/procfs"
 )
 
 // Result is the JSON file one run writes.
@@ -47,13 +49,11 @@ type Result struct {
 	Error  string  `json:"error,omitempty"`
 }
 
-// Machine describes where the run happened.
+// Machine describes where the run happened: the benchmark's description
+// (whose fields JSON flattens into this object) and the two network limits
+// that bound a fleet.
 type Machine struct {
-	NProc     int    `json:"nproc"`
-	Model     string `json:"model"`
-	Kernel    string `json:"kernel"`
-	MemoryKB  int64  `json:"memory_kb"`
-	FDLimit   string `json:"fd_limit"`
+	procfs.Machine
 	PortRange string `json:"ip_local_port_range"`
 	Somaxconn string `json:"somaxconn"`
 }

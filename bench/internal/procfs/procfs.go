@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -193,6 +195,61 @@ func CountFDs(pid int) (int, error) {
 		return 0, fmt.Errorf("list fds of pid %d: %w", pid, err)
 	}
 	return len(entries), nil
+}
+
+// OnlineCPUs counts the machine's cores from /proc/stat: runtime.NumCPU and
+// nproc only see this process's affinity mask, which the benchmark narrows
+// with taskset. Without /proc it falls back to runtime.NumCPU.
+func OnlineCPUs() int {
+	s, err := ReadCPUStat()
+	if err != nil {
+		return runtime.NumCPU()
+	}
+	return len(s)
+}
+
+// Machine describes the host a run measured, for the reports: figures are
+// comparable only between runs on alike machines.
+type Machine struct {
+	NProc    int    `json:"nproc"`
+	Model    string `json:"model"`
+	Kernel   string `json:"kernel"`
+	MemoryKB int64  `json:"memory_kb"`
+	// FDLimit is RLIMIT_NOFILE as "soft/hard": the children inherit it, and
+	// it bounds the connections one process can hold.
+	FDLimit string `json:"fd_limit"`
+}
+
+// ReadMachine describes this host. A figure it cannot read is left empty:
+// the description is context for a report, never a reason to fail a run.
+func ReadMachine() Machine {
+	m := Machine{NProc: OnlineCPUs()}
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		m.Model = ParseCPUModel(b)
+	}
+	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		m.Kernel = strings.TrimSpace(string(b))
+	}
+	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
+		_, _ = fmt.Sscanf(string(b), "MemTotal: %d kB", &m.MemoryKB)
+	}
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err == nil {
+		m.FDLimit = fmt.Sprintf("%d/%d", lim.Cur, lim.Max)
+	}
+	return m
+}
+
+// ParseCPUModel returns the first "model name" of the contents of
+// /proc/cpuinfo, or "" where there is none (some architectures name it
+// otherwise).
+func ParseCPUModel(b []byte) string {
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+			return strings.TrimSpace(v)
+		}
+	}
+	return ""
 }
 
 func trunc(b []byte) string {

@@ -104,6 +104,17 @@ func TestUtilization(t *testing.T) {
 	}
 }
 
+func TestParseCPUModel(t *testing.T) {
+	cpuinfo := "processor\t: 0\nvendor_id\t: GenuineIntel\nmodel\t\t: 85\nmodel name\t: Intel(R) Xeon(R) CPU @ 2.20GHz\n\nprocessor\t: 1\nmodel name\t: other\n"
+	if got, want := ParseCPUModel([]byte(cpuinfo)), "Intel(R) Xeon(R) CPU @ 2.20GHz"; got != want {
+		t.Errorf("ParseCPUModel = %q, want %q", got, want)
+	}
+	// "model" alone is not the model name.
+	if got := ParseCPUModel([]byte("processor\t: 0\nmodel\t\t: 85\n")); got != "" {
+		t.Errorf("ParseCPUModel without a model name = %q, want \"\"", got)
+	}
+}
+
 // TestSelf reads this test process's own figures, which exist on any Linux.
 func TestSelf(t *testing.T) {
 	if _, err := os.Stat("/proc/self/stat"); err != nil {
@@ -125,5 +136,9 @@ func TestSelf(t *testing.T) {
 	}
 	if n, err := CountFDs(pid); err != nil || n < 3 {
 		t.Errorf("CountFDs = %d, %v; want at least stdin/out/err", n, err)
+	}
+	m := ReadMachine()
+	if m.NProc < 1 || m.NProc != OnlineCPUs() || m.Kernel == "" || m.MemoryKB <= 0 || m.FDLimit == "" {
+		t.Errorf("ReadMachine = %+v, want cores, kernel, memory and fd limit", m)
 	}
 }
