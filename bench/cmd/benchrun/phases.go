@@ -3,27 +3,23 @@ package main
 import (
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"embed"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"log/slog"
 	"math"
-	"math/big"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"text/template"
 	"time"
 
 	"github.com/edgelb/edge/bench/internal/procfs"
 	"github.com/edgelb/edge/bench/internal/stats"
+	"github.com/edgelb/edge/bench/internal/tlscert"
 	"github.com/edgelb/edge/bench/internal/wire"
 )
 
@@ -46,42 +42,16 @@ var backends = []backendAddr{
 	{"b3", "127.0.0.1:19003"},
 }
 
-// writeCert writes a self-signed ECDSA P-256 certificate for localhost and
-// 127.0.0.1 as cert.pem, key.pem and (for HAProxy) cert-and-key.pem.
+// writeCert writes the benchmark's certificate (see tlscert) for localhost
+// and 127.0.0.1, plus cert-and-key.pem: HAProxy takes the certificate and
+// its key in one file.
 func writeCert(dir string) error {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	certPEM, keyPEM, err := tlscert.Write(dir, netip.MustParseAddr("127.0.0.1"))
 	if err != nil {
-		return fmt.Errorf("generate benchmark key: %w", err)
+		return err
 	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(time.Now().UnixNano()),
-		Subject:               pkix.Name{CommonName: "localhost"},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(30 * 24 * time.Hour),
-		KeyUsage:              x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		DNSNames:              []string{"localhost"},
-		IPAddresses:           []net.IP{net.IPv4(127, 0, 0, 1)},
-		BasicConstraintsValid: true,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		return fmt.Errorf("create benchmark certificate: %w", err)
-	}
-	kder, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		return fmt.Errorf("encode benchmark key: %w", err)
-	}
-	certPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
-	keyPEM := pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kder})
-	for name, data := range map[string][]byte{
-		"cert.pem":         certPEM,
-		"key.pem":          keyPEM,
-		"cert-and-key.pem": append(append([]byte{}, certPEM...), keyPEM...),
-	} {
-		if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
-			return fmt.Errorf("write %s: %w", name, err)
-		}
+	if err := os.WriteFile(filepath.Join(dir, "cert-and-key.pem"), slices.Concat(certPEM, keyPEM), 0o644); err != nil {
+		return fmt.Errorf("write cert-and-key.pem: %w", err)
 	}
 	return nil
 }

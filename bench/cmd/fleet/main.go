@@ -27,19 +27,12 @@ package main
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"embed"
 	"encoding/json"
-	"encoding/pem"
 	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
-	"math/big"
 	"net"
 	"net/netip"
 	"os"
@@ -54,6 +47,7 @@ import (
 	"time"
 
 	"github.com/edgelb/edge/bench/internal/procfs"
+	"github.com/edgelb/edge/bench/internal/tlscert"
 	"github.com/edgelb/edge/bench/internal/wire"
 )
 
@@ -262,7 +256,7 @@ func run(ctx context.Context, o options, log *slog.Logger, stamp string, res *Re
 		return fmt.Errorf("create output dir %s: %w", dir, err)
 	}
 	res.Dir = dir
-	if err := writeCert(dir, ip); err != nil {
+	if _, _, err := tlscert.Write(dir, ip); err != nil {
 		return err
 	}
 	f := &fleet{o: o, dir: dir, ps: newProcs(), log: log, public: netip.MustParseAddrPort(o.listen), peers: map[netip.AddrPort]bool{}}
@@ -644,43 +638,6 @@ func rss(pid int) int64 {
 		return 0
 	}
 	return kb
-}
-
-// writeCert writes a self-signed ECDSA P-256 certificate for localhost and
-// ip as cert.pem and key.pem, as the benchmark does.
-func writeCert(dir string, ip netip.Addr) error {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return fmt.Errorf("generate key: %w", err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(time.Now().UnixNano()),
-		Subject:               pkix.Name{CommonName: "localhost"},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(30 * 24 * time.Hour),
-		KeyUsage:              x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		DNSNames:              []string{"localhost"},
-		IPAddresses:           []net.IP{ip.AsSlice()},
-		BasicConstraintsValid: true,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		return fmt.Errorf("create certificate: %w", err)
-	}
-	kder, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		return fmt.Errorf("encode key: %w", err)
-	}
-	for name, b := range map[string]*pem.Block{
-		"cert.pem": {Type: "CERTIFICATE", Bytes: der},
-		"key.pem":  {Type: "PRIVATE KEY", Bytes: kder},
-	} {
-		if err := os.WriteFile(filepath.Join(dir, name), pem.EncodeToMemory(b), 0o600); err != nil {
-			return fmt.Errorf("write %s: %w", name, err)
-		}
-	}
-	return nil
 }
 
 // machine describes where the run happened.
