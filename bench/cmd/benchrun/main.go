@@ -26,6 +26,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/edgelb/edge/bench/internal/proc"
 	"github.com/edgelb/edge/bench/internal/procfs"
 )
 
@@ -254,8 +255,8 @@ func run(ctx context.Context, o options, log *slog.Logger) error {
 			return fmt.Errorf("unknown phase %q (want %s)", ph, strings.Join(allPhases, ", "))
 		}
 	}
-	r := &runner{opt: o, dir: dir, procs: newProcs(), log: log}
-	defer r.procs.stopAll()
+	r := &runner{opt: o, dir: dir, procs: proc.NewGroup(), log: log}
+	defer r.procs.StopAll(3 * time.Second)
 
 	res := Result{
 		Started:  time.Now().UTC(),

@@ -17,6 +17,7 @@ import (
 	"text/template"
 	"time"
 
+	"github.com/edgelb/edge/bench/internal/proc"
 	"github.com/edgelb/edge/bench/internal/procfs"
 	"github.com/edgelb/edge/bench/internal/stats"
 	"github.com/edgelb/edge/bench/internal/tlscert"
@@ -30,7 +31,7 @@ var templates embed.FS
 type runner struct {
 	opt   options
 	dir   string
-	procs *procs
+	procs *proc.Group
 	log   *slog.Logger
 }
 
@@ -116,7 +117,7 @@ func (r *runner) renderConfig(tmplName, out string, data configData) (string, er
 }
 
 // startProxy starts the named proxy pinned to the proxy core with one worker.
-func (r *runner) startProxy(ctx context.Context, name, tag string) (*proc, error) {
+func (r *runner) startProxy(ctx context.Context, name, tag string) (*proc.Proc, error) {
 	var argv, env []string
 	switch name {
 	case "haproxy":
@@ -144,22 +145,22 @@ func (r *runner) startProxy(ctx context.Context, name, tag string) (*proc, error
 	default:
 		return nil, fmt.Errorf("unknown proxy %q", name)
 	}
-	p, err := r.procs.start(name, r.opt.proxyCPU, env, filepath.Join(r.dir, tag+"-"+name+".log"), nil, nil, argv...)
+	p, err := r.procs.Start(name, env, filepath.Join(r.dir, tag+"-"+name+".log"), nil, nil, proc.Pin(r.opt.proxyCPU, argv...)...)
 	if err != nil {
 		return nil, err
 	}
-	if err := waitListening(ctx, p, listenAddr, 15*time.Second); err != nil {
-		p.stop(3 * time.Second)
+	if err := proc.WaitListening(ctx, p, listenAddr, 15*time.Second); err != nil {
+		p.Stop(3 * time.Second)
 		return nil, err
 	}
 	return p, nil
 }
 
-func (r *runner) startBackends(ctx context.Context, tag string) ([]*proc, error) {
-	var out []*proc
+func (r *runner) startBackends(ctx context.Context, tag string) ([]*proc.Proc, error) {
+	var out []*proc.Proc
 	for _, b := range backends {
-		p, err := r.procs.start("backend-"+b.ID, r.opt.loadCPU, nil, filepath.Join(r.dir, tag+"-backend-"+b.ID+".log"), nil, nil,
-			r.opt.backendBin, "-listen", b.Addr, "-id", b.ID)
+		p, err := r.procs.Start("backend-"+b.ID, nil, filepath.Join(r.dir, tag+"-backend-"+b.ID+".log"), nil, nil,
+			proc.Pin(r.opt.loadCPU, r.opt.backendBin, "-listen", b.Addr, "-id", b.ID)...)
 		if err != nil {
 			stopAll(out)
 			return nil, err
@@ -167,7 +168,7 @@ func (r *runner) startBackends(ctx context.Context, tag string) ([]*proc, error)
 		out = append(out, p)
 	}
 	for i, b := range backends {
-		if err := waitListening(ctx, out[i], b.Addr, 10*time.Second); err != nil {
+		if err := proc.WaitListening(ctx, out[i], b.Addr, 10*time.Second); err != nil {
 			stopAll(out)
 			return nil, err
 		}
@@ -175,9 +176,9 @@ func (r *runner) startBackends(ctx context.Context, tag string) ([]*proc, error)
 	return out, nil
 }
 
-func stopAll(ps []*proc) {
+func stopAll(ps []*proc.Proc) {
 	for _, p := range ps {
-		p.stop(3 * time.Second)
+		p.Stop(3 * time.Second)
 	}
 }
 
@@ -201,7 +202,7 @@ func (r *runner) phase(ctx context.Context, proxy, phase string) Run {
 		run.Error = err.Error()
 		return run
 	}
-	defer px.stop(5 * time.Second)
+	defer px.Stop(5 * time.Second)
 	// Let the proxy finish starting up before the baseline reading, and
 	// let the shared host quiet down.
 	select {
@@ -226,8 +227,8 @@ func (r *runner) phase(ctx context.Context, proxy, phase string) Run {
 	if err != nil {
 		run.Error = err.Error()
 	}
-	if px.exited() {
-		run.Error = errors.Join(err, fmt.Errorf("%s exited during the phase: %v", proxy, px.err)).Error()
+	if px.Exited() {
+		run.Error = errors.Join(err, fmt.Errorf("%s exited during the phase: %v", proxy, px.Err())).Error()
 	}
 	// JSON has no NaN: a metric without operations is left out.
 	for k, v := range run.Metrics {
@@ -303,17 +304,33 @@ func (r *runner) genArgs(i int, mode string, extra ...string) []string {
 		"-max-life", "15m"}, extra...)
 }
 
-func (r *runner) startGens(parts []int, mode string, extra func(n int) []string) (gens, error) {
-	var gs gens
+// startGens starts one generator on the load core per part, each with the
+// arguments extra returns for its part.
+func (r *runner) startGens(parts []int, mode string, extra func(n int) []string) (proc.Gens, error) {
+	var gs proc.Gens
 	for i, n := range parts {
-		g, err := r.startGen(fmt.Sprintf("loadgen-%s-%d", mode, i), r.genArgs(i, mode, extra(n)...)...)
+		name := fmt.Sprintf("loadgen-%s-%d", mode, i)
+		argv := append([]string{r.opt.loadgenBin}, r.genArgs(i, mode, extra(n)...)...)
+		g, err := r.procs.StartGen(name, filepath.Join(r.dir, name+".log"), proc.Pin(r.opt.loadCPU, argv...)...)
 		if err != nil {
-			gs.finish()
+			gs.Finish(genQuit)
 			return nil, err
 		}
 		gs = append(gs, g)
 	}
 	return gs, nil
+}
+
+// genQuit is how long a generator may take to close its connections and
+// exit once told to.
+const genQuit = 30 * time.Second
+
+// allWithin waits for one event of kind want from every generator, for at
+// most timeout.
+func allWithin(ctx context.Context, gs proc.Gens, want string, timeout time.Duration) ([]wire.Event, error) {
+	ctx, cancel := context.WithTimeoutCause(ctx, timeout, fmt.Errorf("not every generator sent %q within %v", want, timeout))
+	defer cancel()
+	return gs.All(ctx, want)
 }
 
 func sumErrors(run *Run, evs []wire.Event) {
@@ -381,23 +398,23 @@ func saturated(proxyCore, loadCore float64) string {
 const readyTimeout = 5 * time.Minute
 
 // idle measures resident memory per held connection.
-func (r *runner) idle(ctx context.Context, px *proc, run *Run) error {
-	before := measure(px.pid())
+func (r *runner) idle(ctx context.Context, px *proc.Proc, run *Run) error {
+	before := measure(px.PID())
 	var w window
-	w.begin(px.pid())
+	w.begin(px.PID())
 	gs, err := r.startGens(stats.Split(r.opt.idleConns, r.opt.idleProcs), "idle", func(n int) []string {
 		return []string{"-conns", strconv.Itoa(n), "-dial-concurrency", "32"}
 	})
 	if err != nil {
 		return err
 	}
-	defer gs.finish()
-	ready, err := gs.all(ctx, wire.EventReady, readyTimeout)
+	defer gs.Finish(genQuit)
+	ready, err := allWithin(ctx, gs, wire.EventReady, readyTimeout)
 	sumErrors(run, ready)
 	if err != nil {
 		return err
 	}
-	w.end(px.pid())
+	w.end(px.PID())
 	after := w.u1
 	var conns int
 	for _, e := range ready {
@@ -414,33 +431,33 @@ func (r *runner) idle(ctx context.Context, px *proc, run *Run) error {
 	run.Metrics["kib_per_conn"] = stats.PerOp(float64(after.rssKB-before.rssKB), n)
 	run.Metrics["fds"] = float64(after.fds)
 	run.Metrics["fds_per_conn"] = stats.PerOp(float64(after.fds-before.fds), n)
-	if err := gs.send(wire.CmdStart); err != nil {
+	if err := gs.Send(wire.CmdStart); err != nil {
 		return err
 	}
 	// The settle delay: the proxy holds the connections untouched, so
 	// runtimes that return memory lazily (Go's scavenger, allocator caches)
 	// get the chance to. Its CPU over this time is the idle cost.
 	var s window
-	s.begin(px.pid())
+	s.begin(px.PID())
 	select {
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-time.After(r.opt.settle):
 	}
-	s.end(px.pid())
+	s.end(px.PID())
 	run.Metrics["rss_settled_kib"] = float64(s.u1.rssKB)
 	run.Metrics["kib_per_conn_settled"] = stats.PerOp(float64(s.u1.rssKB-before.rssKB), n)
 	run.Metrics["idle_proxy_cpu_pct"] = 100 * (s.u1.cpu - s.u0.cpu).Seconds() / s.t1.Sub(s.t0).Seconds()
-	if err := gs.send(wire.CmdStop); err != nil {
+	if err := gs.Send(wire.CmdStop); err != nil {
 		return err
 	}
-	res, err := gs.all(ctx, wire.EventResult, time.Minute)
+	res, err := allWithin(ctx, gs, wire.EventResult, time.Minute)
 	sumErrors(run, res)
 	return err
 }
 
 // loop runs the closed-loop echo (paced false) or the fixed-rate phase.
-func (r *runner) loop(ctx context.Context, px *proc, run *Run, paced bool) error {
+func (r *runner) loop(ctx context.Context, px *proc.Proc, run *Run, paced bool) error {
 	mode, conns, procs, win := "echo", r.opt.echoConns, 1, r.opt.echoWindow
 	if paced {
 		mode, conns, procs, win = "rate", r.opt.rateConns, r.opt.rateProcs, r.opt.rateWindow
@@ -452,7 +469,7 @@ func (r *runner) loop(ctx context.Context, px *proc, run *Run, paced bool) error
 	if err != nil {
 		return err
 	}
-	defer gs.finish()
+	defer gs.Finish(genQuit)
 	w, res, err := measureWindow(ctx, gs, px, run, win)
 	if err != nil {
 		return err
@@ -485,40 +502,40 @@ func (r *runner) loop(ctx context.Context, px *proc, run *Run, paced bool) error
 // measureWindow waits until every generator is ready, lets them run for win
 // while the proxy's CPU and memory are sampled at both ends, stops them, and
 // returns the window with their results.
-func measureWindow(ctx context.Context, gs gens, px *proc, run *Run, win time.Duration) (window, []wire.Event, error) {
+func measureWindow(ctx context.Context, gs proc.Gens, px *proc.Proc, run *Run, win time.Duration) (window, []wire.Event, error) {
 	var w window
-	ready, err := gs.all(ctx, wire.EventReady, readyTimeout)
+	ready, err := allWithin(ctx, gs, wire.EventReady, readyTimeout)
 	sumErrors(run, ready)
 	if err != nil {
 		return w, nil, err
 	}
-	if err := gs.send(wire.CmdStart); err != nil {
+	if err := gs.Send(wire.CmdStart); err != nil {
 		return w, nil, err
 	}
-	w.begin(px.pid())
+	w.begin(px.PID())
 	select {
 	case <-ctx.Done():
 		return w, nil, ctx.Err()
 	case <-time.After(win):
 	}
-	w.end(px.pid())
-	if err := gs.send(wire.CmdStop); err != nil {
+	w.end(px.PID())
+	if err := gs.Send(wire.CmdStop); err != nil {
 		return w, nil, err
 	}
-	res, err := gs.all(ctx, wire.EventResult, time.Minute)
+	res, err := allWithin(ctx, gs, wire.EventResult, time.Minute)
 	sumErrors(run, res)
 	return w, res, err
 }
 
 // connect measures the CPU cost of connection establishment.
-func (r *runner) connect(ctx context.Context, px *proc, run *Run, resume bool) error {
+func (r *runner) connect(ctx context.Context, px *proc.Proc, run *Run, resume bool) error {
 	gs, err := r.startGens(stats.Split(r.opt.connProcs*r.opt.connWork, r.opt.connProcs), "connect", func(n int) []string {
 		return []string{"-workers", strconv.Itoa(n), "-resume=" + strconv.FormatBool(resume), "-dial-concurrency", "32"}
 	})
 	if err != nil {
 		return err
 	}
-	defer gs.finish()
+	defer gs.Finish(genQuit)
 	w, res, err := measureWindow(ctx, gs, px, run, r.opt.connWindow)
 	if err != nil {
 		return err

@@ -46,6 +46,7 @@ import (
 	"text/template"
 	"time"
 
+	"github.com/edgelb/edge/bench/internal/proc"
 	"github.com/edgelb/edge/bench/internal/procfs"
 	"github.com/edgelb/edge/bench/internal/tlscert"
 	"github.com/edgelb/edge/bench/internal/wire"
@@ -196,19 +197,21 @@ func writeJSON(path string, res *Result) error {
 
 type backendAddr struct{ ID, Addr string }
 
-// fleet is what one run started.
+// fleet is what one run started. Unlike the benchmark's, its processes are
+// not pinned to a core (proc.Pin): the edges outnumber the cores and share
+// them all with the generators and backends.
 type fleet struct {
 	o        options
 	dir      string
-	ps       *procs
+	ps       *proc.Group
 	log      *slog.Logger
 	backends []backendAddr
 	peers    map[netip.AddrPort]bool
 	public   netip.AddrPort
-	bes      []*proc
-	edges    []*proc
+	bes      []*proc.Proc
+	edges    []*proc.Proc
 	admins   []string
-	gens     gens
+	gens     proc.Gens
 	// started is set once the generators were sent CmdStart: only then do
 	// they read commands, so only then may stop send them CmdStop.
 	started bool
@@ -259,7 +262,7 @@ func run(ctx context.Context, o options, log *slog.Logger, stamp string, res *Re
 	if _, _, err := tlscert.Write(dir, ip); err != nil {
 		return err
 	}
-	f := &fleet{o: o, dir: dir, ps: newProcs(), log: log, public: netip.MustParseAddrPort(o.listen), peers: map[netip.AddrPort]bool{}}
+	f := &fleet{o: o, dir: dir, ps: proc.NewGroup(), log: log, public: netip.MustParseAddrPort(o.listen), peers: map[netip.AddrPort]bool{}}
 	defer f.stop()
 	log.Info("plan", "conns", p.Conns, "edges", p.Edges, "generators", p.Gens, "backends", p.Backends,
 		"fd_limit", lim.FDs, "ephemeral_ports", lim.Ports, "dir", dir)
@@ -275,7 +278,7 @@ func run(ctx context.Context, o options, log *slog.Logger, stamp string, res *Re
 	}
 	res.Edges = make([]EdgeRow, len(f.edges))
 	for i, e := range f.edges {
-		res.Edges[i] = EdgeRow{Index: i + 1, PID: e.pid(), Admin: f.admins[i], RSSStartKB: rss(e.pid())}
+		res.Edges[i] = EdgeRow{Index: i + 1, PID: e.PID(), Admin: f.admins[i], RSSStartKB: rss(e.PID())}
 	}
 	cpu0 := f.edgesCPU()
 
@@ -293,7 +296,7 @@ func run(ctx context.Context, o options, log *slog.Logger, stamp string, res *Re
 	established := 0
 	for i, e := range readyEvents {
 		established += e.Conns
-		res.Generators = append(res.Generators, ProcRow{Name: f.gens[i].p.name, PID: f.gens[i].p.pid(), Conns: e.Conns, Errors: e.Errors, ErrorSample: e.ErrorSample})
+		res.Generators = append(res.Generators, ProcRow{Name: f.gens[i].Proc.Name, PID: f.gens[i].Proc.PID(), Conns: e.Conns, Errors: e.Errors, ErrorSample: e.ErrorSample})
 		if res.Cipher == "" {
 			res.Cipher, res.Curve = e.Cipher, e.Curve
 		}
@@ -303,7 +306,7 @@ func run(ctx context.Context, o options, log *slog.Logger, stamp string, res *Re
 	log.Info("all generators ready", "established", established, "seconds", fmt.Sprintf("%.1f", res.ConnectS))
 	// The hold is the generators' measured window; they answer "echo" in it
 	// and end it cleanly on "stop".
-	if err := f.gens.send(wire.CmdStart); err != nil {
+	if err := f.gens.Send(wire.CmdStart); err != nil {
 		return err
 	}
 	f.started = true
@@ -312,7 +315,7 @@ func run(ctx context.Context, o options, log *slog.Logger, stamp string, res *Re
 		return err
 	}
 	for i, e := range f.edges {
-		res.Edges[i].RSSConnectedKB = rss(e.pid())
+		res.Edges[i].RSSConnectedKB = rss(e.PID())
 	}
 
 	log.Info("holding", "settle", o.settle)
@@ -322,8 +325,8 @@ func run(ctx context.Context, o options, log *slog.Logger, stamp string, res *Re
 	case <-time.After(o.settle):
 	}
 	for i, e := range f.edges {
-		res.Edges[i].RSSSettledKB = rss(e.pid())
-		res.Edges[i].FDs, _ = procfs.CountFDs(e.pid())
+		res.Edges[i].RSSSettledKB = rss(e.PID())
+		res.Edges[i].FDs, _ = procfs.CountFDs(e.PID())
 	}
 	for i := range res.Generators {
 		res.Generators[i].RSSKB = rss(res.Generators[i].PID)
@@ -338,12 +341,12 @@ func run(ctx context.Context, o options, log *slog.Logger, stamp string, res *Re
 
 	// One more echo on every connection: each is still proxied end to end.
 	log.Info("echo on every held connection")
-	if err := f.gens.send(wire.CmdEcho); err != nil {
+	if err := f.gens.Send(wire.CmdEcho); err != nil {
 		return err
 	}
 	ectx, cancel := context.WithTimeout(ctx, o.connectMax)
 	defer cancel()
-	echoed, err := f.gens.all(ectx, wire.EventEchoed)
+	echoed, err := f.gens.All(ectx, wire.EventEchoed)
 	if err != nil {
 		return fmt.Errorf("echo on the held connections: %w", err)
 	}
@@ -353,7 +356,7 @@ func run(ctx context.Context, o options, log *slog.Logger, stamp string, res *Re
 	res.check("one more echo after the hold comes back on every connection", res.Echoed == p.Conns,
 		fmt.Sprintf("%s of %s", thousands(res.Echoed), thousands(p.Conns)))
 	for i, e := range f.edges {
-		res.Edges[i].RSSEchoedKB = rss(e.pid())
+		res.Edges[i].RSSEchoedKB = rss(e.PID())
 	}
 	res.total()
 	log.Info("measured", "edge_rss_mib", fmt.Sprintf("%.1f", float64(res.Totals.EdgeRSSKB)/1024),
@@ -366,7 +369,7 @@ func (f *fleet) startBackends(ctx context.Context, n int) error {
 		b := backendAddr{ID: fmt.Sprintf("b%d", i+1), Addr: net.JoinHostPort(f.o.ip, strconv.Itoa(f.o.backendPort+i))}
 		f.backends = append(f.backends, b)
 		f.peers[netip.MustParseAddrPort(b.Addr)] = true
-		p, err := f.ps.start("backend-"+b.ID, nil, filepath.Join(f.dir, "backend-"+b.ID+".log"), nil, nil,
+		p, err := f.ps.Start("backend-"+b.ID, nil, filepath.Join(f.dir, "backend-"+b.ID+".log"), nil, nil,
 			f.o.backendBin, "-listen", b.Addr, "-id", b.ID)
 		if err != nil {
 			return err
@@ -374,7 +377,7 @@ func (f *fleet) startBackends(ctx context.Context, n int) error {
 		f.bes = append(f.bes, p)
 	}
 	for i, b := range f.backends {
-		if err := waitListening(ctx, f.bes[i], b.Addr, 15*time.Second); err != nil {
+		if err := proc.WaitListening(ctx, f.bes[i], b.Addr, 15*time.Second); err != nil {
 			return err
 		}
 	}
@@ -384,12 +387,12 @@ func (f *fleet) startBackends(ctx context.Context, n int) error {
 		return err
 	}
 	for i, b := range f.backends {
-		s, err := countSockets(table, f.bes[i].pid(), netip.MustParseAddrPort(b.Addr), nil)
+		s, err := countSockets(table, f.bes[i].PID(), netip.MustParseAddrPort(b.Addr), nil)
 		if err != nil {
-			return fmt.Errorf("%s: %w (see its log)", f.bes[i].name, err)
+			return fmt.Errorf("%s: %w (see its log)", f.bes[i].Name, err)
 		}
 		if len(s.Listening) != 1 {
-			return fmt.Errorf("%s (pid %d) does not hold the listening socket of %s", f.bes[i].name, f.bes[i].pid(), b.Addr)
+			return fmt.Errorf("%s (pid %d) does not hold the listening socket of %s", f.bes[i].Name, f.bes[i].PID(), b.Addr)
 		}
 	}
 	return nil
@@ -449,7 +452,7 @@ func (f *fleet) startEdges(ctx context.Context, n int) error {
 		if err := os.WriteFile(cfg, []byte(b.String()), 0o644); err != nil {
 			return fmt.Errorf("write %s: %w", cfg, err)
 		}
-		p, err := f.ps.start(name, env, filepath.Join(f.dir, name+".log"), nil, nil, f.o.edgeBin, "-config", cfg)
+		p, err := f.ps.Start(name, env, filepath.Join(f.dir, name+".log"), nil, nil, f.o.edgeBin, "-config", cfg)
 		if err != nil {
 			return err
 		}
@@ -473,12 +476,12 @@ func (f *fleet) checkShared(res *Result) error {
 	seen := map[uint64]bool{}
 	var problems []string
 	for i, e := range f.edges {
-		s, err := countSockets(table, e.pid(), f.public, nil)
+		s, err := countSockets(table, e.PID(), f.public, nil)
 		if err != nil {
 			return err
 		}
 		if len(s.Listening) != 1 {
-			problems = append(problems, fmt.Sprintf("edge %d (pid %d) holds %d listening sockets on %s", i+1, e.pid(), len(s.Listening), f.public))
+			problems = append(problems, fmt.Sprintf("edge %d (pid %d) holds %d listening sockets on %s", i+1, e.PID(), len(s.Listening), f.public))
 		}
 		for _, n := range s.Listening {
 			seen[n] = true
@@ -513,7 +516,7 @@ func (f *fleet) startGens(p plan) error {
 	maxLife := f.o.timeout + time.Minute
 	for i, n := range p.PerGen {
 		name := fmt.Sprintf("gen-%d", i+1)
-		g, err := f.ps.startGen(name, filepath.Join(f.dir, name+".log"),
+		g, err := f.ps.StartGen(name, filepath.Join(f.dir, name+".log"),
 			f.o.loadgenBin, "-mode", "idle", "-conns", strconv.Itoa(n), "-target", f.o.listen,
 			"-src-base", "127.0.0.2", "-src-offset", strconv.Itoa(off), "-src-count", strconv.Itoa(f.o.srcCount),
 			"-dial-concurrency", strconv.Itoa(f.o.dialConc), "-timeout", "30s", "-max-life", maxLife.String())
@@ -550,7 +553,7 @@ func (f *fleet) waitReady(ctx context.Context, t0 time.Time) ([]wire.Event, erro
 			}
 		}
 	}()
-	ev, err := f.gens.all(ctx, wire.EventReady)
+	ev, err := f.gens.All(ctx, wire.EventReady)
 	if err != nil {
 		return nil, fmt.Errorf("open the connections: %w", err)
 	}
@@ -570,7 +573,7 @@ func (f *fleet) countEdges(res *Result, when string) error {
 		if err != nil {
 			return err
 		}
-		s, err := countSockets(table, e.pid(), f.public, f.peers)
+		s, err := countSockets(table, e.PID(), f.public, f.peers)
 		if err != nil {
 			return err
 		}
@@ -601,13 +604,13 @@ func (f *fleet) countBackends(res *Result) error {
 	}
 	res.Backends = res.Backends[:0]
 	for i, p := range f.bes {
-		s, err := countSockets(table, p.pid(), netip.MustParseAddrPort(f.backends[i].Addr), nil)
+		s, err := countSockets(table, p.PID(), netip.MustParseAddrPort(f.backends[i].Addr), nil)
 		if err != nil {
 			return err
 		}
-		fds, _ := procfs.CountFDs(p.pid())
-		res.Backends = append(res.Backends, ProcRow{Name: p.name, PID: p.pid(), Addr: f.backends[i].Addr,
-			Conns: s.Local, RSSKB: rss(p.pid()), FDs: fds})
+		fds, _ := procfs.CountFDs(p.PID())
+		res.Backends = append(res.Backends, ProcRow{Name: p.Name, PID: p.PID(), Addr: f.backends[i].Addr,
+			Conns: s.Local, RSSKB: rss(p.PID()), FDs: fds})
 	}
 	return nil
 }
@@ -615,7 +618,7 @@ func (f *fleet) countBackends(res *Result) error {
 func (f *fleet) edgesCPU() time.Duration {
 	var d time.Duration
 	for _, e := range f.edges {
-		if s, err := procfs.ReadProcStat(e.pid()); err == nil {
+		if s, err := procfs.ReadProcStat(e.PID()); err == nil {
 			d += s.CPU()
 		}
 	}
@@ -626,10 +629,10 @@ func (f *fleet) edgesCPU() time.Duration {
 // left to drain), then stops the edges and backends.
 func (f *fleet) stop() {
 	if f.started {
-		_ = f.gens.send(wire.CmdStop)
+		_ = f.gens.Send(wire.CmdStop)
 	}
-	f.gens.finish(60 * time.Second)
-	f.ps.stopAll(10 * time.Second)
+	f.gens.Finish(60 * time.Second)
+	f.ps.StopAll(10 * time.Second)
 }
 
 func rss(pid int) int64 {

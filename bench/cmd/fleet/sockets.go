@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/edgelb/edge/bench/internal/proc"
 )
 
 // TCP states as /proc/net/tcp prints them (include/net/tcp_states.h).
@@ -239,7 +241,7 @@ func activeConns(admin string) (int, error) {
 }
 
 // ready polls an edge's /readyz until it answers 200.
-func ready(p *proc, admin string, timeout time.Duration) error {
+func ready(p *proc.Proc, admin string, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for {
 		resp, err := adminClient.Get("http://" + admin + "/readyz")
@@ -250,11 +252,11 @@ func ready(p *proc, admin string, timeout time.Duration) error {
 			}
 			err = fmt.Errorf("status %s", resp.Status)
 		}
-		if p.exited() {
-			return fmt.Errorf("%s exited before it was ready: %v (see its log)", p.name, p.err)
+		if p.Exited() {
+			return fmt.Errorf("%s exited before it was ready: %v (see its log)", p.Name, p.Err())
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("%s not ready on %s after %v: %w", p.name, admin, timeout, err)
+			return fmt.Errorf("%s not ready on %s after %v: %w", p.Name, admin, timeout, err)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
