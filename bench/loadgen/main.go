@@ -93,7 +93,7 @@ func main() {
 	if c.srcBase, err = netip.ParseAddr(src); err != nil || !c.srcBase.Is4() || !c.srcBase.IsLoopback() {
 		fatal(log, fmt.Errorf("parse -src-base %q: want an IPv4 loopback address", src))
 	}
-	if last := addAddr(c.srcBase, c.srcOffset+c.srcCount-1); !last.IsLoopback() {
+	if last := wire.SourceAddr(c.srcBase, c.srcOffset+c.srcCount-1); !last.IsLoopback() {
 		fatal(log, fmt.Errorf("source range -src-base %s -src-offset %d -src-count %d leaves 127.0.0.0/8", src, c.srcOffset, c.srcCount))
 	}
 	if c.srcCount < 1 || c.conns < 1 || c.workers < 1 || c.dialConc < 1 || c.size < 1 {
@@ -148,13 +148,6 @@ func await(ctx context.Context, cmds <-chan string, want string) error {
 			}
 		}
 	}
-}
-
-func addAddr(a netip.Addr, n int) netip.Addr {
-	b := a.As4()
-	v := uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
-	v += uint32(n)
-	return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
 }
 
 // gen is one generator process.
@@ -306,7 +299,7 @@ func (c *conn) echo(msg, buf []byte, timeout time.Duration) error {
 func (c *conn) close() { _ = c.ws.Close() }
 
 func (g *gen) src(i int) netip.Addr {
-	return addAddr(g.c.srcBase, g.c.srcOffset+i%g.c.srcCount)
+	return wire.SourceAddr(g.c.srcBase, g.c.srcOffset+i%g.c.srcCount)
 }
 
 // connectAll establishes n connections, each with one echo of msg, with

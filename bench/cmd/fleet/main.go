@@ -235,7 +235,7 @@ func run(ctx context.Context, o options, log *slog.Logger, stamp string, res *Re
 	// The generators' source addresses start at 127.0.0.2; the fleet's
 	// listeners stay out of that range, so that in ss or /proc/net/tcp an
 	// address tells the client side from the server side.
-	if first, last := netip.MustParseAddr("127.0.0.2"), addAddr(netip.MustParseAddr("127.0.0.2"), p.Gens*o.srcCount); ip.Compare(first) >= 0 && ip.Compare(last) <= 0 {
+	if first, last := netip.MustParseAddr("127.0.0.2"), wire.SourceAddr(netip.MustParseAddr("127.0.0.2"), p.Gens*o.srcCount); ip.Compare(first) >= 0 && ip.Compare(last) <= 0 {
 		return fmt.Errorf("-ip %s is among the generators' source addresses %s to %s", ip, first, last)
 	}
 	o.listen = netip.AddrPortFrom(ip, uint16(o.port)).String()
@@ -410,14 +410,6 @@ func checkFree(addrs []string) error {
 		_ = ln.Close()
 	}
 	return nil
-}
-
-// addAddr returns a plus n, as bench/loadgen counts source addresses.
-func addAddr(a netip.Addr, n int) netip.Addr {
-	b := a.As4()
-	v := uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
-	v += uint32(n)
-	return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
 }
 
 // edgeConfig feeds templates/edge.yaml.tmpl.

@@ -1,11 +1,7 @@
-// Package wire defines the line protocol between the benchmark orchestrator
-// and its load-generator processes: the orchestrator writes commands, one per
-// line, on the generator's standard input ("start", "stop"; end of input
-// means quit), and the generator answers with Event values, one JSON object
-// per line, on its standard output.
 package wire
 
 import (
+	"net/netip"
 	"time"
 
 	"github.com/edgelb/edge/bench/internal/stats"
@@ -65,4 +61,16 @@ type Event struct {
 	Window time.Duration `json:"window_ns,omitempty"`
 	// Error is the reason of an EventFatal.
 	Error string `json:"error,omitempty"`
+}
+
+// SourceAddr returns the i-th source address counted from base over the
+// whole IPv4 address (127.0.0.255 is followed by 127.0.1.0). A generator
+// dials from SourceAddr(-src-base, -src-offset+k) for k below -src-count; an
+// orchestrator uses the same count to know which addresses its generators
+// take.
+func SourceAddr(base netip.Addr, i int) netip.Addr {
+	b := base.As4()
+	v := uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
+	v += uint32(i)
+	return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
 }
