@@ -40,8 +40,10 @@
 // their descriptors are duplicated, the Go conns (and their runtime poll
 // descriptors) closed, and the duplicates registered edge-triggered in the
 // epoll instance of one of the Server's pollers (one per GOMAXPROCS,
-// assigned in turn). Each poller's goroutine waits in epoll_wait and runs the
-// connections that became readable or writable inline: every read and
+// assigned in turn). Each poller's goroutine polls its epoll instance
+// without blocking, parks in Go's own netpoller on the epoll descriptor
+// while nothing is ready, and runs the connections that became readable or
+// writable inline: every read and
 // write is non-blocking, so a run costs only the bytes it moves. A run
 // borrows a 16 KiB buffer, reads until the source would block, writes to
 // the other side, and returns the buffer; an idle connection holds no
@@ -49,8 +51,8 @@
 // idle/busy/again state: whoever finds it idle runs it, others ask for one
 // more run), so writes are never reordered and no wake-up is lost; a run
 // moves at most 1 MiB per direction before yielding to other connections.
-// The socket calls of a run are raw system calls (rawio_linux.go): on a
-// non-blocking descriptor they return at once, and skipping the runtime's
+// The reads, writes and epoll polls of a run are raw system calls
+// (rawio_linux.go): on a non-blocking descriptor they return at once, and skipping the runtime's
 // system call bookkeeping keeps the monitor thread from handing the only
 // P to another thread whenever a loopback write lasts one of its ticks.
 //
@@ -63,7 +65,10 @@
 // writability, and pauses the direction feeding it until it drains
 // (backpressure). crypto/tls makes any write error permanent, so a
 // would-block must never reach it. TLS close_notify and key updates take
-// the same path. Bytes crypto/tls or the PROXY reader already buffered are
+// the same path; since reading a client can make crypto/tls answer it (a
+// KeyUpdate that requests one), reading the client also pauses while its
+// own queue is over 64 KiB, so a client that floods KeyUpdates and never
+// reads is held by backpressure instead of growing the queue. Bytes crypto/tls or the PROXY reader already buffered are
 // never reported by epoll: a run of both directions follows the takeover.
 //
 // Timeouts. A per-Server sweeper, ticking every second (or a quarter of

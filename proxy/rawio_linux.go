@@ -17,10 +17,17 @@ import (
 // that could block (connect, close with linger) never takes this path.
 
 // rawRead is read(2) without the runtime's system call bookkeeping.
-func rawRead(fd int, p []byte) (int, error) { return rawIO(unix.SYS_READ, fd, p) }
+func rawRead(fd int, p []byte) (int, error) {
+	n, err := rawIO(unix.SYS_READ, fd, p)
+	raceKernelWrites(p[:n])
+	return n, err
+}
 
 // rawWrite is write(2) without the runtime's system call bookkeeping.
-func rawWrite(fd int, p []byte) (int, error) { return rawIO(unix.SYS_WRITE, fd, p) }
+func rawWrite(fd int, p []byte) (int, error) {
+	raceKernelReads(p)
+	return rawIO(unix.SYS_WRITE, fd, p)
+}
 
 func rawIO(trap uintptr, fd int, p []byte) (int, error) {
 	if len(p) == 0 {

@@ -173,3 +173,34 @@ func TestCloseEndsEverything(t *testing.T) {
 		waitGoroutines(t, base)
 	})
 }
+
+// TestCloseDuringUpgradePairsEvents: an upgrade still waiting for its 101
+// when the Server closes ends as "shutdown", and its ConnClosed follows a
+// ConnOpened (metrics of opened and closed connections must match).
+func TestCloseDuringUpgradePairsEvents(t *testing.T) {
+	forEachPath(t, func(t *testing.T) {
+		got, release := make(chan struct{}), make(chan struct{})
+		addr := rawBackend(t, func(c net.Conn) {
+			_, resp := readUpgrade(t, bufio.NewReader(c))
+			close(got)
+			<-release
+			io.WriteString(c, resp)
+			io.Copy(io.Discard, c)
+		})
+		p := newPool(t, "raw", balance.LeastConn, map[string]string{"raw": addr})
+		e := startEdge(t, edgeConfig{tls: true, opts: Options{Routes: []Route{{Default: true, Pool: p}}}})
+		c := e.rawConn(t)
+		io.WriteString(c, rawUpgrade("/", "x"))
+		<-got
+		e.srv.Close()
+		close(release)
+		if reason := e.obs.waitClosed(t); reason != "shutdown" {
+			t.Fatalf("reason: got %q, want shutdown", reason)
+		}
+		e.obs.mu.Lock()
+		defer e.obs.mu.Unlock()
+		if e.obs.opened != len(e.obs.closed) {
+			t.Fatalf("ConnOpened %d times, ConnClosed %d times", e.obs.opened, len(e.obs.closed))
+		}
+	})
+}

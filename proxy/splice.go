@@ -78,6 +78,9 @@ func newWSConn(s *Server, x *exchange, client net.Conn, bc *backendConn) *wsConn
 // start registers the connection and runs it on its own goroutines, so the
 // net/http goroutine (with its grown stack) ends now.
 func (c *wsConn) start(head, clientBuffered []byte, backendBuffered []byte) {
+	// Opened before anything can fail: every path from here ends in finish
+	// (or finishReady), whose ConnClosed must follow a ConnOpened.
+	c.s.obs.ConnOpened(c.x.routeName(), c.be.ID())
 	if c.startReady(head, clientBuffered, backendBuffered) {
 		return
 	}
@@ -149,9 +152,6 @@ func (c *wsConn) idleExpired() bool {
 // run writes the 101, forwards what both sides had already sent, then
 // splices until both directions end.
 func (c *wsConn) run(head, clientBuffered, backendBuffered []byte) {
-	// Opened before anything can fail, so that every ConnClosed (finish)
-	// follows its ConnOpened.
-	c.s.obs.ConnOpened(c.x.routeName(), c.be.ID())
 	defer c.finish()
 	stop := context.AfterFunc(c.ctx, func() { c.closeBoth("shutdown") })
 	defer stop()

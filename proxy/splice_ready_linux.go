@@ -65,9 +65,6 @@ func (c *wsConn) startReady(head, clientBuffered, backendBuffered []byte) bool {
 		c.s.log.Debug("readiness splice: keeping goroutines", "err", err)
 		return false
 	}
-	// Opened before anything can fail, so that every ConnClosed
-	// (finishReady) follows its ConnOpened.
-	c.s.obs.ConnOpened(c.x.routeName(), c.be.ID())
 	r := &c.rd
 	r.on, r.cs, r.bs, r.p = true, cs, bs, p
 	c.backend = nil

@@ -299,37 +299,20 @@ func routesFor(cfg *conf.Config, pools map[string]*poolEntry) []proxy.Route {
 	return out
 }
 
-// Keep-alive probing of client connections, Go's defaults: the first probe
-// after 15 s of silence, then every 15 s, 9 unanswered probes drop it.
-const (
-	keepAliveIdle     = 15
-	keepAliveInterval = 15
-	keepAliveCount    = 9
-)
-
 // listenReusePort binds with SO_REUSEPORT so several edge processes can
 // share a port on one box (and a new process can bind before the old one
-// has finished draining).
-//
-// TCP keep-alive is set once on the listening socket: Linux copies it to
-// every accepted socket (tcp_create_openreq_child arms the timer of the
-// clone), which saves four setsockopt calls per connection over setting
-// it on each accepted one as Go does by default.
+// has finished draining). Further options of the listening socket, and
+// whether Go sets keep-alive on each accepted socket, depend on the system
+// (sockopt_*.go).
 func listenReusePort(addr string) (net.Listener, error) {
 	lc := net.ListenConfig{
-		KeepAlive: -1, // inherited from the listener, see above
+		KeepAlive: acceptedKeepAlive,
 		Control: func(_, _ string, c syscall.RawConn) error {
 			var serr error
 			err := c.Control(func(fd uintptr) {
-				for _, o := range [...]struct{ level, opt, v int }{
-					{unix.SOL_SOCKET, unix.SO_REUSEPORT, 1},
-					{unix.SOL_SOCKET, unix.SO_KEEPALIVE, 1},
-					{unix.IPPROTO_TCP, unix.TCP_KEEPIDLE, keepAliveIdle},
-					{unix.IPPROTO_TCP, unix.TCP_KEEPINTVL, keepAliveInterval},
-					{unix.IPPROTO_TCP, unix.TCP_KEEPCNT, keepAliveCount},
-				} {
+				for _, o := range listenerOptions() {
 					if serr = unix.SetsockoptInt(int(fd), o.level, o.opt, o.v); serr != nil {
-						serr = fmt.Errorf("listener %s: setsockopt %d/%d: %w", addr, o.level, o.opt, serr)
+						serr = fmt.Errorf("listener %s: setsockopt %s: %w", addr, o.name, serr)
 						return
 					}
 				}
@@ -341,6 +324,12 @@ func listenReusePort(addr string) (net.Listener, error) {
 		},
 	}
 	return lc.Listen(context.Background(), "tcp", addr)
+}
+
+// sockopt is one integer option of the listening socket.
+type sockopt struct {
+	name          string
+	level, opt, v int
 }
 
 func (e *edge) buildListener(cfg *conf.Config, lc conf.Listener) (*listener, error) {

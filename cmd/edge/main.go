@@ -87,8 +87,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 		stop()
 	}()
 	if os.Getenv("GOGC") == "" {
-		// See gctune.go. GOGC in the environment still wins.
-		go newGCTuner().run(ctx)
+		// See gctune.go. GOGC in the environment still wins. Its own
+		// context: pacing matters during a drain too.
+		gcCtx, gcStop := context.WithCancel(context.Background())
+		defer gcStop()
+		go newGCTuner().run(gcCtx)
 	}
 	e, err := newEdge(cfg, *path, log)
 	if err != nil {

@@ -1,0 +1,13 @@
+//go:build !linux
+
+package main
+
+import "golang.org/x/sys/unix"
+
+// acceptedKeepAlive: elsewhere Go sets its default keep-alive on every
+// accepted socket, since inheriting it from the listener is not assured.
+const acceptedKeepAlive = 0
+
+func listenerOptions() []sockopt {
+	return []sockopt{{"SO_REUSEPORT", unix.SOL_SOCKET, unix.SO_REUSEPORT, 1}}
+}
