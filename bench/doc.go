@@ -1,6 +1,5 @@
 // Package bench holds the reproducible benchmark that compares edge with
-// HAProxy and nginx on one machine: a load generator (bench/loadgen), an echo
-// backend used when cmd/edge-backend is not built (bench/echobackend), the
+// HAProxy and nginx on one machine: a load generator (bench/loadgen), the
 // orchestrator (bench/cmd/benchrun) and the helpers they share
 // (bench/internal/stats, bench/internal/procfs, bench/internal/wire, and
 // bench/internal/proc and bench/internal/tlscert for the orchestrators).
