@@ -342,6 +342,7 @@ routes: [{default: true, pool: app}]
       min_version: "1.1"
       ocsp: {must_staple: maybe}
       client_cert_header: X-Client
+      session_tickets: {key_file: edge.yaml, consul_key: /edge/keys}
 pools: [{name: app, backends: [{address: 127.0.0.1:9001}]}]
 routes: [{default: true, pool: app}]
 `, []string{
@@ -349,6 +350,8 @@ routes: [{default: true, pool: app}]
 			`edge.yaml:4: listeners[0].tls.min_version: "1.1" is not one of "1.2", "1.3"`,
 			`edge.yaml:5: listeners[0].tls.ocsp.must_staple: "maybe" is not one of "refuse", "serve"`,
 			`edge.yaml:6: listeners[0].tls.client_cert_header: needs client_ca_file`,
+			`edge.yaml:7: listeners[0].tls.session_tickets.consul_key: set key_file or consul_key, not both`,
+			`edge.yaml:7: listeners[0].tls.session_tickets.consul_key: "/edge/keys" is not a Consul KV path`,
 		}},
 		{"tls files", `listeners:
   - address: 127.0.0.1:8443

@@ -189,6 +189,10 @@ type SessionTickets struct {
 	// KeyFile, when set, holds the keys shared by the fleet instead of
 	// keys generated per process. It is secret; edge only reads it.
 	KeyFile string `yaml:"key_file"`
+	// ConsulKey, when set, is a Consul KV path where the fleet keeps its
+	// keys: every edge reads them there, and whichever edge finds them due
+	// rotates them (discovery.TicketKeys). Exclusive with KeyFile.
+	ConsulKey string `yaml:"consul_key"`
 }
 
 // OCSP configures stapling. A certificate without an OCSP responder is

@@ -160,6 +160,14 @@ func (v *validator) tls(path string, t *TLS) {
 		v.errf(st+".keep", "%d is outside 1..100", t.SessionTickets.Keep)
 	}
 	v.file(st+".key_file", t.SessionTickets.KeyFile, false)
+	if k := t.SessionTickets.ConsulKey; k != "" {
+		if t.SessionTickets.KeyFile != "" {
+			v.errf(st+".consul_key", "set key_file or consul_key, not both")
+		}
+		if strings.HasPrefix(k, "/") || strings.ContainsFunc(k, func(r rune) bool { return r <= ' ' || r == 0x7f }) {
+			v.errf(st+".consul_key", "%q is not a Consul KV path (no leading /, no spaces)", k)
+		}
+	}
 	v.oneOf(path+".ocsp.must_staple", t.OCSP.MustStaple, MustStapleRefuse, MustStapleServe)
 }
 

@@ -77,4 +77,13 @@
 // /readyz and returns the deregistration for shutdown. NewClient starts from
 // api.DefaultConfig (CONSUL_HTTP_ADDR, CONSUL_HTTP_TOKEN, CONSUL_CACERT...)
 // and applies explicit settings on top; the token is never logged.
+//
+// # Session-ticket keys for a fleet
+//
+// TicketKeys keeps a fleet's TLS session-ticket keys in one KV entry in the
+// key-file format, the second line a staged next key. Any edge that reads
+// the entry once its rotation is due rotates it with a check-and-set on the
+// index it read, so exactly one write wins and no leader is needed; the
+// entry's Flags hold the time of the last rotation. A value that does not
+// validate is reported and never overwritten.
 package discovery

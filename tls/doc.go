@@ -87,8 +87,9 @@
 //     logged once and shown in Status), and at New it is an error. The
 //     tickets are not readable by HAProxy or nginx (the session format
 //     differs): only the file format is shared.
-//   - Tickets.Source: any TicketKeySource (for example Consul KV), polled
-//     like the file.
+//   - Tickets.Source: any TicketKeySource, polled like the file; cmd/edge
+//     builds one over discovery.TicketKeys (Consul KV, rotated by the fleet
+//     itself) and parses its value with ParseTicketKeys.
 //
 // Ticket lifetime: a ticket is accepted while the key that sealed it is
 // among the accepted keys and for at most RotateEvery*Keep after it was

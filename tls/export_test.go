@@ -30,6 +30,3 @@ func (t *Terminator) TicketAESKeys() []*[32]byte {
 	}
 	return out
 }
-
-// ParseTicketKeys exposes the key file parser to the fuzzer.
-var ParseTicketKeys = parseTicketKeys

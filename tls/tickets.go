@@ -56,6 +56,11 @@ func (f ticketKeyFile) TicketKeys(context.Context) ([][]byte, error) {
 // maxTicketKeys bounds a key file; more keys only slow down lookups.
 const maxTicketKeys = 64
 
+// ParseTicketKeys parses a key-file value (see doc.go), for sources that
+// fetch it from elsewhere (Consul KV, say). The caller owns the keys and
+// should clear them.
+func ParseTicketKeys(data []byte) ([][]byte, error) { return parseTicketKeys(data) }
+
 // parseTicketKeys parses the key file format: base64 (standard alphabet)
 // lines of 48 or 80 bytes, as HAProxy's tls-ticket-keys, so the same
 // generator (`openssl rand -base64 80`) and distribution tooling serve both.

@@ -14,16 +14,23 @@ import (
 	"github.com/edgelb/edge/discovery"
 	"github.com/edgelb/edge/health"
 	"github.com/edgelb/edge/proxy"
+	edgetls "github.com/edgelb/edge/tls"
 	"github.com/hashicorp/consul/api"
 	"golang.org/x/sync/errgroup"
 )
 
 // usesConsul reports whether the config asks for a Consul client: a pool
-// discovered from it, self-registration, or an explicit agent address (which
-// also turns on routes declared in the registry).
+// discovered from it, self-registration, ticket keys kept in its KV store,
+// or an explicit agent address (which also turns on routes declared in the
+// registry).
 func usesConsul(cfg *conf.Config) bool {
 	if cfg.Consul.Address != "" || cfg.Consul.Register.Enabled {
 		return true
+	}
+	for _, l := range cfg.Listeners {
+		if l.TLS != nil && l.TLS.SessionTickets.ConsulKey != "" {
+			return true
+		}
 	}
 	for _, p := range cfg.Pools {
 		if p.Consul.Service != "" {
@@ -43,6 +50,36 @@ func newConsulClient(cfg *conf.Config) (*api.Client, error) {
 		Token:   string(tok),
 		CAFile:  cfg.Consul.CAFile,
 	})
+}
+
+// consulTicketKeys is an edgetls.TicketKeySource over discovery.TicketKeys:
+// the fleet's keys from Consul KV, in the key-file format.
+type consulTicketKeys struct{ kv *discovery.TicketKeys }
+
+func (c consulTicketKeys) TicketKeys(ctx context.Context) ([][]byte, error) {
+	v, err := c.kv.Fetch(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer clear(v)
+	return edgetls.ParseTicketKeys(v)
+}
+
+// newConsulTicketKeys returns the ticket-key source of a listener whose
+// keys live in Consul KV.
+func newConsulTicketKeys(client *api.Client, st conf.SessionTickets) consulTicketKeys {
+	return consulTicketKeys{discovery.NewTicketKeys(client, discovery.TicketKeysOptions{
+		Key:         st.ConsulKey,
+		RotateEvery: st.RotateEvery.Std(),
+		Keep:        st.Keep,
+		Validate: func(v []byte) error {
+			keys, err := edgetls.ParseTicketKeys(v)
+			for _, k := range keys {
+				clear(k)
+			}
+			return err
+		},
+	})}
 }
 
 // dynamic owns everything that follows Consul: one watcher per discovered

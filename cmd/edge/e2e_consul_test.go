@@ -1,6 +1,7 @@
 package main
 
 import (
+	"crypto/tls"
 	"fmt"
 	"net"
 	"net/http"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/edgelb/edge/internal/consultest"
 	"github.com/edgelb/edge/internal/testbackend"
+	"github.com/gorilla/websocket"
 	"github.com/hashicorp/consul/api"
 )
 
@@ -189,5 +191,62 @@ func TestConsulSelfRegistration(t *testing.T) {
 		if strings.HasPrefix(id, "edge") {
 			t.Errorf("edge still registered after shutdown: %s", id)
 		}
+	}
+}
+
+// TestFleetSharesTicketKeysThroughConsul: two edges whose listeners keep
+// their session-ticket keys at the same Consul KV path accept each other's
+// tickets, so a client resumes on whichever edge its next connection lands
+// (field note 13: traefik PR #10284, envoy#7397), with no key file copied
+// by hand.
+func TestFleetSharesTicketKeysThroughConsul(t *testing.T) {
+	agent := consultest.Start(t)
+	bs := backends(t, "b1")
+	dir := t.TempDir()
+	certFile, keyFile, roots := writeCert(t, dir)
+	var addrs []string
+	for i := range 2 {
+		addr := freeAddr(t)
+		cfg := fmt.Sprintf(`admin: {address: %q}
+consul: {address: %q}
+listeners:
+  - address: %q
+    tls:
+      certificates: [{cert_file: %q, key_file: %q}]
+      session_tickets: {consul_key: edge/ticket-keys}
+routes: [{default: true, pool: app}]
+pools:
+  - name: app
+    backends: [{id: b1, address: %q}]
+`, freeAddr(t), agent.Addr, addr, certFile, keyFile, bs[0].Addr())
+		f := filepath.Join(dir, fmt.Sprintf("edge-%d.yaml", i))
+		if err := os.WriteFile(f, []byte(cfg), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		startEdge(t, f)
+		addrs = append(addrs, addr)
+	}
+	p, _, err := agent.Client.KV().Get("edge/ticket-keys", nil)
+	if err != nil || p == nil {
+		t.Fatalf("no keys in Consul KV after two edges started: %v %v", p, err)
+	}
+
+	d := &websocket.Dialer{HandshakeTimeout: 5 * time.Second, TLSClientConfig: &tls.Config{
+		RootCAs: roots, ClientSessionCache: tls.NewLRUClientSessionCache(4)}}
+	dial := func(addr string) bool {
+		t.Helper()
+		c, _, err := d.Dial("wss://"+addr+"/", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		ask(t, c, "x") // reading is what takes the ticket in (TLS 1.3)
+		return c.UnderlyingConn().(*tls.Conn).ConnectionState().DidResume
+	}
+	if dial(addrs[0]) {
+		t.Fatal("first connection resumed a session it never had")
+	}
+	if !dial(addrs[1]) {
+		t.Fatal("a ticket from one edge was not accepted by the other")
 	}
 }

@@ -345,6 +345,10 @@ func (e *edge) buildListener(cfg *conf.Config, lc conf.Listener) (*listener, err
 		for _, c := range lc.TLS.Certificates {
 			certs = append(certs, edgetls.CertFiles{CertFile: c.CertFile, KeyFile: c.KeyFile})
 		}
+		var keySource edgetls.TicketKeySource
+		if st := lc.TLS.SessionTickets; st.ConsulKey != "" && st.Enabled {
+			keySource = newConsulTicketKeys(e.dyn.client, st)
+		}
 		term, err := edgetls.New(edgetls.Options{
 			Certificates: certs,
 			MinVersion:   lc.TLS.Version(),
@@ -354,6 +358,7 @@ func (e *edge) buildListener(cfg *conf.Config, lc conf.Listener) (*listener, err
 				RotateEvery: lc.TLS.SessionTickets.RotateEvery.Std(),
 				Keep:        lc.TLS.SessionTickets.Keep,
 				KeyFile:     lc.TLS.SessionTickets.KeyFile,
+				Source:      keySource,
 			},
 			OCSP: edgetls.OCSPOptions{
 				Disabled:   !lc.TLS.OCSP.Enabled,

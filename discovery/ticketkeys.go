@@ -1,0 +1,171 @@
+package discovery
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+)
+
+// TicketKeys keeps a fleet's TLS session-ticket keys in one Consul KV entry,
+// so a client resumes on whichever edge its next connection lands
+// (traefik PR #10284, gorouter#190, envoy#7397) without keys copied by hand.
+//
+// The value has the key-file format: one base64 key per line, the first one
+// encrypting, all accepted. The second line is the next key, staged: every
+// edge accepts it a whole rotation period before any edge encrypts with
+// it, so a rotation never produces tickets that another edge cannot read
+// yet. The entry's Flags hold the Unix time of the last rotation.
+//
+// Any edge may rotate: whichever reads the entry first once RotateEvery
+// has passed writes the rotated value with a check-and-set on the index it
+// read. Only one write wins; the others read the winner's value. No lock
+// or leader is needed, and an edge that cannot reach Consul keeps the keys
+// it has.
+type TicketKeys struct {
+	kv          *api.KV
+	key         string
+	rotateEvery time.Duration
+	keep        int
+	validate    func([]byte) error
+	now         func() time.Time
+}
+
+// TicketKeysOptions configure a TicketKeys.
+type TicketKeysOptions struct {
+	// Key is the KV path, e.g. "edge/ticket-keys".
+	Key string
+	// RotateEvery is how long a key encrypts; default 1h.
+	RotateEvery time.Duration
+	// Keep is how many keys, the encrypting one included, are accepted
+	// besides the staged next one; default 3.
+	Keep int
+	// Validate checks a value before it is used or rotated; an entry that
+	// fails is reported and never overwritten. Nil accepts any lines.
+	Validate func([]byte) error
+	// Now defaults to time.Now.
+	Now func() time.Time
+}
+
+// NewTicketKeys returns a TicketKeys on c.
+func NewTicketKeys(c *api.Client, o TicketKeysOptions) *TicketKeys {
+	t := &TicketKeys{kv: c.KV(), key: o.Key, rotateEvery: o.RotateEvery, keep: o.Keep, validate: o.Validate, now: o.Now}
+	if t.rotateEvery <= 0 {
+		t.rotateEvery = time.Hour
+	}
+	if t.keep <= 0 {
+		t.keep = 3
+	}
+	if t.now == nil {
+		t.now = time.Now
+	}
+	return t
+}
+
+// ticketKeyBytes is the length of the keys TicketKeys generates (the longer
+// of the two key-file lengths).
+const ticketKeyBytes = 80
+
+// Fetch returns the current value, creating the entry or rotating it when
+// due. The caller owns the returned bytes (and should clear them).
+func (t *TicketKeys) Fetch(ctx context.Context) ([]byte, error) {
+	q := (&api.QueryOptions{}).WithContext(ctx)
+	w := (&api.WriteOptions{}).WithContext(ctx)
+	// Losing a check-and-set means another edge rotated meanwhile: its
+	// value is read on the next turn. Three turns cover any sane fleet;
+	// more conflicts than that are reported, and the keys in use stay.
+	for range 3 {
+		pair, _, err := t.kv.Get(t.key, q)
+		if err != nil {
+			return nil, fmt.Errorf("ticket keys in consul kv %q: %w", t.key, err)
+		}
+		var lines []string
+		var index uint64
+		if pair != nil {
+			if t.validate != nil {
+				if err := t.validate(pair.Value); err != nil {
+					return nil, fmt.Errorf("ticket keys in consul kv %q: %w", t.key, err)
+				}
+			}
+			lines, index = keyLines(pair.Value), pair.ModifyIndex
+			age := t.now().Sub(time.Unix(int64(pair.Flags), 0))
+			if len(lines) >= 2 && age < t.rotateEvery {
+				return pair.Value, nil
+			}
+		}
+		next, err := t.rotate(lines)
+		if err != nil {
+			return nil, err
+		}
+		ok, _, err := t.kv.CAS(&api.KVPair{Key: t.key, Value: next, Flags: uint64(t.now().Unix()), ModifyIndex: index}, w)
+		if err != nil {
+			return nil, fmt.Errorf("ticket keys in consul kv %q: write: %w", t.key, err)
+		}
+		if ok {
+			return next, nil
+		}
+		clear(next)
+	}
+	return nil, fmt.Errorf("ticket keys in consul kv %q: the entry kept changing while rotating", t.key)
+}
+
+// rotate returns the value after one rotation of lines: the staged key
+// starts encrypting, a fresh key is staged, the old encrypting key and its
+// predecessors stay accepted up to keep. An entry with one key gets a
+// staged one and keeps its encrypting key, so no edge meets a key it has
+// not seen.
+func (t *TicketKeys) rotate(lines []string) ([]byte, error) {
+	fresh := func() (string, error) {
+		b := make([]byte, ticketKeyBytes)
+		defer clear(b)
+		if _, err := rand.Read(b); err != nil {
+			return "", fmt.Errorf("ticket keys: random key: %w", err)
+		}
+		return base64.StdEncoding.EncodeToString(b), nil
+	}
+	var out []string
+	switch len(lines) {
+	case 0:
+		for range 2 {
+			k, err := fresh()
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, k)
+		}
+	case 1:
+		k, err := fresh()
+		if err != nil {
+			return nil, err
+		}
+		out = []string{lines[0], k}
+	default:
+		k, err := fresh()
+		if err != nil {
+			return nil, err
+		}
+		out = append([]string{lines[1], k, lines[0]}, lines[2:]...)
+	}
+	if limit := t.keep + 1; len(out) > limit {
+		out = out[:limit]
+	}
+	return []byte(strings.Join(out, "\n") + "\n"), nil
+}
+
+// keyLines returns the key lines of a key-file value: blank lines and
+// comments are dropped, since a rotation rewrites the entry anyway.
+func keyLines(v []byte) []string {
+	var out []string
+	for line := range bytes.Lines(v) {
+		s := strings.TrimSpace(string(line))
+		if s != "" && s[0] != '#' {
+			out = append(out, s)
+		}
+	}
+	return out
+}
