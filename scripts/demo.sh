@@ -59,12 +59,14 @@ if $discovery; then
 	pool="    consul: {service: demo}
     health: {type: websocket, interval: 2s}"
 	reg="consul: {address: \"$consul_addr\", register: {enabled: true}}"
+	tickets="      session_tickets: {consul_key: edge/ticket-keys}"
 else
 	pool="    backends:
       - {id: backend-1, address: 127.0.0.1:9001}
       - {id: backend-2, address: 127.0.0.1:9002}
       - {id: backend-3, address: 127.0.0.1:9003}"
 	reg=""
+	tickets=""
 fi
 cat >"$work/edge.yaml" <<YAML
 # Demo configuration written by scripts/demo.sh.
@@ -75,6 +77,7 @@ listeners:
     address: 127.0.0.1:8443
     tls:
       certificates: [{cert_file: cert.pem, key_file: key.pem}]
+$tickets
   - name: ws
     address: 127.0.0.1:8080
 routes:
@@ -113,6 +116,7 @@ Try, in another terminal:
 TXT
 $discovery && cat <<TXT
   curl -s -X PUT http://$consul_addr/v1/agent/service/maintenance/demo-9002?enable=true   # edge stops sending clients to backend-2
+  curl -s http://$consul_addr/v1/kv/edge/ticket-keys?raw        # the session-ticket keys a fleet of edges would share
 TXT
 echo
 echo "logs in $work; Ctrl-C stops everything."
