@@ -91,7 +91,10 @@ type TicketOptions struct {
 	// it changes.
 	KeyFile string
 	// Source, when set, supplies the keys (for example from Consul KV). It
-	// cannot be combined with KeyFile.
+	// cannot be combined with KeyFile. Unlike a KeyFile, a Source that fails
+	// at New is not an error: the Terminator starts with a key of its own,
+	// reports the failure in Status, and takes the source's keys at the
+	// first poll that succeeds.
 	Source TicketKeySource
 }
 

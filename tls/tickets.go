@@ -206,7 +206,21 @@ func newTicketKeys(o TicketOptions, now func() time.Time) (*ticketKeys, error) {
 		return k, nil
 	}
 	if _, err := k.load(context.Background()); err != nil {
-		return nil, err
+		if o.Source == nil {
+			// A key file that does not load is the operator's mistake:
+			// say so before serving anything.
+			return nil, err
+		}
+		// A source elsewhere (Consul KV) may be down when edge starts; a
+		// fresh edge must start all the same (traefik#1689). It serves
+		// with a key of its own, so resumption works on this edge, and
+		// takes the source's keys at the first poll that succeeds.
+		if _, rerr := k.rotate(); rerr != nil {
+			return nil, rerr
+		}
+		k.mu.Lock()
+		k.lastErr = err.Error()
+		k.mu.Unlock()
 	}
 	return k, nil
 }

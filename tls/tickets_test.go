@@ -5,10 +5,12 @@ import (
 	"crypto/rand"
 	"crypto/tls"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -305,5 +307,60 @@ func TestRunRotatesAndStops(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Errorf("Run: got %v, want nil at context end", err)
+	}
+}
+
+// flakySource is a TicketKeySource whose answer the test sets: a key
+// source that is down (Consul KV while the agent restarts) is a fault the
+// real source cannot be made to show on cue inside this package's tests.
+type flakySource struct {
+	mu   sync.Mutex
+	keys []string // base64 lines; nil means down
+}
+
+func (f *flakySource) set(lines ...string) { f.mu.Lock(); f.keys = lines; f.mu.Unlock() }
+
+func (f *flakySource) TicketKeys(context.Context) ([][]byte, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.keys == nil {
+		return nil, errors.New("source down")
+	}
+	return edgetls.ParseTicketKeys([]byte(strings.Join(f.keys, "")))
+}
+
+// TestTicketSourceDownAtStart: a key source that is down when the
+// Terminator starts does not stop it (traefik#1689): it serves with a key
+// of its own, says why in Status, and takes the source's keys at the first
+// poll that succeeds, after which two nodes resume each other's tickets.
+func TestTicketSourceDownAtStart(t *testing.T) {
+	p := newPKI(t)
+	l := p.leaf(t, leafOpts{names: []string{"a.example.com"}})
+	src := &flakySource{}
+	opts := edgetls.Options{Certificates: []edgetls.CertFiles{l.files()}, Tickets: edgetls.TicketOptions{Source: src}, ReloadInterval: -1}
+	a := start(t, opts)
+	if s := a.term.Status().Tickets; !strings.Contains(s.LastError, "source down") || s.Keys != 1 {
+		t.Fatalf("status with the source down: %+v, want its error and one key of its own", s)
+	}
+	c := resumeClient(p, tls.VersionTLS13)
+	mustDial(t, a.addr, c)
+	if !mustDial(t, a.addr, c).DidResume {
+		t.Fatal("no resumption on the node itself while the source is down")
+	}
+
+	key := newKeyLine(80)
+	src.set(key)
+	b := start(t, opts)
+	ctx := context.Background()
+	if err := a.term.PollTicketKeys(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if s := a.term.Status().Tickets; s.LastError != "" {
+		t.Fatalf("status after the source came back: %+v", s)
+	}
+	c = resumeClient(p, tls.VersionTLS13)
+	mustDial(t, a.addr, c)
+	if !mustDial(t, b.addr, c).DidResume {
+		t.Fatal("once the source is back, the nodes do not share keys")
 	}
 }

@@ -250,3 +250,52 @@ pools:
 		t.Fatal("a ticket from one edge was not accepted by the other")
 	}
 }
+
+// TestTicketKeysConsulDownAtStart: an edge whose ticket keys live in Consul
+// KV starts and serves while Consul is down (traefik#1689), with a key of
+// its own; once Consul is back it creates the fleet's entry there.
+func TestTicketKeysConsulDownAtStart(t *testing.T) {
+	agent := consultest.Start(t)
+	agent.Stop()
+	bs := backends(t, "b1")
+	dir := t.TempDir()
+	certFile, keyFile, roots := writeCert(t, dir)
+	addr := freeAddr(t)
+	cfg := fmt.Sprintf(`admin: {address: %q}
+consul: {address: %q}
+listeners:
+  - address: %q
+    tls:
+      certificates: [{cert_file: %q, key_file: %q}]
+      session_tickets: {consul_key: edge/ticket-keys}
+routes: [{default: true, pool: app}]
+pools:
+  - name: app
+    backends: [{id: b1, address: %q}]
+`, freeAddr(t), agent.Addr, addr, certFile, keyFile, bs[0].Addr())
+	f := filepath.Join(dir, "edge.yaml")
+	if err := os.WriteFile(f, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	startEdge(t, f)
+	d := &websocket.Dialer{HandshakeTimeout: 5 * time.Second, TLSClientConfig: &tls.Config{RootCAs: roots}}
+	c, _, err := d.Dial("wss://"+addr+"/", nil)
+	if err != nil {
+		t.Fatalf("edge does not serve while Consul is down: %v", err)
+	}
+	ask(t, c, "x")
+	c.Close()
+
+	agent.Restart()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		p, _, err := agent.Client.KV().Get("edge/ticket-keys", nil)
+		if err == nil && p != nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no ticket keys in Consul 30 s after it came back: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond) // polling a real agent for the edge's write
+	}
+}
