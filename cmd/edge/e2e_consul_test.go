@@ -205,26 +205,8 @@ func TestFleetSharesTicketKeysThroughConsul(t *testing.T) {
 	dir := t.TempDir()
 	certFile, keyFile, roots := writeCert(t, dir)
 	var addrs []string
-	for i := range 2 {
-		addr := freeAddr(t)
-		cfg := fmt.Sprintf(`admin: {address: %q}
-consul: {address: %q}
-listeners:
-  - address: %q
-    tls:
-      certificates: [{cert_file: %q, key_file: %q}]
-      session_tickets: {consul_key: edge/ticket-keys}
-routes: [{default: true, pool: app}]
-pools:
-  - name: app
-    backends: [{id: b1, address: %q}]
-`, freeAddr(t), agent.Addr, addr, certFile, keyFile, bs[0].Addr())
-		f := filepath.Join(dir, fmt.Sprintf("edge-%d.yaml", i))
-		if err := os.WriteFile(f, []byte(cfg), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		startEdge(t, f)
-		addrs = append(addrs, addr)
+	for range 2 {
+		addrs = append(addrs, startTicketKeysEdge(t, agent.Addr, bs[0].Addr(), dir, certFile, keyFile))
 	}
 	p, _, err := agent.Client.KV().Get("edge/ticket-keys", nil)
 	if err != nil || p == nil {
@@ -260,24 +242,7 @@ func TestTicketKeysConsulDownAtStart(t *testing.T) {
 	bs := backends(t, "b1")
 	dir := t.TempDir()
 	certFile, keyFile, roots := writeCert(t, dir)
-	addr := freeAddr(t)
-	cfg := fmt.Sprintf(`admin: {address: %q}
-consul: {address: %q}
-listeners:
-  - address: %q
-    tls:
-      certificates: [{cert_file: %q, key_file: %q}]
-      session_tickets: {consul_key: edge/ticket-keys}
-routes: [{default: true, pool: app}]
-pools:
-  - name: app
-    backends: [{id: b1, address: %q}]
-`, freeAddr(t), agent.Addr, addr, certFile, keyFile, bs[0].Addr())
-	f := filepath.Join(dir, "edge.yaml")
-	if err := os.WriteFile(f, []byte(cfg), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	startEdge(t, f)
+	addr := startTicketKeysEdge(t, agent.Addr, bs[0].Addr(), dir, certFile, keyFile)
 	d := &websocket.Dialer{HandshakeTimeout: 5 * time.Second, TLSClientConfig: &tls.Config{RootCAs: roots}}
 	c, _, err := d.Dial("wss://"+addr+"/", nil)
 	if err != nil {
@@ -298,4 +263,34 @@ pools:
 		}
 		time.Sleep(100 * time.Millisecond) // polling a real agent for the edge's write
 	}
+}
+
+// startTicketKeysEdge starts an edge with one TLS listener whose ticket
+// keys live at edge/ticket-keys in the Consul agent at consulAddr, in front
+// of one backend; it returns the listener's address.
+func startTicketKeysEdge(t *testing.T, consulAddr, backend, dir, certFile, keyFile string) string {
+	t.Helper()
+	addr := freeAddr(t)
+	cfg := fmt.Sprintf(`admin: {address: %q}
+consul: {address: %q}
+listeners:
+  - address: %q
+    tls:
+      certificates: [{cert_file: %q, key_file: %q}]
+      session_tickets: {consul_key: edge/ticket-keys}
+routes: [{default: true, pool: app}]
+pools:
+  - name: app
+    backends: [{id: b1, address: %q}]
+`, freeAddr(t), consulAddr, addr, certFile, keyFile, backend)
+	f, err := os.CreateTemp(dir, "edge-*.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteString(cfg); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	startEdge(t, f.Name())
+	return addr
 }
