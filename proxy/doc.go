@@ -76,7 +76,8 @@
 // connections idle for longer than IdleTimeout and connections whose
 // queue has not drained within WriteTimeout (a half-open client, traefik#10627): cheaper than a timer
 // per connection, the activity timestamp is stored by the data path
-// anyway. After a burst of new connections it also forces one collection
+// anyway. After a burst of new connections, once no socket has had an
+// event for two seconds, it also forces one collection
 // (runtime/debug.FreeOSMemory): each TLS handshake leaves garbage the
 // collector keeps as headroom, about as much as the live heap.
 //

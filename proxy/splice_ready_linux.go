@@ -244,6 +244,27 @@ func (c *wsConn) step() {
 	}
 }
 
+// trimmer decides when the sweeper returns memory (see trimAfterConns).
+type trimmer struct {
+	adds, trimmedAdds int64
+	act               uint64
+	quietSince        int64 // unix nanos of the last change of adds or act
+	lastTrim          int64
+}
+
+// due reports, at now, with adds connections ever started and act batches
+// of events ever handled, whether a trim is due.
+func (t *trimmer) due(now, adds int64, act uint64) bool {
+	if adds != t.adds || act != t.act {
+		t.adds, t.act, t.quietSince = adds, act, now
+		return false
+	}
+	return adds-t.trimmedAdds >= trimAfterConns && now-t.quietSince >= int64(trimQuiet) && now-t.lastTrim >= int64(trimEvery)
+}
+
+// done records a trim at now.
+func (t *trimmer) done(now int64) { t.trimmedAdds, t.lastTrim = t.adds, now }
+
 // closePending reports a requested close frame not yet sent.
 func (c *wsConn) closePending() bool {
 	return c.closeCode.Load() != 0 && !c.closeSent
@@ -504,7 +525,7 @@ func (s *Server) sweeper(ctx context.Context, done chan struct{}) {
 	t := time.NewTimer(time.Duration(s.sweepEvery.Load()))
 	defer t.Stop()
 	var buf []*wsConn
-	var lastAdds, trimmedAdds, quietSince, lastTrim int64
+	var tr trimmer
 	for {
 		select {
 		case <-ctx.Done():
@@ -515,12 +536,12 @@ func (s *Server) sweeper(ctx context.Context, done chan struct{}) {
 		// Returning memory after connection churn (DATAPATH-NOTES): every
 		// handshake leaves garbage the collector keeps as headroom, so RSS
 		// after a burst of connections is about twice the live heap. Once
-		// a burst is over, one forced collection gives that back.
-		if adds := s.readyAdds.Load(); adds != lastAdds {
-			lastAdds, quietSince = adds, now
-		} else if adds-trimmedAdds >= trimAfterConns && now-quietSince >= int64(trimQuiet) && now-lastTrim >= int64(trimEvery) {
+		// a burst is over and nothing moves, one forced collection gives
+		// that back; while traffic flows the runtime's own scavenger does,
+		// more slowly, without a pause.
+		if tr.due(now, s.readyAdds.Load(), s.activity()) {
 			debug.FreeOSMemory()
-			trimmedAdds, lastTrim = adds, time.Now().UnixNano()
+			tr.done(time.Now().UnixNano())
 		}
 		buf = s.reg.appendAll(buf[:0])
 		for _, c := range buf {
