@@ -45,8 +45,9 @@ type TicketKeysOptions struct {
 	// Keep is how many keys, the encrypting one included, are accepted
 	// besides the staged next one; default 3.
 	Keep int
-	// Validate checks a value before it is used or rotated; an entry that
-	// fails is reported and never overwritten. Nil accepts any lines.
+	// Validate checks a value before a rotation rewrites it; an entry that
+	// fails is reported and never overwritten. Nil accepts any lines. A
+	// value that is not due is returned unchecked: the caller parses it.
 	Validate func([]byte) error
 	// Now defaults to time.Now.
 	Now func() time.Time
@@ -87,15 +88,17 @@ func (t *TicketKeys) Fetch(ctx context.Context) ([]byte, error) {
 		var lines []string
 		var index uint64
 		if pair != nil {
+			lines, index = keyLines(pair.Value), pair.ModifyIndex
+			age := t.now().Sub(time.Unix(int64(pair.Flags), 0))
+			if len(lines) >= 2 && age < t.rotateEvery {
+				// Not due: the caller parses the value anyway, so it is
+				// checked there, once.
+				return pair.Value, nil
+			}
 			if t.validate != nil {
 				if err := t.validate(pair.Value); err != nil {
 					return nil, fmt.Errorf("ticket keys in consul kv %q: %w", t.key, err)
 				}
-			}
-			lines, index = keyLines(pair.Value), pair.ModifyIndex
-			age := t.now().Sub(time.Unix(int64(pair.Flags), 0))
-			if len(lines) >= 2 && age < t.rotateEvery {
-				return pair.Value, nil
 			}
 		}
 		next, err := t.rotate(lines)

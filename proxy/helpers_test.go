@@ -382,6 +382,19 @@ func rawBackend(t *testing.T, handle func(c net.Conn)) string {
 	return ln.Addr().String()
 }
 
+// read101 reads the answer to the upgrade request written on c, within
+// five seconds, and fails the test unless it is a 101; the reader holds
+// what came after it.
+func read101(t *testing.T, c net.Conn) *bufio.Reader {
+	t.Helper()
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	br := bufio.NewReader(c)
+	if resp, err := http.ReadResponse(br, nil); err != nil || resp.StatusCode != 101 {
+		t.Fatalf("handshake: %v %v", resp, err)
+	}
+	return br
+}
+
 // readUpgrade reads an upgrade request on a raw backend and returns the
 // 101 answer for it.
 func readUpgrade(t *testing.T, br *bufio.Reader) (*http.Request, string) {

@@ -15,7 +15,6 @@ import (
 	"hash"
 	"io"
 	"net"
-	"net/http"
 	"os"
 	"strings"
 	"testing"
@@ -60,10 +59,7 @@ func TestKeyUpdateFloodIsBackpressured(t *testing.T) {
 		if _, err := io.WriteString(c, rawUpgrade("/", "x")); err != nil {
 			t.Fatal(err)
 		}
-		c.SetReadDeadline(time.Now().Add(5 * time.Second))
-		if resp, err := http.ReadResponse(bufio.NewReader(c), nil); err != nil || resp.StatusCode != 101 {
-			t.Fatalf("upgrade: %v %v", resp, err)
-		}
+		read101(t, c)
 		w, err := newRecordWriter(c.ConnectionState().CipherSuite, clientSecret(t, keyLog.String()), 1)
 		if err != nil {
 			t.Skip(err)

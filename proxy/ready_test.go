@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"runtime"
 	"testing"
 	"time"
@@ -37,10 +36,7 @@ func TestWriteTimeoutReapsStuckClient(t *testing.T) {
 		e := startEdge(t, edgeConfig{tls: true, opts: Options{Routes: []Route{{Default: true, Pool: p}}}})
 		c := e.rawConn(t)
 		io.WriteString(c, rawUpgrade("/", "x"))
-		c.SetReadDeadline(time.Now().Add(5 * time.Second))
-		if resp, err := http.ReadResponse(bufio.NewReader(c), nil); err != nil || resp.StatusCode != 101 {
-			t.Fatalf("handshake: %v %v", resp, err)
-		}
+		read101(t, c)
 		// The client reads nothing more.
 		if got, want := e.obs.waitClosed(t), "write_timeout"; got != want {
 			t.Fatalf("reason: got %q, want %q", got, want)
@@ -104,11 +100,7 @@ func TestProxyProtocolUpgradeFirstFrame(t *testing.T) {
 		if _, err := c.Write(buf.Bytes()); err != nil {
 			t.Fatal(err)
 		}
-		c.SetReadDeadline(time.Now().Add(5 * time.Second))
-		br := bufio.NewReader(c)
-		if resp, err := http.ReadResponse(br, nil); err != nil || resp.StatusCode != 101 {
-			t.Fatalf("handshake: %v %v", resp, err)
-		}
+		br := read101(t, c)
 		if _, p := readFrame(t, br); string(p) != "b1" {
 			t.Fatalf("got %q, want b1", p)
 		}

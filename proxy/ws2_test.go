@@ -105,11 +105,7 @@ func TestTLSBufferedRecords(t *testing.T) {
 		if err := fc.flush(); err != nil {
 			t.Fatal(err)
 		}
-		c.SetReadDeadline(time.Now().Add(5 * time.Second))
-		br := bufio.NewReader(c)
-		if resp, err := http.ReadResponse(br, nil); err != nil || resp.StatusCode != 101 {
-			t.Fatalf("handshake: %v %v", resp, err)
-		}
+		br := read101(t, c)
 		if _, p := readFrame(t, br); string(p) != "b1" {
 			t.Fatalf("got %q, want b1", p)
 		}
@@ -135,11 +131,7 @@ func TestDrainBetweenFrames(t *testing.T) {
 		e := startEdge(t, edgeConfig{opts: Options{Routes: []Route{{Default: true, Pool: p}}}})
 		c := e.rawConn(t)
 		io.WriteString(c, rawUpgrade("/", "x"))
-		c.SetReadDeadline(time.Now().Add(5 * time.Second))
-		br := bufio.NewReader(c)
-		if resp, err := http.ReadResponse(br, nil); err != nil || resp.StatusCode != 101 {
-			t.Fatalf("handshake: %v %v", resp, err)
-		}
+		br := read101(t, c)
 		head := make([]byte, 52)
 		if _, err := io.ReadFull(br, head); err != nil {
 			t.Fatalf("first half: %v", err)

@@ -422,11 +422,7 @@ func TestHalfClose(t *testing.T) {
 		e := startEdge(t, edgeConfig{opts: Options{Routes: []Route{{Default: true, Pool: p}}}})
 		c := e.rawConn(t).(*net.TCPConn)
 		io.WriteString(c, rawUpgrade("/", "x"))
-		br := bufio.NewReader(c)
-		c.SetReadDeadline(time.Now().Add(5 * time.Second))
-		if resp, err := http.ReadResponse(br, nil); err != nil || resp.StatusCode != 101 {
-			t.Fatalf("handshake: %v %v", resp, err)
-		}
+		br := read101(t, c)
 		c.Write([]byte("abc"))
 		c.CloseWrite()
 		if _, p := readFrame(t, br); string(p) != "abc" {
@@ -451,11 +447,7 @@ func TestNoHTTPErrorAfterHijack(t *testing.T) {
 		e := startEdge(t, edgeConfig{opts: Options{Routes: []Route{{Default: true, Pool: p}}}})
 		c := e.rawConn(t)
 		io.WriteString(c, rawUpgrade("/", "x"))
-		c.SetReadDeadline(time.Now().Add(5 * time.Second))
-		br := bufio.NewReader(c)
-		if resp, err := http.ReadResponse(br, nil); err != nil || resp.StatusCode != 101 {
-			t.Fatalf("handshake: %v %v", resp, err)
-		}
+		br := read101(t, c)
 		rest, _ := io.ReadAll(br)
 		if len(rest) != 0 {
 			t.Fatalf("after 101: got %q, want nothing", rest)
@@ -572,11 +564,7 @@ func TestDrainForceClose(t *testing.T) {
 		e, _ := oneBackendEdge(t, false, nil)
 		c := e.rawConn(t)
 		io.WriteString(c, rawUpgrade("/", "x"))
-		br := bufio.NewReader(c)
-		c.SetReadDeadline(time.Now().Add(5 * time.Second))
-		if resp, err := http.ReadResponse(br, nil); err != nil || resp.StatusCode != 101 {
-			t.Fatalf("handshake: %v %v", resp, err)
-		}
+		br := read101(t, c)
 		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 		defer cancel()
 		e.srv.Drain(ctx, 0)

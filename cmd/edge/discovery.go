@@ -54,7 +54,10 @@ func newConsulClient(cfg *conf.Config) (*api.Client, error) {
 
 // consulTicketKeys is an edgetls.TicketKeySource over discovery.TicketKeys:
 // the fleet's keys from Consul KV, in the key-file format.
-type consulTicketKeys struct{ kv *discovery.TicketKeys }
+type consulTicketKeys struct {
+	kv  *discovery.TicketKeys
+	key string
+}
 
 func (c consulTicketKeys) TicketKeys(ctx context.Context) ([][]byte, error) {
 	v, err := c.kv.Fetch(ctx)
@@ -62,13 +65,17 @@ func (c consulTicketKeys) TicketKeys(ctx context.Context) ([][]byte, error) {
 		return nil, err
 	}
 	defer clear(v)
-	return edgetls.ParseTicketKeys(v)
+	keys, err := edgetls.ParseTicketKeys(v)
+	if err != nil {
+		return nil, fmt.Errorf("ticket keys in consul kv %q: %w", c.key, err)
+	}
+	return keys, nil
 }
 
 // newConsulTicketKeys returns the ticket-key source of a listener whose
 // keys live in Consul KV.
 func newConsulTicketKeys(client *api.Client, st conf.SessionTickets) consulTicketKeys {
-	return consulTicketKeys{discovery.NewTicketKeys(client, discovery.TicketKeysOptions{
+	return consulTicketKeys{key: st.ConsulKey, kv: discovery.NewTicketKeys(client, discovery.TicketKeysOptions{
 		Key:         st.ConsulKey,
 		RotateEvery: st.RotateEvery.Std(),
 		Keep:        st.Keep,

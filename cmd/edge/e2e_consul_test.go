@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"crypto/tls"
 	"fmt"
 	"net"
@@ -13,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edgelb/edge/conf"
 	"github.com/edgelb/edge/internal/consultest"
 	"github.com/edgelb/edge/internal/testbackend"
 	"github.com/gorilla/websocket"
@@ -293,4 +295,24 @@ pools:
 	f.Close()
 	startEdge(t, f.Name())
 	return addr
+}
+
+// TestConsulTicketKeysRefuseBadEntry: an entry that is not due for
+// rotation but does not parse is refused with its KV path and line, and
+// left as it is (the terminator then keeps the keys it has).
+func TestConsulTicketKeysRefuseBadEntry(t *testing.T) {
+	agent := consultest.Start(t)
+	bad := []byte("not a key\nnot one either\n")
+	kv := agent.Client.KV()
+	if _, err := kv.Put(&api.KVPair{Key: "edge/tk", Value: bad, Flags: uint64(time.Now().Unix())}, nil); err != nil {
+		t.Fatal(err)
+	}
+	src := newConsulTicketKeys(agent.Client, conf.SessionTickets{ConsulKey: "edge/tk", RotateEvery: conf.Duration(time.Hour), Keep: 3})
+	_, err := src.TicketKeys(context.Background())
+	if err == nil || !strings.Contains(err.Error(), `"edge/tk"`) || !strings.Contains(err.Error(), "line 1") {
+		t.Fatalf("bad entry: got %v, want an error naming the key and the line", err)
+	}
+	if p, _, err := kv.Get("edge/tk", nil); err != nil || p == nil || string(p.Value) != string(bad) {
+		t.Fatalf("bad entry changed: %v %v", p, err)
+	}
 }
