@@ -7,13 +7,24 @@ cd "$(dirname "$0")/.."
 export GOTOOLCHAIN=local
 export GOFLAGS="${GOFLAGS:-} -buildvcs=false"
 
+# The real clients and tools the tests drive (internal/interop): a missing
+# one fails the test here instead of skipping it.
 need=()
 command -v openssl >/dev/null || need+=(openssl)
 command -v ss >/dev/null || need+=(iproute2)
+command -v node >/dev/null || need+=(nodejs)
+command -v npm >/dev/null || need+=(npm)
+[ -x /usr/bin/chromium ] || need+=(chromium)
+/usr/bin/python3 -c 'import websockets' 2>/dev/null || need+=(python3-websockets)
 if [ ${#need[@]} -gt 0 ]; then
-	echo "installing ${need[*]}"
+	echo "== installing ${need[*]} (Debian packages; a minute or two)"
 	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
 fi
+if [ ! -d internal/interop/js/node_modules/ws ] || [ ! -d internal/interop/js/node_modules/playwright-core ]; then
+	echo "== installing npm clients (ws, playwright-core) into internal/interop/js"
+	npm ci --prefix internal/interop/js --no-audit --no-fund --loglevel=error
+fi
+export EDGE_REQUIRE_INTEROP=1
 
 EDGE_CONSUL_BIN="$(scripts/consul.sh)"
 export EDGE_CONSUL_BIN
