@@ -15,6 +15,7 @@ command -v ss >/dev/null || need+=(iproute2)
 command -v node >/dev/null || need+=(nodejs)
 command -v npm >/dev/null || need+=(npm)
 [ -x /usr/bin/chromium ] || need+=(chromium)
+command -v systemd-analyze >/dev/null || need+=(systemd)
 /usr/bin/python3 -c 'import websockets' 2>/dev/null || need+=(python3-websockets)
 if [ ${#need[@]} -gt 0 ]; then
 	echo "== installing ${need[*]} (Debian packages; a minute or two)"

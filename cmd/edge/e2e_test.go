@@ -142,8 +142,15 @@ func (p *proc) waitLog(t *testing.T, s string) {
 
 func startEdge(t *testing.T, cfgFile string) *proc {
 	t.Helper()
+	return startEdgeEnv(t, cfgFile)
+}
+
+// startEdgeEnv starts edge with env added to the test's environment.
+func startEdgeEnv(t *testing.T, cfgFile string, env ...string) *proc {
+	t.Helper()
 	p := &proc{done: make(chan error, 1), seen: make(chan struct{}, 1)}
 	p.cmd = exec.Command(edgeBin, "-config", cfgFile)
+	p.cmd.Env = append(os.Environ(), env...)
 	p.cmd.Stdout = p
 	p.cmd.Stderr = p
 	if err := p.cmd.Start(); err != nil {

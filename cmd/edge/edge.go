@@ -38,6 +38,7 @@ type edge struct {
 	listeners []*listener
 	metrics   *metrics
 	dyn       *dynamic
+	notify    *notifier // the service manager (systemd), if any
 }
 
 // poolEntry is one configured pool: its balancer survives reloads so that
@@ -433,6 +434,7 @@ func (e *edge) serve(ctx context.Context, hup <-chan os.Signal) error {
 	}
 	e.startDynamic(gctx, g)
 	e.admin.ready.Store(true)
+	e.sdNotify(e.notify.ready("serving"))
 	e.log.Info("edge started", "version", versionString(), "listeners", len(e.listeners), "admin", e.admin.listener.Addr().String())
 
 	var failed error
@@ -445,7 +447,9 @@ loop:
 			failed = context.Cause(gctx)
 			break loop
 		case <-hup:
-			e.reload()
+			e.sdNotify(e.notify.reloading())
+			status := e.reload()
+			e.sdNotify(e.notify.ready(status))
 		}
 	}
 	e.drain()
@@ -468,6 +472,7 @@ func (e *edge) drain() {
 	d := e.cfg.Drain
 	e.mu.Unlock()
 	e.admin.ready.Store(false)
+	e.sdNotify(e.notify.stopping())
 	e.log.Info("draining", "connections", e.proxy.Active(), "delay", d.Delay.String(), "window", d.Window.String(), "timeout", d.Timeout.String())
 	if d.Delay > 0 {
 		// Keep accepting while whatever is in front of edge notices /readyz.
@@ -491,16 +496,16 @@ func (e *edge) drain() {
 
 // reload re-reads the file and swaps routes, pools and certificates. A file
 // that does not validate, or pools or routes that cannot be built, change
-// nothing.
-func (e *edge) reload() {
-	refuse := func(err error) {
+// nothing. It returns a one-line status for the service manager.
+func (e *edge) reload() string {
+	refuse := func(err error) string {
 		e.metrics.reloads.WithLabelValues("error").Inc()
 		e.log.Error("reload refused, keeping the running configuration", "err", err)
+		return "serving; last reload refused: " + err.Error()
 	}
 	cfg, err := conf.Load(e.path)
 	if err != nil {
-		refuse(err)
-		return
+		return refuse(err)
 	}
 	e.mu.Lock()
 	pools, err := e.buildPools(cfg)
@@ -509,8 +514,7 @@ func (e *edge) reload() {
 	}
 	if err != nil {
 		e.mu.Unlock()
-		refuse(err)
-		return
+		return refuse(err)
 	}
 	// Routes now point at the new entries; make their members live.
 	applyErr := applyPools(pools)
@@ -536,6 +540,14 @@ func (e *edge) reload() {
 	}
 	e.metrics.reloads.WithLabelValues(result).Inc()
 	e.log.Info("configuration reloaded", "result", result)
+	return "serving; last reload " + result
+}
+
+// sdNotify logs a failure to reach the service manager; it never stops edge.
+func (e *edge) sdNotify(err error) {
+	if err != nil {
+		e.log.Warn("service manager notification failed", "err", err)
+	}
 }
 
 func sameListeners(a, b *conf.Config) bool {

@@ -93,12 +93,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 		defer gcStop()
 		go newGCTuner().run(gcCtx)
 	}
+	notify := newNotifier()
 	e, err := newEdge(cfg, *path, log)
 	if err != nil {
 		log.Error("startup failed", "err", err)
 		fmt.Fprintln(stderr, "edge:", err)
 		return 1
 	}
+	e.notify = notify
 	if err := e.serve(ctx, hup); err != nil && !errors.Is(err, context.Canceled) {
 		log.Error("stopped", "err", err)
 		return 1

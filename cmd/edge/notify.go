@@ -1,0 +1,75 @@
+package main
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// notifier tells the service manager about edge's state over the sd_notify
+// datagram protocol (sd_notify(3)): READY=1 once the listeners accept,
+// RELOADING=1 then READY=1 around a reload, STOPPING=1 when the drain
+// starts. With Type=notify, systemd then knows when a start or a reload has
+// finished instead of guessing from the PID. Without NOTIFY_SOCKET (not run
+// by systemd) it does nothing.
+type notifier struct {
+	addr *net.UnixAddr // nil: not under a service manager
+}
+
+// newNotifier reads the socket from the environment and unsets it, so
+// nothing edge starts talks to the manager in edge's name.
+func newNotifier() *notifier {
+	path := os.Getenv("NOTIFY_SOCKET")
+	os.Unsetenv("NOTIFY_SOCKET")
+	if path == "" || (path[0] != '/' && path[0] != '@') {
+		return &notifier{}
+	}
+	if path[0] == '@' {
+		// An abstract socket: the leading @ stands for a NUL byte.
+		path = "\x00" + path[1:]
+	}
+	return &notifier{addr: &net.UnixAddr{Name: path, Net: "unixgram"}}
+}
+
+// send writes one state message, its lines joined by newlines. Errors are
+// returned for the caller to log; the manager going away never stops edge.
+func (n *notifier) send(lines ...string) error {
+	if n == nil || n.addr == nil {
+		return nil
+	}
+	c, err := net.DialUnix("unixgram", nil, n.addr)
+	if err != nil {
+		return fmt.Errorf("sd_notify %s: %w", n.addr.Name, err)
+	}
+	defer c.Close()
+	if _, err := c.Write([]byte(strings.Join(lines, "\n"))); err != nil {
+		return fmt.Errorf("sd_notify %s: %w", n.addr.Name, err)
+	}
+	return nil
+}
+
+// ready says that edge serves, with a status line for `systemctl status`.
+func (n *notifier) ready(status string) error {
+	// One line: a refused reload's error lists every problem.
+	return n.send("READY=1", "STATUS="+strings.ReplaceAll(status, "\n", "; "))
+}
+
+// reloading says a reload has started. systemd wants the monotonic clock
+// with it (sd_notify(3), RELOADING=1), to tell this reload from a later one.
+func (n *notifier) reloading() error {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
+		return fmt.Errorf("sd_notify: monotonic clock: %w", err)
+	}
+	usec := ts.Nano() / int64(time.Microsecond)
+	return n.send("RELOADING=1", fmt.Sprintf("MONOTONIC_USEC=%d", usec))
+}
+
+// stopping says the drain has started.
+func (n *notifier) stopping() error {
+	return n.send("STOPPING=1", "STATUS=draining")
+}

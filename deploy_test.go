@@ -1,0 +1,106 @@
+package edge_test
+
+import (
+	"bufio"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// TestSystemdUnitSandboxed keeps deploy/edge.service sandboxed: systemd's
+// own scorer must rate it 2.0 or better (lower is safer; a unit with no
+// sandboxing scores 9.6). systemd-analyze works offline, so the test runs
+// wherever the systemd package is installed, even without systemd as PID 1.
+func TestSystemdUnitSandboxed(t *testing.T) {
+	sa, err := exec.LookPath("systemd-analyze")
+	if err != nil {
+		t.Skip("systemd-analyze not installed (Debian package systemd)")
+	}
+	unit, err := filepath.Abs("deploy/edge.service")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// --threshold is in tenths: 20 means exposure 2.0.
+	out, err := exec.Command(sa, "security", "--offline=yes", "--threshold=20", unit).CombinedOutput()
+	overall := ""
+	for _, l := range strings.Split(string(out), "\n") {
+		if strings.Contains(l, "Overall exposure level") {
+			overall = l
+		}
+	}
+	if err != nil || overall == "" {
+		t.Fatalf("systemd-analyze security rates the unit above 2.0 (%v): %s\n%s", err, overall, out)
+	}
+	t.Log(strings.TrimSpace(overall))
+}
+
+// TestSystemdUnitReloadChecksFirst: a reload runs `edge -check` before the
+// SIGHUP, so systemctl reload fails for a file edge would refuse instead of
+// reporting success; and the stop timeout leaves the default drain (30 s)
+// room to finish.
+func TestSystemdUnitReloadChecksFirst(t *testing.T) {
+	b, err := os.ReadFile("deploy/edge.service")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var reloads []string
+	stop := 0
+	notify := false
+	for _, l := range strings.Split(string(b), "\n") {
+		switch {
+		case strings.HasPrefix(l, "ExecReload="):
+			reloads = append(reloads, strings.TrimPrefix(l, "ExecReload="))
+		case strings.HasPrefix(l, "TimeoutStopSec="):
+			stop, _ = strconv.Atoi(strings.TrimPrefix(l, "TimeoutStopSec="))
+		case l == "Type=notify":
+			notify = true
+		}
+	}
+	if len(reloads) != 2 || !strings.Contains(reloads[0], "-check") || !strings.Contains(reloads[1], "-HUP") {
+		t.Errorf("ExecReload lines %q, want edge -check then kill -HUP", reloads)
+	}
+	if stop <= 30 {
+		t.Errorf("TimeoutStopSec=%d, want more than the default drain timeout of 30 s", stop)
+	}
+	if !notify {
+		t.Error("unit is not Type=notify: systemd cannot tell when edge is ready")
+	}
+}
+
+// TestSysctlFile checks deploy/99-edge.conf against this kernel: every key
+// exists (a typo is silently ignored by `sysctl --system` with -e), and the
+// ephemeral port range stays clear of the ports edge and Consul listen on.
+func TestSysctlFile(t *testing.T) {
+	f, err := os.Open("deploy/99-edge.conf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		key, val, ok := strings.Cut(line, "=")
+		if !ok {
+			t.Errorf("line %d: %q is not key = value", n, line)
+			continue
+		}
+		key, val = strings.TrimSpace(key), strings.TrimSpace(val)
+		if _, err := os.Stat("/proc/sys/" + strings.ReplaceAll(key, ".", "/")); err != nil {
+			t.Errorf("line %d: %s is not a sysctl of this kernel: %v", n, key, err)
+		}
+		if key == "net.ipv4.ip_local_port_range" {
+			lo, _ := strconv.Atoi(strings.Fields(val)[0])
+			for _, port := range []int{443, 8080, 8300, 8301, 8302, 8500, 8501, 8502, 8503, 8600, 9901} {
+				if port >= lo {
+					t.Errorf("line %d: ephemeral ports from %d include port %d that edge or Consul listens on", n, lo, port)
+				}
+			}
+		}
+	}
+}
