@@ -186,7 +186,16 @@ func sameSiteOf(s string) http.SameSite {
 // their *Backend and least-connections keeps its counts (traefik#13913);
 // changes to these settings take effect on restart, and reload says so.
 func balanceSettings(pc *conf.Pool) string {
-	return fmt.Sprintf("%s %v %d %+v", pc.Balance, pc.ClientIP.BoundedLoad, pc.Limits.MaxConnectionsPerBackend, pc.PassiveEjection)
+	return fmt.Sprintf("%s %v %d %d %+v", pc.Balance, pc.ClientIP.BoundedLoad, pc.ClientIP.MinExcess, pc.Limits.MaxConnectionsPerBackend, pc.PassiveEjection)
+}
+
+// minExcess maps the file's min_excess, where 0 means no floor, onto
+// balance's, where 0 means the default.
+func minExcess(n int64) int64 {
+	if n == 0 {
+		return balance.NoMinExcess
+	}
+	return n
 }
 
 func limiterOptions(pc *conf.Pool) balance.LimiterOptions {
@@ -235,6 +244,7 @@ func (e *edge) buildPool(pc *conf.Pool) (*poolEntry, error) {
 			Name:               pc.Name,
 			Mode:               mode,
 			BoundedLoad:        pc.ClientIP.BoundedLoad,
+			MinExcess:          minExcess(pc.ClientIP.MinExcess),
 			MaxConnsPerBackend: pc.Limits.MaxConnectionsPerBackend,
 			Eject: balance.EjectOptions{
 				Failures: pc.PassiveEjection.Failures,
