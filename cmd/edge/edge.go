@@ -568,11 +568,15 @@ func (e *edge) status() any {
 	}
 	out := struct {
 		Version   string         `json:"version"`
+		Revision  string         `json:"revision"`
+		GoVersion string         `json:"go_version"`
 		Active    int            `json:"active_connections"`
 		Pools     []poolStatus   `json:"pools"`
 		TLS       map[string]any `json:"tls,omitempty"`
 		Discovery any            `json:"discovery,omitempty"`
-	}{Version: versionString(), Active: e.proxy.Active(), TLS: map[string]any{}}
+	}{Active: e.proxy.Active(), TLS: map[string]any{}}
+	bi := currentBuild()
+	out.Version, out.Revision, out.GoVersion = bi.Version, bi.Revision, bi.GoVersion
 	for _, p := range e.allPools() {
 		ps := poolStatus{Name: p.Name()}
 		for _, b := range p.Snapshot().Backends {
