@@ -119,10 +119,11 @@ type PoolOptions struct {
 	Name string // names the pool in errors; also binds cookie values to the pool
 	// Mode is how Pick chooses; see Pick for the order of choice.
 	Mode Mode
-	// BoundedLoad is the ClientIP load bound: a backend is skipped while its
-	// active connections reach BoundedLoad times its weighted share of the
-	// pool's connections (consistent hashing with bounded loads, Mirrokni,
-	// Thorup and Zadimoghaddam 2016). 0 means DefaultBoundedLoad; otherwise
+	// BoundedLoad is the ClientIP load factor: a backend is skipped while
+	// its active connections reach BoundedLoad times its weighted share of
+	// the pool's connections (consistent hashing with bounded loads,
+	// Mirrokni, Thorup and Zadimoghaddam 2016), and also its share plus
+	// MinExcess. 0 means DefaultBoundedLoad; otherwise
 	// it must be >= 1, and math.Inf(1) disables the bound.
 	BoundedLoad float64
 	// MinExcess is the floor under the ClientIP load bound: a backend is
