@@ -164,29 +164,45 @@ func TestClientIPRemovingBackendMovesOnlyItsClients(t *testing.T) {
 	}
 }
 
+// TestClientIPBoundedLoad: one hot address opens many connections; every
+// backend stays within its bound, max(ceil(factor*share), ceil(share) +
+// floor), and the hashed backend takes its part.
 func TestClientIPBoundedLoad(t *testing.T) {
 	const conns = 400
+	weighted := []balance.Member{
+		{ID: "big", Addr: "10.0.0.1:80", Weight: 3},
+		{ID: "small1", Addr: "10.0.0.2:80"},
+		{ID: "small2", Addr: "10.0.0.3:80"},
+	}
 	tests := []struct {
-		name     string
-		bound    float64
-		ms       []balance.Member
-		wantOnly bool // every connection on one backend (no bound)
+		name      string
+		bound     float64
+		minExcess int64
+		ms        []balance.Member
+		wantOnly  bool // every connection on one backend (no bound)
 	}{
-		{"default bound", 0, members(4), false},
-		{"bound 2", 2, members(4), false},
-		{"weighted", 1.25, []balance.Member{
-			{ID: "big", Addr: "10.0.0.1:80", Weight: 3},
-			{ID: "small1", Addr: "10.0.0.2:80"},
-			{ID: "small2", Addr: "10.0.0.3:80"},
-		}, false},
-		{"unbounded", math.Inf(1), members(4), true},
+		{"default bound and floor", 0, 0, members(4), false},
+		{"default bound, no floor", 0, balance.NoMinExcess, members(4), false},
+		{"bound 2, no floor", 2, balance.NoMinExcess, members(4), false},
+		{"bound 2, floor 10", 2, 10, members(4), false},
+		{"weighted, no floor", 1.25, balance.NoMinExcess, weighted, false},
+		{"weighted, default floor", 1.25, 0, weighted, false},
+		{"floor above the load", 1.25, conns, members(4), true},
+		{"unbounded", math.Inf(1), 0, members(4), true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			p := ipPool(t, tt.bound, tt.ms)
+			p := newPool(t, balance.PoolOptions{Mode: balance.ClientIP, BoundedLoad: tt.bound, MinExcess: tt.minExcess}, tt.ms...)
 			bound := tt.bound
 			if bound == 0 {
 				bound = balance.DefaultBoundedLoad
+			}
+			minExcess := tt.minExcess
+			switch {
+			case minExcess == 0:
+				minExcess = balance.DefaultMinExcess
+			case minExcess < 0:
+				minExcess = 0
 			}
 			// One hot client (a NAT gateway, say) opens many connections.
 			hot := netip.MustParseAddr("198.51.100.9")
@@ -205,13 +221,13 @@ func TestClientIPBoundedLoad(t *testing.T) {
 					}
 					continue
 				}
-				limit := int64(math.Ceil(bound * conns * float64(b.Weight()) / float64(wsum)))
+				limit := spillLimit(conns, b.Weight(), wsum, bound, minExcess)
 				if got := b.Active(); got > limit {
 					t.Errorf("%s: got %d connections, want at most %d", b.ID(), got, limit)
 				}
-			}
-			if got := byID(t, p, home).Active(); got == 0 {
-				t.Errorf("the hashed backend %s got nothing", home)
+				if b.ID() == home && b.Active() < limit-1 {
+					t.Errorf("the hashed backend %s got %d, want it filled to its bound %d", home, b.Active(), limit)
+				}
 			}
 		})
 	}

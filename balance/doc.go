@@ -37,9 +37,16 @@
 // and adding one of N+1 backends moves only about 1/(N+1) of clients, all to
 // the new backend (unlike ingress-nginx#4475, where scaling from one pod to
 // two moved half the sessions). A bounded-load rule keeps one hot address
-// range from overloading a backend: a backend at BoundedLoad (default 1.25)
-// times its weighted share of connections is passed over for the next in
-// score order.
+// range from overloading a backend: a backend is passed over for the next in
+// score order only when one more connection would put it above both
+// BoundedLoad (default 1.25) times its weighted share of connections and
+// that share plus MinExcess (default 64). The floor matters on a lightly
+// loaded pool, where the mean is tiny and a factor alone would spill one
+// client's own connections (a NATed office, a browser's tabs); and since
+// the edges of a fleet each count only their own connections, it is what
+// keeps them choosing alike under normal load. Only a backend with a real
+// excess sheds clients, and each of them goes to its own next choice, which
+// every edge computes alike too.
 //
 // LeastConn mode, and the fallback of the others: power of two random
 // choices, comparing (Active+1)/Weight.

@@ -18,7 +18,7 @@ import (
 //     SetCookie is set when the value came from an older key, when the
 //     client sent none or an unknown one, and when its backend is gone.
 //  2. Mode ClientIP: weighted rendezvous hashing of req.ClientIP with
-//     bounded load (see PoolOptions.BoundedLoad).
+//     bounded load (see PoolOptions.BoundedLoad and MinExcess).
 //  3. Otherwise, and as the fallback for both: power-of-two-choices
 //     least-connections, comparing (Active+1)/Weight.
 func (p *Pool) Pick(req *Request) (Result, error) {
@@ -174,12 +174,17 @@ func lessLoaded(x, y *Backend) bool {
 // 1/(N+1) of them) and moves them only to it; removing one moves only its
 // own clients.
 //
-// Bounded load: a backend whose Active() has reached
-// ceil(BoundedLoad * (total+1) * weight / totalWeight) is skipped in favour
-// of the next in score order, so a hot client range cannot pile onto one
-// backend. The winner is found in one scan (the highest-scoring backend
-// under its bound), without sorting; one exists since the bounds sum to more
-// than the total.
+// Bounded load: a backend is skipped in favour of the next in score order
+// only when taking the connection would put it over both
+// ceil(BoundedLoad * share) and ceil(share) + MinExcess, where share is its
+// weighted share (total+1) * weight / totalWeight of the pool's connections.
+// The factor keeps a hot address range from piling onto one backend of a
+// busy pool (HAProxy hash-balance-factor, Envoy hash_balance_factor); the
+// floor keeps a near-idle pool, whose mean is tiny, from spilling one
+// client's own connections, and keeps the edges of a fleet, each counting
+// only its own connections, in agreement under normal load. The winner is
+// found in one scan (the highest-scoring backend under its bound), without
+// sorting; one exists since the bounds sum to more than the total.
 func (p *Pool) rendezvous(s *Snapshot, ip netip.Addr, tried []*Backend) *Backend {
 	var total, wsum, w0 int64
 	n := 0
@@ -201,8 +206,9 @@ func (p *Pool) rendezvous(s *Snapshot, ip netip.Addr, tried []*Backend) *Backend
 	if n == 0 {
 		return nil
 	}
-	perWeight := math.Inf(1)
-	if !math.IsInf(p.boundedLoad, 1) && n > 1 {
+	bounded := !math.IsInf(p.boundedLoad, 1) && n > 1
+	var perWeight float64
+	if bounded {
 		perWeight = p.boundedLoad * float64(total+1) / float64(wsum)
 	}
 	ipHash := hashAddr(ip)
@@ -228,7 +234,7 @@ func (p *Pool) rendezvous(s *Snapshot, ip netip.Addr, tried []*Backend) *Backend
 		if score > bestAnyScore {
 			bestAny, bestAnyScore = b, score
 		}
-		if float64(b.Active()) >= math.Ceil(perWeight*float64(w)) {
+		if a := b.Active(); bounded && float64(a) >= math.Ceil(perWeight*float64(w)) && a >= p.floorLimit(total+1, w, wsum) {
 			continue
 		}
 		if score > bestScore {
@@ -240,4 +246,26 @@ func (p *Pool) rendezvous(s *Snapshot, ip netip.Addr, tried []*Backend) *Backend
 		return bestAny
 	}
 	return best
+}
+
+// floorLimit is ceil(total * w / wsum) + p.minExcess, the floor of a
+// backend's load bound, in exact integer arithmetic (saturating), so every
+// edge computes the same value.
+func (p *Pool) floorLimit(total, w, wsum int64) int64 {
+	hi, lo := bits.Mul64(uint64(total), uint64(w))
+	if hi != 0 {
+		return math.MaxInt64
+	}
+	share := int64(lo/uint64(wsum)) + boolInt(lo%uint64(wsum) != 0)
+	if share < 0 || share > math.MaxInt64-p.minExcess {
+		return math.MaxInt64
+	}
+	return share + p.minExcess
+}
+
+func boolInt(b bool) int64 {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -69,6 +69,20 @@ const MinCookieKeyLen = 16
 // PoolOptions.BoundedLoad is zero.
 const DefaultBoundedLoad = 1.25
 
+// DefaultMinExcess is the ClientIP floor used when PoolOptions.MinExcess is
+// zero: a backend is passed over only once it carries more than this many
+// connections beyond its weighted share. 64 lets one address (a NATed
+// office, a browser with several tabs) hold dozens of connections on a
+// near-idle pool without spilling, and is far above what the hash's own
+// unevenness puts on a backend before the factor takes over (a share of
+// 256 connections, where 25% of it is 64), so edges of a fleet, each seeing
+// only its own counts, agree on every address under normal load.
+const DefaultMinExcess = 64
+
+// NoMinExcess, as PoolOptions.MinExcess, leaves the bound to the factor
+// alone (the bound of Mirrokni et al.).
+const NoMinExcess = -1
+
 // DefaultEjectCooldown is used when EjectOptions.Failures is set and
 // Cooldown is zero.
 const DefaultEjectCooldown = 30 * time.Second
@@ -105,12 +119,20 @@ type PoolOptions struct {
 	Name string // names the pool in errors; also binds cookie values to the pool
 	// Mode is how Pick chooses; see Pick for the order of choice.
 	Mode Mode
-	// BoundedLoad is the ClientIP load bound: a backend is skipped while its
-	// active connections reach BoundedLoad times its weighted share of the
-	// pool's connections (consistent hashing with bounded loads, Mirrokni,
-	// Thorup and Zadimoghaddam 2016). 0 means DefaultBoundedLoad; otherwise
+	// BoundedLoad is the ClientIP load factor: a backend is skipped while
+	// its active connections reach BoundedLoad times its weighted share of
+	// the pool's connections (consistent hashing with bounded loads,
+	// Mirrokni, Thorup and Zadimoghaddam 2016), and also its share plus
+	// MinExcess. 0 means DefaultBoundedLoad; otherwise
 	// it must be >= 1, and math.Inf(1) disables the bound.
-	BoundedLoad        float64
+	BoundedLoad float64
+	// MinExcess is the floor under the ClientIP load bound: a backend is
+	// passed over only when its active connections would exceed both
+	// BoundedLoad times its weighted share and its share plus MinExcess.
+	// It keeps a lightly loaded pool from spilling one client's own
+	// connections. 0 means DefaultMinExcess; NoMinExcess (any negative
+	// value) means none.
+	MinExcess          int64
 	MaxConnsPerBackend int64 // 0 means unlimited
 	// Eject configures passive ejection on failures seen on real traffic.
 	Eject EjectOptions
@@ -154,6 +176,7 @@ type Pool struct {
 	name        string
 	mode        Mode
 	boundedLoad float64
+	minExcess   int64 // >= 0
 	cfg         *backendConfig
 	rand        func() uint64 // lock-free, allocation-free; replaced in tests
 
@@ -181,6 +204,13 @@ func NewPool(opts PoolOptions) (*Pool, error) {
 		bl = DefaultBoundedLoad
 	case math.IsNaN(bl) || bl < 1:
 		errs = append(errs, fmt.Errorf("bounded load %v: must be >= 1", opts.BoundedLoad))
+	}
+	minExcess := opts.MinExcess
+	switch {
+	case minExcess == 0:
+		minExcess = DefaultMinExcess
+	case minExcess < 0:
+		minExcess = 0
 	}
 	if opts.MaxConnsPerBackend < 0 {
 		errs = append(errs, fmt.Errorf("max connections per backend %d: must be >= 0", opts.MaxConnsPerBackend))
@@ -210,6 +240,7 @@ func NewPool(opts PoolOptions) (*Pool, error) {
 		name:        opts.Name,
 		mode:        opts.Mode,
 		boundedLoad: bl,
+		minExcess:   minExcess,
 		cfg:         &backendConfig{now: now, eject: ej, maxConns: opts.MaxConnsPerBackend, startUnhealthy: opts.StartUnhealthy},
 		rand:        rand.Uint64,
 		keys:        keys,

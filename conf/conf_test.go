@@ -71,6 +71,7 @@ func TestMinimalDefaults(t *testing.T) {
 		{"cookie.path", p.Cookie.Path, "/"},
 		{"cookie.same_site", p.Cookie.SameSite, SameSiteLax},
 		{"client_ip.bounded_load", p.ClientIP.BoundedLoad, 1.25},
+		{"client_ip.min_excess", p.ClientIP.MinExcess, int64(64)},
 		{"timeouts.dial", p.Timeouts.Dial.Std(), 2 * time.Second},
 		{"timeouts.handshake", p.Timeouts.Handshake.Std(), 10 * time.Second},
 		{"timeouts.idle", p.Timeouts.Idle.Std(), time.Hour},
@@ -409,7 +410,7 @@ pools:
       - {address: 127.0.0.1:9001, id: a}
       - {address: 127.0.0.1, id: a, weight: -1}
     cookie: {same_site: sometimes, path: nope, name: "bad name"}
-    client_ip: {bounded_load: 0.9}
+    client_ip: {bounded_load: 0.9, min_excess: -1}
     retries: 11
     passive_ejection: {failures: -1}
     limits: {max_connections: -1, connection_rate: -3, connection_burst: -1, connection_rate_per_client_ip: -2}
@@ -423,6 +424,7 @@ routes: [{default: true, pool: app}]
 			`edge.yaml:8: pools[0].cookie.path: "nope" must start with /`,
 			`edge.yaml:8: pools[0].cookie.name: "bad name" is not a valid cookie name`,
 			`edge.yaml:9: pools[0].client_ip.bounded_load: 0.9 must be at least 1.0`,
+			`edge.yaml:9: pools[0].client_ip.min_excess: -1 must be between 0 and 1000000000`,
 			`edge.yaml:10: pools[0].retries: 11 is outside 0..10`,
 			`edge.yaml:11: pools[0].passive_ejection.failures: -1 must be >= 0`,
 			`edge.yaml:12: pools[0].limits.max_connections: -1 must be >= 0`,

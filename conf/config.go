@@ -329,6 +329,14 @@ type ClientIP struct {
 	// clients hashed to a full backend move to the next one in their
 	// rendezvous order. At least 1.0. Default 1.25.
 	BoundedLoad float64 `yaml:"bounded_load" default:"1.25"`
+	// MinExcess is the floor under BoundedLoad: a backend is passed over
+	// only when it would carry more than this many connections beyond its
+	// weighted share, however small the mean. It keeps one address's own
+	// connections (a NATed office, a browser's tabs) on its backend in a
+	// quiet pool, and the edges of a fleet, which count only their own
+	// connections, agreeing on every address under normal load. 0 leaves
+	// the factor alone. Default 64.
+	MinExcess int64 `yaml:"min_excess" default:"64"`
 }
 
 // Timeouts for the backend leg of a connection.

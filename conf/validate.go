@@ -17,6 +17,10 @@ import (
 // Config came from Parse or Load. It also reads secret files, so that a
 // missing key is found at start and at reload rather than on the first
 // sticky connection, and refreshes [Config.Warnings].
+// maxMinExcess bounds client_ip.min_excess: far above any real pool, so a
+// typo cannot overflow the bound arithmetic.
+const maxMinExcess = 1_000_000_000
+
 func (c *Config) Validate() error {
 	errs, warns := c.validate()
 	c.warnings = warns
@@ -343,6 +347,9 @@ func (v *validator) pool(path string, p *Pool) {
 
 	if b := p.ClientIP.BoundedLoad; math.IsNaN(b) || b < 1 {
 		v.errf(path+".client_ip.bounded_load", "%g must be at least 1.0 (1.0 is a perfect spread, more lets hashing keep more clients in place)", b)
+	}
+	if m := p.ClientIP.MinExcess; m < 0 || m > maxMinExcess {
+		v.errf(path+".client_ip.min_excess", "%d must be between 0 and %d", m, maxMinExcess)
 	}
 	if p.Balance != BalanceClientIP && v.c.src.has(path+".client_ip") {
 		v.warnf(path+".client_ip", "ignored: balance is %s, not client_ip", p.Balance)

@@ -12,7 +12,7 @@ mkdir -p "$work" bin
 command -v openssl >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssl >/dev/null; }
 
 echo "building edge, edge-backend and wsclient..."
-go build -o bin/ ./cmd/edge ./cmd/edge-backend ./cmd/wsclient
+scripts/build.sh -o bin/ ./cmd/edge ./cmd/edge-backend ./cmd/wsclient
 
 if [ ! -f "$work/cert.pem" ]; then
 	openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes \

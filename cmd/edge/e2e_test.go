@@ -38,7 +38,8 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	edgeBin = filepath.Join(dir, "edge")
-	out, err := exec.Command("go", "build", "-race", "-o", edgeBin, ".").CombinedOutput()
+	// Built by the script users run, so the tests see its version stamps.
+	out, err := exec.Command("../../scripts/build.sh", "-race", "-o", edgeBin, "./cmd/edge").CombinedOutput()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "build edge: %v\n%s", err, out)
 		os.Exit(1)
@@ -234,6 +235,20 @@ func ask(t *testing.T, c *websocket.Conn, msg string) string {
 	return string(b)
 }
 
+// checkoutRevision is the commit the tests run in, or "" outside a git
+// checkout (then the binary cannot know it either).
+func checkoutRevision(t *testing.T) string {
+	t.Helper()
+	out, err := exec.Command("git", "rev-parse", "HEAD").Output()
+	if err != nil {
+		t.Logf("not a git checkout (%v): the revision is not checked", err)
+		return ""
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// TestVersion: the binary built by scripts/build.sh names its version and
+// the commit it was built from, not "dev".
 func TestVersion(t *testing.T) {
 	out, err := exec.Command(edgeBin, "-version").CombinedOutput()
 	if err != nil {
@@ -242,6 +257,56 @@ func TestVersion(t *testing.T) {
 	if !strings.HasPrefix(string(out), "edge ") {
 		t.Errorf("got %q, want it to start with %q", out, "edge ")
 	}
+	if rev := checkoutRevision(t); rev != "" {
+		if want := "(revision " + rev + ", go"; !strings.Contains(string(out), want) {
+			t.Errorf("got %q, want it to contain %q", out, want)
+		}
+		if strings.HasPrefix(string(out), "edge dev ") {
+			t.Errorf("got %q, want the version from git describe", out)
+		}
+	}
+}
+
+// TestBuildInfoInStatusAndMetrics: /status and edge_build_info carry the
+// same version and revision as -version.
+func TestBuildInfoInStatusAndMetrics(t *testing.T) {
+	rev := checkoutRevision(t)
+	if rev == "" {
+		rev = "unknown"
+	}
+	s := newSetup(t, backends(t, "b1"), "least_conn", "")
+	startEdge(t, s.cfg)
+	for path, want := range map[string]string{
+		"/status":  `"revision": "` + rev + `"`,
+		"/metrics": `edge_build_info{goversion="go`,
+	} {
+		resp, err := http.Get("http://" + s.admin + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || !strings.Contains(string(body), want) {
+			t.Errorf("%s: got %d %q, want 200 containing %q", path, resp.StatusCode, trim(body), want)
+		}
+		if path == "/metrics" && !strings.Contains(string(body), `revision="`+rev+`",version="`) {
+			t.Errorf("/metrics: edge_build_info lacks revision %q:\n%s", rev, grepLines(string(body), "edge_build_info"))
+		}
+		if path == "/status" && strings.Contains(string(body), `"version": "dev"`) {
+			t.Errorf("/status: version is dev")
+		}
+	}
+}
+
+// grepLines returns the lines of s containing sub.
+func grepLines(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }
 
 func TestCheckListsEveryProblemWithLines(t *testing.T) {

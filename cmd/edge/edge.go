@@ -187,7 +187,16 @@ func sameSiteOf(s string) http.SameSite {
 // their *Backend and least-connections keeps its counts (traefik#13913);
 // changes to these settings take effect on restart, and reload says so.
 func balanceSettings(pc *conf.Pool) string {
-	return fmt.Sprintf("%s %v %d %+v", pc.Balance, pc.ClientIP.BoundedLoad, pc.Limits.MaxConnectionsPerBackend, pc.PassiveEjection)
+	return fmt.Sprintf("%s %v %d %d %+v", pc.Balance, pc.ClientIP.BoundedLoad, pc.ClientIP.MinExcess, pc.Limits.MaxConnectionsPerBackend, pc.PassiveEjection)
+}
+
+// minExcess maps the file's min_excess, where 0 means no floor, onto
+// balance's, where 0 means the default.
+func minExcess(n int64) int64 {
+	if n == 0 {
+		return balance.NoMinExcess
+	}
+	return n
 }
 
 func limiterOptions(pc *conf.Pool) balance.LimiterOptions {
@@ -236,6 +245,7 @@ func (e *edge) buildPool(pc *conf.Pool) (*poolEntry, error) {
 			Name:               pc.Name,
 			Mode:               mode,
 			BoundedLoad:        pc.ClientIP.BoundedLoad,
+			MinExcess:          minExcess(pc.ClientIP.MinExcess),
 			MaxConnsPerBackend: pc.Limits.MaxConnectionsPerBackend,
 			Eject: balance.EjectOptions{
 				Failures: pc.PassiveEjection.Failures,
@@ -570,11 +580,15 @@ func (e *edge) status() any {
 	}
 	out := struct {
 		Version   string         `json:"version"`
+		Revision  string         `json:"revision"`
+		GoVersion string         `json:"go_version"`
 		Active    int            `json:"active_connections"`
 		Pools     []poolStatus   `json:"pools"`
 		TLS       map[string]any `json:"tls,omitempty"`
 		Discovery any            `json:"discovery,omitempty"`
-	}{Version: versionString(), Active: e.proxy.Active(), TLS: map[string]any{}}
+	}{Active: e.proxy.Active(), TLS: map[string]any{}}
+	bi := currentBuild()
+	out.Version, out.Revision, out.GoVersion = bi.Version, bi.Revision, bi.GoVersion
 	for _, p := range e.allPools() {
 		ps := poolStatus{Name: p.Name()}
 		for _, b := range p.Snapshot().Backends {

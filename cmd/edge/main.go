@@ -20,28 +20,17 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"runtime/debug"
 	"syscall"
 
 	"github.com/edgelb/edge/conf"
 )
 
-// version is set at build time with -ldflags "-X main.version=...".
-var version = ""
-
 func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
-func versionString() string {
-	if version != "" {
-		return version
-	}
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
-		return bi.Main.Version
-	}
-	return "dev"
-}
+// versionString is the version alone, for the start-up log.
+func versionString() string { return currentBuild().Version }
 
 // run is main without os.Exit, so tests can drive the binary's logic.
 func run(args []string, stdout, stderr io.Writer) int {
@@ -54,7 +43,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	if *showVersion {
-		fmt.Fprintln(stdout, "edge", versionString())
+		fmt.Fprintln(stdout, "edge", currentBuild())
 		return 0
 	}
 	if *path == "" {

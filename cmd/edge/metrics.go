@@ -69,10 +69,19 @@ func b2f(v bool) float64 {
 }
 
 // newRegistry returns the edge's private registry with the Go and process
-// collectors (RSS per connection is a headline figure operators watch).
+// collectors (RSS per connection is a headline figure operators watch) and
+// edge_build_info.
 func newRegistry() *prometheus.Registry {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	bi := currentBuild()
+	info := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name:        "edge_build_info",
+		Help:        "Always 1; the labels say which build is running.",
+		ConstLabels: prometheus.Labels{"version": bi.Version, "revision": bi.Revision, "goversion": bi.GoVersion},
+	})
+	info.Set(1)
+	reg.MustRegister(info)
 	return reg
 }
 
