@@ -104,3 +104,26 @@ func TestSysctlFile(t *testing.T) {
 		}
 	}
 }
+
+// TestAlertRules runs promtool on the shipped alert rules: they parse, and
+// deploy/prometheus/alerts_test.yml (every alert, firing and not firing)
+// passes.
+func TestAlertRules(t *testing.T) {
+	promtool, err := exec.LookPath("promtool")
+	if err != nil {
+		if os.Getenv("EDGE_REQUIRE_INTEROP") == "1" {
+			t.Fatal("promtool is missing (Debian package prometheus); scripts/test.sh installs it")
+		}
+		t.Skip("promtool is missing (Debian package prometheus)")
+	}
+	for _, args := range [][]string{
+		{"check", "rules", "alerts.yml"},
+		{"test", "rules", "alerts_test.yml"},
+	} {
+		cmd := exec.Command(promtool, args...)
+		cmd.Dir = "deploy/prometheus"
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Errorf("promtool %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+}

@@ -17,9 +17,10 @@ command -v npm >/dev/null || need+=(npm)
 [ -x /usr/bin/chromium ] || need+=(chromium)
 command -v systemd-analyze >/dev/null || need+=(systemd)
 /usr/bin/python3 -c 'import websockets' 2>/dev/null || need+=(python3-websockets)
+command -v promtool >/dev/null || need+=(prometheus)
 if [ ${#need[@]} -gt 0 ]; then
 	echo "== installing ${need[*]} (Debian packages; a minute or two)"
-	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
 if [ ! -d internal/interop/js/node_modules/ws ] || [ ! -d internal/interop/js/node_modules/playwright-core ]; then
 	echo "== installing npm clients (ws, playwright-core) into internal/interop/js"
