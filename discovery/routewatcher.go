@@ -30,6 +30,8 @@ type RouteWatcherOptions struct {
 
 // RouteStatus is a point-in-time view of a RouteWatcher.
 type RouteStatus struct {
+	// Routes counts the valid declarations, admitted or not (see
+	// AdmitRoutes for which get a route).
 	Routes      int       `json:"routes"`
 	LastIndex   uint64    `json:"last_index"`
 	LastContact time.Time `json:"last_contact"`
