@@ -15,7 +15,7 @@ import (
 )
 
 // registrySetup writes a config with static pools for the file's routes
-// and the Consul agent, then starts edge. routes is the YAML list of the
+// and the Consul agent (edge is not started). routes is the YAML list of the
 // file's routes over pools named after the backends' IDs; policy goes
 // under consul.routes.
 func registrySetup(t *testing.T, agent *consultest.Agent, files []*testbackend.Server, routes, policy string) *setup {
