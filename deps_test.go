@@ -19,10 +19,11 @@ func TestImportRules(t *testing.T) {
 		noStdNet bool     // forbid net/http (pure logic)
 	}{
 		{pkg: "balance", noStdNet: true},
-		{pkg: "conf"},
+		{pkg: "internal/hostname", noStdNet: true},
+		{pkg: "conf", ours: []string{"internal/hostname"}},
 		{pkg: "tls"},
-		{pkg: "proxy", ours: []string{"balance"}},
-		{pkg: "discovery", ours: []string{"balance"}},
+		{pkg: "proxy", ours: []string{"balance", "internal/hostname"}},
+		{pkg: "discovery", ours: []string{"balance", "internal/hostname"}},
 		{pkg: "health", ours: []string{"balance"}},
 	}
 	for _, r := range rules {

@@ -183,10 +183,10 @@ func minimalWith(top, pool string) string {
 	return s
 }
 
-func TestHostsLowerCasedAndPrefixDefault(t *testing.T) {
+func TestHostsCanonicalAndPrefixDefault(t *testing.T) {
 	c := mustParse(t, `listeners: [{address: 127.0.0.1:8080}]
 pools: [{name: app, backends: [{address: 127.0.0.1:9001}]}]
-routes: [{hosts: [Chat.Example.COM, "*.Example.com"], pool: app}]
+routes: [{hosts: [Chat.Example.COM, "*.Example.com."], pool: app}]
 `)
 	r := c.Routes[0]
 	if want := []string{"chat.example.com", "*.example.com"}; !slices.Equal(r.Hosts, want) {
@@ -399,6 +399,20 @@ routes:
 			`edge.yaml:8: routes[0].hosts[3]: "*" has a wildcard other than`,
 			`edge.yaml:11: routes[1].path_prefix: "api" must start with /`,
 			`edge.yaml:14: routes[3].hosts[0]: "ok.example.com" with path_prefix "/" is already routed by routes[2] (line 13)`,
+		}},
+		{"hosts compared canonical; consul route hosts checked", `listeners: [{address: 127.0.0.1:8080}]
+pools: [{name: app, backends: [{address: 127.0.0.1:9001}]}]
+routes:
+  - {hosts: [chat.example.com.], pool: app}
+  - {hosts: [Chat.Example.COM], pool: app}
+consul:
+  routes:
+    allowed_hosts: ["*.apps.example.com", "a.*.example.com", "x.example.com:80", "bücher.example"]
+`, []string{
+			`edge.yaml:5: routes[1].hosts[0]: "chat.example.com" with path_prefix "/" is already routed by routes[0] (line 4)`,
+			`edge.yaml:8: consul.routes.allowed_hosts[1]: "a.*.example.com" has a wildcard other than a leading "*."`,
+			`edge.yaml:8: consul.routes.allowed_hosts[2]: "x.example.com:80" is not a host name: hosts match without a port`,
+			`edge.yaml:8: consul.routes.allowed_hosts[3]: "bücher.example" is not a valid host name`,
 		}},
 		{"route without pool", minimal[:len(minimal)-len("routes: [{default: true, pool: app}]\n")] + "routes: [{default: true}]\n",
 			[]string{`edge.yaml:3: routes[0].pool: required`}},

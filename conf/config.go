@@ -431,6 +431,25 @@ type Consul struct {
 	CAFile string `yaml:"ca_file"`
 	// Register registers edge itself as a Consul service.
 	Register ConsulRegister `yaml:"register"`
+	// Routes says which routes services may declare for themselves in the
+	// registry (edge.host and edge.path tags).
+	Routes ConsulRoutes `yaml:"routes"`
+}
+
+// ConsulRoutes bounds the routes services declare in the registry. They are
+// off by default: more people can register a service than can edit this
+// file. Whatever is allowed here, a declaration never takes a host the
+// file's routes match (exactly or by a wildcard), nor a path the file routes
+// for any host, nor the default route for hosts nobody declared.
+type ConsulRoutes struct {
+	// AllowedHosts are the hosts a declaration may claim: exact names or
+	// "*.domain" (which also allows declared "*.sub.domain"). Default
+	// empty: no declaration with edge.host is accepted.
+	AllowedHosts []string `yaml:"allowed_hosts"`
+	// AllowAnyHost accepts declarations without edge.host: they match any
+	// host the file's routes do not, ahead of the default route. Default
+	// false.
+	AllowAnyHost bool `yaml:"allow_any_host"`
 }
 
 // ConsulRegister configures self-registration.

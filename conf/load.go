@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/edgelb/edge/internal/hostname"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -172,8 +173,8 @@ func setDefault(v reflect.Value, s string) {
 	}
 }
 
-// fill sets the defaults that depend on other values, and normalises host
-// names to lower case.
+// fill sets the defaults that depend on other values, and puts host names
+// in the canonical form every part of edge compares (hostname.Canonical).
 func (c *Config) fill() {
 	for i := range c.Listeners {
 		if c.Listeners[i].Name == "" && !c.src.has(index("listeners", i)+".name") {
@@ -186,8 +187,11 @@ func (c *Config) fill() {
 			r.PathPrefix = "/"
 		}
 		for j, h := range r.Hosts {
-			r.Hosts[j] = strings.ToLower(h)
+			r.Hosts[j] = hostname.Canonical(h)
 		}
+	}
+	for j, h := range c.Consul.Routes.AllowedHosts {
+		c.Consul.Routes.AllowedHosts[j] = hostname.Canonical(h)
 	}
 	for i := range c.Pools {
 		p := &c.Pools[i]

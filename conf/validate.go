@@ -1,6 +1,7 @@
 package conf
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"net"
@@ -10,6 +11,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/edgelb/edge/internal/hostname"
 )
 
 // Validate checks the whole configuration and returns an *Errors listing
@@ -250,20 +253,20 @@ func (v *validator) routes(pools map[string]int) map[string]bool {
 	return used
 }
 
-// checkHostPattern accepts an exact DNS name or "*.domain"; it returns
-// what is wrong otherwise.
+// checkHostPattern accepts an exact DNS name or "*.domain" (see
+// hostname.Pattern); it returns what is wrong otherwise.
 func checkHostPattern(h string) string {
-	name := strings.TrimPrefix(h, "*.")
-	if strings.Contains(name, "*") {
-		return "has a wildcard other than a leading \"*.\""
-	}
-	if strings.Contains(name, ":") {
+	_, err := hostname.Pattern(h)
+	switch {
+	case err == nil:
+		return ""
+	case errors.Is(err, hostname.ErrWildcard):
+		return err.Error()
+	case errors.Is(err, hostname.ErrPort):
 		return "is not a host name: hosts match without a port"
+	default:
+		return "is not a valid host name: it " + err.Error()
 	}
-	if !isDNSName(name) {
-		return "is not a valid host name"
-	}
-	return ""
 }
 
 func isDNSName(s string) bool {
@@ -448,6 +451,11 @@ func (v *validator) consul() {
 	v.file("consul.ca_file", c.CAFile, false)
 	if c.Register.Enabled && c.Register.Service == "" {
 		v.errf("consul.register.service", "required when register is enabled")
+	}
+	for i, h := range c.Routes.AllowedHosts {
+		if msg := checkHostPattern(h); msg != "" {
+			v.errf(index("consul.routes.allowed_hosts", i), "%q %s", h, msg)
+		}
 	}
 }
 

@@ -404,6 +404,14 @@ func TestRouteWatcher(t *testing.T) {
 		for {
 			select {
 			case got = <-routes:
+				// Registered is the catalog's CreateIndex: set, but
+				// not predictable.
+				for i := range got {
+					if got[i].Registered == 0 {
+						t.Fatalf("route %+v without its registration index", got[i])
+					}
+					got[i].Registered = 0
+				}
 				if reflect.DeepEqual(got, wantRoutes) {
 					return
 				}

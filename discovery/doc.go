@@ -58,18 +58,31 @@
 //	meta edge-route-host, edge-route-path, edge-route-sticky, edge-route-max-conns
 //	tag  edge                                              (marker for meta-only declarations)
 //
-// A declaration needs a host or a path. Unknown edge.* keys, bad values and
-// conflicting values are errors: ParseRouteDecl reports them, RouteWatcher
-// ignores that declaration (keeping the service's previous valid one, if any)
-// and lists the problem in RouteStatus.Warnings; nothing panics. All instances
-// of a service that declare a route must declare the same one. When two
-// services claim the same host and path prefix, the smaller service name
-// wins.
+// A declaration needs a host or a path. Hosts are put in the canonical form
+// of internal/hostname (ASCII lower case, no trailing dot), the same as the
+// file's and the request's. Unknown edge.* keys, bad values and conflicting
+// values are errors: ParseRouteDecl reports them, RouteWatcher ignores that
+// declaration (keeping the service's previous valid one, if any) and lists
+// the problem in RouteStatus.Warnings; nothing panics. All instances of a
+// service that declare a route must declare the same one. RouteWatcher
+// reports every valid declaration, with Registered set to the lowest Consul
+// CreateIndex of the service's instances.
 //
-// Precedence: routes from the configuration file win. When a file route and
-// a declared route claim the same host and path prefix (RouteDecl.Matches),
-// the declared route is dropped whole, so the registry can add routes but
-// never take over one an operator wrote down.
+// Admission (AdmitRoutes, a pure function of the declarations, the file's
+// RoutePolicy and the routes held so far) decides which declarations get a
+// route; each is admitted or refused whole, and a refusal never blocks the
+// others, a reload or a later registry change. Declared routes are off
+// unless the file allows them: a declared host must be covered by
+// consul.routes.allowed_hosts, and a declaration without a host needs
+// consul.routes.allow_any_host. The file always wins: a declaration is
+// refused when a host of it is a host the file routes or lies under a
+// wildcard of the file (whatever its path), or when its path lies under a
+// prefix the file routes for any host, so the registry can add routes but
+// never take over one an operator wrote down; the proxy matches the file's
+// routes first on every request as well. When two services claim the same
+// host and path prefix, the holder keeps it while it declares it, and
+// otherwise the older registration (lower Registered) wins; a newcomer
+// cannot win by its name, which only breaks a tie of equal indexes.
 //
 // # Self-registration and client
 //

@@ -6,6 +6,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/edgelb/edge/internal/hostname"
 )
 
 // Route declarations: a service can ask edge for a route of its own. The
@@ -21,7 +23,10 @@ import (
 //
 // A declaration needs at least a host or a path: a service that only says
 // edge.sticky=cookie must not become a catch-all route. Keys are
-// case-insensitive, values are trimmed, hosts are lower-cased. Unknown edge.*
+// case-insensitive, values are trimmed, hosts are put in canonical form
+// (hostname.Pattern: lower case, no trailing dot), the same as the file's
+// and the request's, so a collision is seen here and not only by the
+// proxy. Unknown edge.*
 // tags or edge-route-* meta keys are errors (a typo such as "edge.hots" should
 // be visible, not silently ignored). A key given twice with different values,
 // by tags or by tag and meta, is an error; hosts accumulate.
@@ -47,7 +52,8 @@ type RouteDecl struct {
 	// Service is the Consul service that declared it; set by RouteWatcher,
 	// empty from ParseRouteDecl.
 	Service string `json:"service"`
-	// Hosts are lower-cased and sorted; empty means any host.
+	// Hosts are canonical (hostname.Pattern) and sorted; empty means any
+	// host.
 	Hosts []string `json:"hosts,omitempty"`
 	// PathPrefix starts with "/"; "/" when only hosts were declared.
 	PathPrefix string `json:"path_prefix"`
@@ -56,6 +62,11 @@ type RouteDecl struct {
 	Sticky string `json:"sticky,omitempty"`
 	// MaxConns caps the pool's connections; 0 means not declared.
 	MaxConns int64 `json:"max_conns,omitempty"`
+	// Registered is the lowest Consul CreateIndex of the service's
+	// instances: when the oldest of them entered the catalog. It orders
+	// services that claim the same route (AdmitRoutes) and survives a
+	// restart of edge. Set by RouteWatcher; 0 from ParseRouteDecl.
+	Registered uint64 `json:"registered_index,omitempty"`
 }
 
 // Declared reports whether d declares a route at all.
@@ -79,7 +90,7 @@ func (d RouteDecl) Matches() []string {
 }
 
 func (d RouteDecl) equal(o RouteDecl) bool {
-	if d.Service != o.Service || d.PathPrefix != o.PathPrefix || d.Sticky != o.Sticky || d.MaxConns != o.MaxConns || len(d.Hosts) != len(o.Hosts) {
+	if d.Service != o.Service || d.Registered != o.Registered || d.PathPrefix != o.PathPrefix || d.Sticky != o.Sticky || d.MaxConns != o.MaxConns || len(d.Hosts) != len(o.Hosts) {
 		return false
 	}
 	for i := range d.Hosts {
@@ -194,28 +205,15 @@ func ParseRouteDecl(tags []string, meta map[string]string) (RouteDecl, error) {
 	return d, nil
 }
 
-// parseRouteHost accepts a DNS name or "*.suffix", without port.
+// parseRouteHost accepts a DNS name or "*.suffix", without port, and
+// returns its canonical form.
 func parseRouteHost(h string) (string, error) {
-	h = strings.ToLower(strings.TrimSpace(h))
-	name := h
-	if strings.HasPrefix(h, "*.") {
-		name = h[2:]
+	h = strings.TrimSpace(h)
+	c, err := hostname.Pattern(h)
+	if err != nil {
+		return "", fmt.Errorf("host %q: %w", h, err)
 	}
-	if name == "" || len(h) > 253 {
-		return "", fmt.Errorf("host %q: empty or too long", h)
-	}
-	for _, label := range strings.Split(name, ".") {
-		if label == "" || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' {
-			return "", fmt.Errorf("host %q: bad label %q", h, label)
-		}
-		for i := 0; i < len(label); i++ {
-			c := label[i]
-			if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
-				return "", fmt.Errorf("host %q: character %q not allowed", h, c)
-			}
-		}
-	}
-	return h, nil
+	return c, nil
 }
 
 // parseRoutePath accepts an absolute path prefix of visible ASCII, without

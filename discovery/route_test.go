@@ -2,9 +2,11 @@ package discovery
 
 import (
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/edgelb/edge/internal/hostname"
 	"github.com/hashicorp/consul/api"
 )
 
@@ -56,10 +58,18 @@ func TestParseRouteDecl(t *testing.T) {
 		{name: "relative path", tags: []string{"edge.path=ws"}, wantErr: "must start with /"},
 		{name: "path with query", tags: []string{"edge.path=/ws?x=1"}, wantErr: "not allowed"},
 		{name: "path with dot segment", tags: []string{"edge.path=/a/../b"}, wantErr: "dot segments"},
-		{name: "host with port", tags: []string{"edge.host=chat.example.com:443"}, wantErr: "not allowed"},
+		{
+			name: "hosts canonical: case and trailing dot, as in the file and the request",
+			tags: []string{"edge.host=Chat.Example.COM.", "edge.host=chat.example.com"},
+			want: RouteDecl{Hosts: []string{"chat.example.com"}, PathPrefix: "/"},
+		},
+		{name: "host with port", tags: []string{"edge.host=chat.example.com:443"}, wantErr: "has a port"},
+		{name: "host with percent-encoding", tags: []string{"edge.host=ch%61t.example.com"}, wantErr: "character"},
+		{name: "host not ASCII (write the A-label)", tags: []string{"edge.host=b\u00fccher.example"}, wantErr: "character"},
+		{name: "host with two trailing dots", tags: []string{"edge.host=chat.example.com.."}, wantErr: "empty label"},
 		{name: "empty host", tags: []string{"edge.host="}, wantErr: "empty"},
-		{name: "host with empty label", tags: []string{"edge.host=a..b"}, wantErr: "bad label"},
-		{name: "inner wildcard", tags: []string{"edge.host=a.*.com"}, wantErr: "not allowed"},
+		{name: "host with empty label", tags: []string{"edge.host=a..b"}, wantErr: "empty label"},
+		{name: "inner wildcard", tags: []string{"edge.host=a.*.com"}, wantErr: "wildcard"},
 		{name: "all errors reported", tags: []string{"edge.hots=x", "edge.path=ws"}, wantErr: "hots"},
 	}
 	for _, tt := range tests {
@@ -95,6 +105,10 @@ func FuzzParseRouteDecl(f *testing.F) {
 	f.Add("edge.hots=x", "edge.host", "edge-route-host", "a..b\x00")
 	// Unrelated tags and meta.
 	f.Add("v1", "primary", "version", "3")
+	// Spellings of one host that only normalisation makes equal.
+	f.Add("edge.host=Chat.Example.COM.", "edge.host=chat.example.com", "edge-route-host", "CHAT.example.com")
+	// A wildcard, a port, an IPv6 literal, a U-label, percent-encoding.
+	f.Add("edge.host=*.Apps.example.com.", "edge.host=a.example.com:80", "edge-route-host", "[::1],b\u00fccher.example,%41.example")
 	f.Fuzz(func(t *testing.T, tag1, tag2, metaKey, metaValue string) {
 		d, err := ParseRouteDecl([]string{tag1, tag2}, map[string]string{metaKey: metaValue})
 		if err != nil {
@@ -113,6 +127,23 @@ func FuzzParseRouteDecl(f *testing.F) {
 			if h == "" || strings.ContainsAny(h, " /:,") || h != strings.ToLower(h) {
 				t.Fatalf("host %q is not a clean lower-case name", h)
 			}
+			if c, err := hostname.Pattern(h); err != nil || c != h {
+				t.Fatalf("host %q is not canonical: Pattern gives %q, %v", h, c, err)
+			}
+		}
+		// Whatever the spelling in the file, a file host equal to a
+		// declared one takes the declaration out, and so does a file
+		// route for any host at "/".
+		if len(d.Hosts) > 0 {
+			fileHost := strings.ToUpper(d.Hosts[0]) + "."
+			policy := RoutePolicy{AllowedHosts: d.Hosts, File: []FileRoute{{Hosts: []string{fileHost}, PathPrefix: "/"}}}
+			if got, refused := AdmitRoutes([]RouteDecl{d}, policy, nil); len(got) != 0 || len(refused) != 1 {
+				t.Fatalf("declaration %+v beside file host %q: admitted %+v, refused %+v", d, fileHost, got, refused)
+			}
+		}
+		anyHost := RoutePolicy{AllowedHosts: []string{"*.example.com"}, AllowAnyHost: true, File: []FileRoute{{PathPrefix: "/"}}}
+		if got, _ := AdmitRoutes([]RouteDecl{d}, anyHost, nil); len(got) != 0 {
+			t.Fatalf("declaration %+v admitted under a file route for any host at /", d)
 		}
 		switch d.Sticky {
 		case "", StickyNone, StickyCookie, StickyClientIP:
@@ -162,22 +193,101 @@ func TestServiceDecl(t *testing.T) {
 	}
 }
 
-func TestMergeRoutes(t *testing.T) {
-	decls := map[string]RouteDecl{
-		"beta":  {Service: "beta", Hosts: []string{"a.example.com", "b.example.com"}, PathPrefix: "/"},
-		"alpha": {Service: "alpha", Hosts: []string{"b.example.com"}, PathPrefix: "/"},
-		"gamma": {Service: "gamma", Hosts: []string{"b.example.com"}, PathPrefix: "/ws"},
-		"delta": {Service: "delta", PathPrefix: "/api"},
+// TestAdmitRoutesConflicts: between services claiming the same host and
+// path prefix, the older registration keeps it, whatever the names; a
+// service holding a route keeps it while it declares it; losers are
+// refused whole, with a reason naming the owner.
+func TestAdmitRoutesConflicts(t *testing.T) {
+	all := RoutePolicy{AllowedHosts: []string{"*.example.com"}, AllowAnyHost: true}
+	decls := []RouteDecl{
+		{Service: "zzz-legit", Hosts: []string{"chat.example.com"}, PathPrefix: "/", Registered: 10},
+		{Service: "aaa-evil", Hosts: []string{"chat.example.com"}, PathPrefix: "/", Registered: 20},
+		{Service: "beta", Hosts: []string{"a.example.com", "b.example.com"}, PathPrefix: "/", Registered: 40},
+		{Service: "alpha", Hosts: []string{"b.example.com"}, PathPrefix: "/", Registered: 30},
+		{Service: "gamma", Hosts: []string{"b.example.com"}, PathPrefix: "/ws", Registered: 50},
+		{Service: "delta", PathPrefix: "/api", Registered: 60},
 	}
-	got, warns := mergeRoutes(decls)
-	var names []string
-	for _, d := range got {
-		names = append(names, d.Service)
+	got, refused := AdmitRoutes(decls, all, nil)
+	if names := services(got); !reflect.DeepEqual(names, []string{"delta", "alpha", "gamma", "zzz-legit"}) {
+		t.Errorf("admitted: got %v, want delta, alpha, gamma, zzz-legit", names)
 	}
-	if want := []string{"delta", "alpha", "gamma"}; !reflect.DeepEqual(names, want) {
-		t.Errorf("routes: got %v, want %v", names, want)
+	if len(refused) != 2 || refused[0].Service != "aaa-evil" || !strings.Contains(refused[0].Reason, `"zzz-legit"`) ||
+		refused[1].Service != "beta" || !strings.Contains(refused[1].Reason, `"alpha"`) {
+		t.Errorf("refused: got %+v, want aaa-evil (owner zzz-legit) and beta (owner alpha)", refused)
 	}
-	if len(warns) != 1 || !strings.Contains(warns[0], `"beta"`) {
-		t.Errorf("warnings: got %v, want one about beta", warns)
+
+	// The holder keeps its route even when an older registration claims
+	// it later (its instances all re-registered, say); a holder that
+	// changes its route competes again like anyone else.
+	held := got
+	decls = append(decls, RouteDecl{Service: "old", Hosts: []string{"chat.example.com"}, PathPrefix: "/", Registered: 1})
+	got, refused = AdmitRoutes(decls, all, held)
+	if names := services(got); !slices.Contains(names, "zzz-legit") || slices.Contains(names, "old") {
+		t.Errorf("admitted with holders: got %v, want zzz-legit kept and old refused", names)
 	}
+	if got2, _ := AdmitRoutes(decls, all, nil); !slices.Contains(services(got2), "old") {
+		t.Errorf("admitted without holders: got %v, want the oldest registration, old", services(got2))
+	}
+	_ = refused
+
+	// Two spellings of one host collide.
+	got, refused = AdmitRoutes([]RouteDecl{
+		{Service: "a", Hosts: []string{"Chat.Example.com."}, PathPrefix: "/", Registered: 1},
+		{Service: "b", Hosts: []string{"chat.example.com"}, PathPrefix: "/", Registered: 2},
+	}, all, nil)
+	if len(got) != 1 || len(refused) != 1 || refused[0].Service != "b" {
+		t.Errorf("spellings of one host: admitted %+v, refused %+v", got, refused)
+	}
+}
+
+// TestAdmitRoutesPolicy: what the file allows and what it keeps for itself.
+func TestAdmitRoutesPolicy(t *testing.T) {
+	file := []FileRoute{
+		{Hosts: []string{"chat.example.com"}, PathPrefix: "/ws"},
+		{Hosts: []string{"*.corp.example.com"}, PathPrefix: "/"},
+		{PathPrefix: "/metrics"},
+	}
+	policy := RoutePolicy{AllowedHosts: []string{"*.example.com", "exact.example.org"}, File: file}
+	for _, tt := range []struct {
+		name   string
+		decl   RouteDecl
+		reason string // "" = admitted
+	}{
+		{"allowed wildcard", RouteDecl{Hosts: []string{"new.example.com"}, PathPrefix: "/"}, ""},
+		{"allowed exact", RouteDecl{Hosts: []string{"exact.example.org"}, PathPrefix: "/"}, ""},
+		{"allowed declared wildcard below an allowed one", RouteDecl{Hosts: []string{"*.team.example.com"}, PathPrefix: "/"}, ""},
+		{"host outside the list", RouteDecl{Hosts: []string{"evil.example.net"}, PathPrefix: "/"}, "not in consul.routes.allowed_hosts"},
+		{"one host outside refuses the whole declaration", RouteDecl{Hosts: []string{"evil.example.net", "ok.example.com"}, PathPrefix: "/"}, "not in"},
+		{"wildcard wider than allowed", RouteDecl{Hosts: []string{"*.org"}, PathPrefix: "/"}, "not in"},
+		{"exact allowed name allows no names below it", RouteDecl{Hosts: []string{"a.exact.example.org"}, PathPrefix: "/"}, "not in"},
+		{"sub-path of a file host", RouteDecl{Hosts: []string{"chat.example.com"}, PathPrefix: "/api"}, "routed by the file"},
+		{"file host in another spelling", RouteDecl{Hosts: []string{"CHAT.example.com."}, PathPrefix: "/"}, "routed by the file"},
+		{"exact host under a file wildcard", RouteDecl{Hosts: []string{"x.corp.example.com"}, PathPrefix: "/"}, "routed by the file"},
+		{"wildcard under a file wildcard", RouteDecl{Hosts: []string{"*.a.corp.example.com"}, PathPrefix: "/"}, "routed by the file"},
+		{"path the file routes for any host", RouteDecl{Hosts: []string{"new.example.com"}, PathPrefix: "/metrics/x"}, "for any host"},
+		{"no host, not allowed", RouteDecl{PathPrefix: "/"}, "allow_any_host is off"},
+	} {
+		got, refused := AdmitRoutes([]RouteDecl{tt.decl}, policy, nil)
+		switch {
+		case tt.reason == "" && (len(got) != 1 || len(refused) != 0):
+			t.Errorf("%s: admitted %+v, refused %+v; want admitted", tt.name, got, refused)
+		case tt.reason != "" && (len(got) != 0 || len(refused) != 1 || !strings.Contains(refused[0].Reason, tt.reason)):
+			t.Errorf("%s: admitted %+v, refused %+v; want refused for %q", tt.name, got, refused, tt.reason)
+		}
+	}
+	if got, _ := AdmitRoutes([]RouteDecl{{Hosts: []string{"a.example.com"}, PathPrefix: "/"}}, RoutePolicy{}, nil); len(got) != 0 {
+		t.Errorf("zero policy admitted %+v; declared routes must be off by default", got)
+	}
+	anyHost := RoutePolicy{AllowAnyHost: true, File: file}
+	if got, _ := AdmitRoutes([]RouteDecl{{PathPrefix: "/api"}}, anyHost, nil); len(got) != 1 {
+		t.Errorf("allow_any_host: a declaration without host was refused")
+	}
+}
+
+func services(ds []RouteDecl) []string {
+	var out []string
+	for _, d := range ds {
+		out = append(out, d.Service)
+	}
+	return out
 }

@@ -18,7 +18,9 @@ type RouteWatcherOptions struct {
 	Client     *api.Client // required
 	Datacenter string
 	// OnChange receives the full, sorted list of declared routes after the
-	// first successful listing and whenever it changes. It runs on Run's
+	// first successful listing and whenever it changes: every service's
+	// valid declaration, overlapping or not. Which of them get a route is
+	// AdmitRoutes' decision, under the file's RoutePolicy. It runs on Run's
 	// goroutine and should not block for long. Required.
 	OnChange func([]RouteDecl)
 	// WaitTime, MinBackoff and MaxBackoff as in WatcherOptions.
@@ -28,13 +30,15 @@ type RouteWatcherOptions struct {
 
 // RouteStatus is a point-in-time view of a RouteWatcher.
 type RouteStatus struct {
+	// Routes counts the valid declarations, admitted or not (see
+	// AdmitRoutes for which get a route).
 	Routes      int       `json:"routes"`
 	LastIndex   uint64    `json:"last_index"`
 	LastContact time.Time `json:"last_contact"`
 	LastError   string    `json:"last_error,omitempty"`
-	// Warnings lists malformed or conflicting declarations, one per line;
-	// those declarations are ignored (a service keeps its previous valid
-	// declaration, if it had one).
+	// Warnings lists malformed declarations and services whose instances
+	// disagree, one per line; those declarations are ignored (a service
+	// keeps its previous valid declaration, if it had one).
 	Warnings []string `json:"warnings,omitempty"`
 }
 
@@ -163,8 +167,11 @@ func (r *RouteWatcher) round(ctx context.Context) (err error) {
 			decls[name] = d
 		}
 	}
-	routes, w := mergeRoutes(decls)
-	warns = append(warns, w...)
+	routes := make([]RouteDecl, 0, len(decls))
+	for _, d := range decls {
+		routes = append(routes, d)
+	}
+	sortRoutes(routes)
 
 	r.index = next
 	r.prev = decls
@@ -209,15 +216,22 @@ func declaresRoute(tags []string) bool {
 // serviceDecl combines the declarations of a service's instances. Instances
 // that declare nothing abstain; malformed ones are ignored with a warning;
 // the rest must agree, or the service's declaration is unusable (ok false).
+// The declaration's Registered is the lowest CreateIndex of all the
+// service's instances: the catalog's own record of when the service
+// arrived, which a newcomer cannot choose.
 func serviceDecl(name string, insts []*api.CatalogService) (RouteDecl, bool, []string) {
 	var (
 		warns []string
 		got   *RouteDecl
 		bad   bool
 	)
+	var registered uint64
 	for _, in := range insts {
 		if in == nil {
 			continue
+		}
+		if registered == 0 || in.CreateIndex < registered {
+			registered = in.CreateIndex
 		}
 		d, err := ParseRouteDecl(in.ServiceTags, in.ServiceMeta)
 		if err != nil {
@@ -239,43 +253,8 @@ func serviceDecl(name string, insts []*api.CatalogService) (RouteDecl, bool, []s
 	if got == nil {
 		return RouteDecl{}, !bad, warns
 	}
+	got.Registered = registered
 	return *got, true, warns
-}
-
-// mergeRoutes sorts the declarations and resolves overlaps: when two
-// services claim the same host and path prefix, the service with the smaller
-// name keeps its declaration and the other's is dropped whole, with a warning.
-func mergeRoutes(decls map[string]RouteDecl) ([]RouteDecl, []string) {
-	names := make([]string, 0, len(decls))
-	for name := range decls {
-		names = append(names, name)
-	}
-	sort.Strings(names)
-	var (
-		out   []RouteDecl
-		warns []string
-		owner = map[string]string{}
-	)
-	for _, name := range names {
-		d := decls[name]
-		conflict := ""
-		for _, m := range d.Matches() {
-			if o, ok := owner[m]; ok {
-				conflict = fmt.Sprintf("service %q: route %s already declared by %q", name, m, o)
-				break
-			}
-		}
-		if conflict != "" {
-			warns = append(warns, conflict)
-			continue
-		}
-		for _, m := range d.Matches() {
-			owner[m] = name
-		}
-		out = append(out, d)
-	}
-	sortRoutes(out)
-	return out, warns
 }
 
 func sortRoutes(r []RouteDecl) {

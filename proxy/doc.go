@@ -89,6 +89,13 @@
 // Known limit: crypto/tls never shrinks its read buffer, so a connection
 // that once received a 16 KiB record keeps that much.
 //
+// Routes from the registry (Route.Declared) form a tier of their own: a
+// request is matched against the file's routes first, the declared ones
+// only for a host no file route names (exactly or by a wildcard), the
+// default route last. A declared route that does not compile is left out
+// and never fails SetRoutes, so the registry cannot block the file's routes.
+// Hosts are compared in internal/hostname's canonical form on both sides.
+//
 // Unknown hosts without a default route are answered 421 Misdirected Request
 // (RFC 9110 §15.5.20): the request reached a server that is not configured
 // for that authority, and it is never sent to an arbitrary backend.

@@ -3,20 +3,42 @@ package proxy
 import (
 	"errors"
 	"fmt"
-	"net"
 	"path"
 	"sort"
 	"strings"
+
+	"github.com/edgelb/edge/internal/hostname"
 )
 
 // routeTable is the immutable, compiled form of a route list. SetRoutes
 // builds a new one and publishes it with one atomic store.
+//
+// Routes come in two tiers: the file's (the operator's) and those declared
+// in the registry (Route.Declared). A request is matched against the file's
+// routes first, whole; the declared ones are tried only for a host that no
+// file route names, exactly or by a wildcard; the default route comes last.
+// So a declared route can never take a host the file routes, any path under
+// it, a path the file routes for any host, or a request the file's routes
+// would take, whatever the registry says (see discovery.AdmitRoutes, which
+// refuses such declarations before they get here).
 type routeTable struct {
-	exact    map[string][]*Route // lower-case host -> routes, longest prefix first
-	wildcard []wildcardRoutes    // longest suffix first
-	anyHost  []*Route            // routes without Hosts, longest prefix first
+	file     hostTable
+	declared hostTable
 	def      *Route
 	pools    []*Pool
+	// dropped lists declared routes that did not compile; they never
+	// make SetRoutes fail, so a registry can never block the file's
+	// routes or a reload.
+	dropped []string
+}
+
+// hostTable is one tier of routes.
+type hostTable struct {
+	exact    map[string][]*Route // canonical host -> routes, longest prefix first
+	wildcard []wildcardRoutes    // longest suffix first
+	anyHost  []*Route            // routes without Hosts, longest prefix first
+	wild     map[string][]*Route // suffix -> routes, while compiling
+	seen     map[string]bool     // host + "\x00" + prefix, while compiling
 }
 
 type wildcardRoutes struct {
@@ -24,17 +46,17 @@ type wildcardRoutes struct {
 	routes []*Route
 }
 
-// compileRoutes validates routes and builds the lookup table.
+// compileRoutes validates routes and builds the lookup table. A bad file
+// route is an error; a bad declared route is left out (routeTable.dropped).
 func compileRoutes(routes []Route) (*routeTable, error) {
-	t := &routeTable{exact: map[string][]*Route{}}
+	t := &routeTable{}
+	t.file.init()
+	t.declared.init()
 	var errs []error
-	wild := map[string][]*Route{}
-	seen := map[string]bool{}
 	poolSeen := map[*Pool]bool{}
 	for i := range routes {
-		r := &routes[i]
-		rc := *r // keep our own copy: callers may reuse their slice
-		r = &rc
+		rc := routes[i] // keep our own copy: callers may reuse their slice
+		r := &rc
 		if r.Pool == nil || r.Pool.Balancer == nil {
 			errs = append(errs, fmt.Errorf("route %d: pool or its balancer is nil", i))
 			continue
@@ -43,100 +65,156 @@ func compileRoutes(routes []Route) (*routeTable, error) {
 			poolSeen[r.Pool] = true
 			t.pools = append(t.pools, r.Pool)
 		}
-		if r.PathPrefix != "" && r.PathPrefix[0] != '/' {
-			errs = append(errs, fmt.Errorf("route %d: path prefix %q does not start with /", i, r.PathPrefix))
-			continue
-		}
-		if r.Default {
-			if t.def != nil {
-				errs = append(errs, fmt.Errorf("route %d: more than one default route", i))
-				continue
-			}
+		var rerrs []error
+		switch {
+		case r.PathPrefix != "" && r.PathPrefix[0] != '/':
+			rerrs = append(rerrs, fmt.Errorf("route %d: path prefix %q does not start with /", i, r.PathPrefix))
+		case r.Default && r.Declared:
+			rerrs = append(rerrs, fmt.Errorf("route %d: a declared route cannot be the default route", i))
+		case r.Default && t.def != nil:
+			rerrs = append(rerrs, fmt.Errorf("route %d: more than one default route", i))
+		case r.Default:
 			t.def = r
-			if len(r.Hosts) == 0 {
-				continue
+			if len(r.Hosts) > 0 {
+				rerrs = t.file.add(i, r)
 			}
+		case r.Declared:
+			rerrs = t.declared.add(i, r)
+		default:
+			rerrs = t.file.add(i, r)
 		}
-		if len(r.Hosts) == 0 {
-			key := "\x00" + r.PathPrefix
-			if seen[key] {
-				errs = append(errs, fmt.Errorf("route %d: duplicate route for any host and prefix %q", i, r.PathPrefix))
-				continue
+		if r.Declared {
+			for _, err := range rerrs {
+				t.dropped = append(t.dropped, err.Error())
 			}
-			seen[key] = true
-			t.anyHost = append(t.anyHost, r)
 			continue
 		}
-		for _, h := range r.Hosts {
-			h = strings.TrimSuffix(strings.ToLower(h), ".")
-			key := h + "\x00" + r.PathPrefix
-			if seen[key] {
-				errs = append(errs, fmt.Errorf("route %d: duplicate route for host %q and prefix %q", i, h, r.PathPrefix))
-				continue
-			}
-			seen[key] = true
-			switch {
-			case strings.HasPrefix(h, "*."):
-				suffix := h[1:]
-				if len(suffix) < 2 || strings.Contains(suffix, "*") {
-					errs = append(errs, fmt.Errorf("route %d: invalid host pattern %q", i, h))
-					continue
-				}
-				wild[suffix] = append(wild[suffix], r)
-			case h == "" || strings.Contains(h, "*"):
-				errs = append(errs, fmt.Errorf("route %d: invalid host %q (wildcards only as a leading \"*.\")", i, h))
-			default:
-				t.exact[h] = append(t.exact[h], r)
-			}
-		}
+		errs = append(errs, rerrs...)
 	}
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("proxy routes: %w", errors.Join(errs...))
 	}
-	for _, rs := range t.exact {
+	t.file.finish()
+	t.declared.finish()
+	return t, nil
+}
+
+func (h *hostTable) init() {
+	h.exact, h.wild, h.seen = map[string][]*Route{}, map[string][]*Route{}, map[string]bool{}
+}
+
+// add puts route i into the tier; a host of it that is bad or already
+// routed with the same prefix is an error (and left out).
+func (h *hostTable) add(i int, r *Route) []error {
+	if len(r.Hosts) == 0 {
+		key := "\x00" + r.PathPrefix
+		if h.seen[key] {
+			return []error{fmt.Errorf("route %d: duplicate route for any host and prefix %q", i, r.PathPrefix)}
+		}
+		h.seen[key] = true
+		h.anyHost = append(h.anyHost, r)
+		return nil
+	}
+	var errs []error
+	for _, host := range r.Hosts {
+		host = hostname.Canonical(host)
+		key := host + "\x00" + r.PathPrefix
+		if h.seen[key] {
+			errs = append(errs, fmt.Errorf("route %d: duplicate route for host %q and prefix %q", i, host, r.PathPrefix))
+			continue
+		}
+		h.seen[key] = true
+		switch {
+		case strings.HasPrefix(host, "*."):
+			suffix := host[1:]
+			if len(suffix) < 2 || strings.Contains(suffix, "*") {
+				errs = append(errs, fmt.Errorf("route %d: invalid host pattern %q", i, host))
+				continue
+			}
+			h.wild[suffix] = append(h.wild[suffix], r)
+		case host == "" || strings.Contains(host, "*"):
+			errs = append(errs, fmt.Errorf("route %d: invalid host %q (wildcards only as a leading \"*.\")", i, host))
+		default:
+			h.exact[host] = append(h.exact[host], r)
+		}
+	}
+	return errs
+}
+
+func (h *hostTable) finish() {
+	for _, rs := range h.exact {
 		sortByPrefix(rs)
 	}
-	for suffix, rs := range wild {
+	for suffix, rs := range h.wild {
 		sortByPrefix(rs)
-		t.wildcard = append(t.wildcard, wildcardRoutes{suffix: suffix, routes: rs})
+		h.wildcard = append(h.wildcard, wildcardRoutes{suffix: suffix, routes: rs})
 	}
-	sort.Slice(t.wildcard, func(i, j int) bool {
-		a, b := t.wildcard[i].suffix, t.wildcard[j].suffix
+	sort.Slice(h.wildcard, func(i, j int) bool {
+		a, b := h.wildcard[i].suffix, h.wildcard[j].suffix
 		if len(a) != len(b) {
 			return len(a) > len(b)
 		}
 		return a < b
 	})
-	sortByPrefix(t.anyHost)
-	return t, nil
+	sortByPrefix(h.anyHost)
+	h.wild, h.seen = nil, nil
 }
 
 func sortByPrefix(rs []*Route) {
 	sort.SliceStable(rs, func(i, j int) bool { return len(rs[i].PathPrefix) > len(rs[j].PathPrefix) })
 }
 
-// match finds the route for a request: exact host first, then the most
-// specific wildcard, then host-less routes, each by longest path prefix,
-// then the default route. It returns nil when nothing matches.
+// match finds the route for a request: the file's routes first (exact
+// host, then the most specific wildcard, then host-less routes, each by
+// longest path prefix), then, for a host the file does not name, the
+// declared routes in the same order, then the default route. It returns nil
+// when nothing matches.
 func (t *routeTable) match(host, reqPath string) *Route {
-	host = normalizeHost(host)
+	host = hostname.Request(host)
 	p := cleanPath(reqPath)
-	if r := matchPrefix(t.exact[host], p); r != nil {
+	if r := t.file.match(host, p); r != nil {
 		return r
 	}
-	for _, w := range t.wildcard {
-		// "*.example.com" matches one or more labels below example.com,
-		// never example.com itself.
-		if len(host) > len(w.suffix) && strings.HasSuffix(host, w.suffix) {
+	if !t.file.names(host) {
+		if r := t.declared.match(host, p); r != nil {
+			return r
+		}
+	}
+	return t.def
+}
+
+func (h *hostTable) match(host, p string) *Route {
+	if r := matchPrefix(h.exact[host], p); r != nil {
+		return r
+	}
+	for _, w := range h.wildcard {
+		if wildcardMatches(w.suffix, host) {
 			if r := matchPrefix(w.routes, p); r != nil {
 				return r
 			}
 		}
 	}
-	if r := matchPrefix(t.anyHost, p); r != nil {
-		return r
+	return matchPrefix(h.anyHost, p)
+}
+
+// names reports whether a route of the tier names host, exactly or by a
+// wildcard, whatever its path.
+func (h *hostTable) names(host string) bool {
+	if len(h.exact[host]) > 0 {
+		return true
 	}
-	return t.def
+	for _, w := range h.wildcard {
+		if wildcardMatches(w.suffix, host) {
+			return true
+		}
+	}
+	return false
+}
+
+// wildcardMatches: "*.example.com" (suffix ".example.com") matches one or
+// more labels below example.com, never example.com itself.
+func wildcardMatches(suffix, host string) bool {
+	return len(host) > len(suffix) && strings.HasSuffix(host, suffix)
 }
 
 func matchPrefix(rs []*Route, p string) *Route {
@@ -159,22 +237,6 @@ func prefixMatches(prefix, p string) bool {
 		return false
 	}
 	return len(p) == len(prefix) || prefix[len(prefix)-1] == '/' || p[len(prefix)] == '/'
-}
-
-// normalizeHost lower-cases the host, strips a port and a trailing dot.
-func normalizeHost(h string) string {
-	if hh, _, err := net.SplitHostPort(h); err == nil {
-		h = hh
-	} else if strings.HasPrefix(h, "[") && strings.HasSuffix(h, "]") {
-		h = h[1 : len(h)-1]
-	}
-	h = strings.TrimSuffix(h, ".")
-	for i := 0; i < len(h); i++ {
-		if c := h[i]; c >= 'A' && c <= 'Z' {
-			return strings.ToLower(h)
-		}
-	}
-	return h
 }
 
 // cleanPath routes on the cleaned path so "/a/../b" cannot reach b's pool

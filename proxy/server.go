@@ -52,7 +52,12 @@ type Route struct {
 	PathPrefix string
 	// Default marks the route used when no other matches. At most one.
 	Default bool
-	Pool    *Pool
+	// Declared marks a route from the registry rather than the file. It
+	// is matched only for hosts no file route names, after the file's
+	// routes and before the default route; a declared route that does
+	// not compile is left out rather than failing SetRoutes.
+	Declared bool
+	Pool     *Pool
 }
 
 // Pool is a balance pool with its connection settings.

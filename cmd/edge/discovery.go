@@ -21,10 +21,12 @@ import (
 
 // usesConsul reports whether the config asks for a Consul client: a pool
 // discovered from it, self-registration, ticket keys kept in its KV store,
-// or an explicit agent address (which also turns on routes declared in the
-// registry).
+// routes the registry may declare (consul.routes), or an explicit agent
+// address. With a client, the registry's declarations are followed and
+// shown in /status even when consul.routes admits none of them.
 func usesConsul(cfg *conf.Config) bool {
-	if cfg.Consul.Address != "" || cfg.Consul.Register.Enabled {
+	r := cfg.Consul.Routes
+	if cfg.Consul.Address != "" || cfg.Consul.Register.Enabled || len(r.AllowedHosts) > 0 || r.AllowAnyHost {
 		return true
 	}
 	for _, l := range cfg.Listeners {
@@ -100,6 +102,14 @@ type dynamic struct {
 	watchers map[string]*discovery.Watcher // by pool name
 	routes   *discovery.RouteWatcher
 	declared map[string]*declaredPool // by service
+	ctx      context.Context          // the route watcher's; declared pools end with it
+	all      []discovery.RouteDecl    // every valid declaration, as the registry last said
+	refused  []discovery.RouteRefusal // of all, what the file's policy or an older claim refused
+	logged   map[string]bool          // refusals already logged, so each is logged once
+
+	// reconcileMu serialises reconcile: a registry change and a reload
+	// may both ask for one.
+	reconcileMu sync.Mutex
 }
 
 // declaredPool is a pool created for a service that declared a route.
@@ -154,9 +164,12 @@ func (e *edge) startDynamic(ctx context.Context, g *errgroup.Group) {
 	if d.client == nil {
 		return
 	}
+	d.mu.Lock()
+	d.ctx = ctx
+	d.mu.Unlock()
 	rw, err := discovery.NewRouteWatcher(discovery.RouteWatcherOptions{
 		Client:   d.client,
-		OnChange: func(decls []discovery.RouteDecl) { d.setDeclared(ctx, decls) },
+		OnChange: d.setDeclared,
 		Logger:   e.log,
 	})
 	if err != nil {
@@ -201,20 +214,73 @@ func (d *dynamic) newWatcher(pool, service, tag, dc string, passingOnly bool, ta
 	return w, nil
 }
 
-// setDeclared reconciles the pools of services that declare routes with the
-// registry's current list, then republishes the routes.
-func (d *dynamic) setDeclared(ctx context.Context, decls []discovery.RouteDecl) {
+// setDeclared takes the registry's current declarations and reconciles.
+func (d *dynamic) setDeclared(decls []discovery.RouteDecl) {
+	d.mu.Lock()
+	d.all = decls
+	d.mu.Unlock()
+	d.reconcile()
+}
+
+// routePolicy is what cfg lets the registry claim: the hosts it allows, and
+// the file's own routes, which no declaration may take.
+func routePolicy(cfg *conf.Config) discovery.RoutePolicy {
+	p := discovery.RoutePolicy{
+		AllowedHosts: cfg.Consul.Routes.AllowedHosts,
+		AllowAnyHost: cfg.Consul.Routes.AllowAnyHost,
+	}
+	for _, r := range cfg.Routes {
+		if !r.Default {
+			p.File = append(p.File, discovery.FileRoute{Hosts: r.Hosts, PathPrefix: r.PathPrefix})
+		}
+	}
+	return p
+}
+
+// admit applies cfg's policy to the registry's declarations; the routes
+// that run now are the holders (see discovery.AdmitRoutes). d.mu is held.
+func (d *dynamic) admit(cfg *conf.Config) ([]discovery.RouteDecl, []discovery.RouteRefusal) {
+	held := make([]discovery.RouteDecl, 0, len(d.declared))
+	for _, dp := range d.declared {
+		held = append(held, dp.decl)
+	}
+	return discovery.AdmitRoutes(d.all, routePolicy(cfg), held)
+}
+
+// reconcile brings the pools of declared routes in line with what the
+// current file admits of the registry's declarations, logs each new
+// refusal once, and republishes the routes. It runs after every registry
+// change and every reload; nothing the registry says can make it fail.
+func (d *dynamic) reconcile() {
+	d.reconcileMu.Lock()
+	defer d.reconcileMu.Unlock()
+	d.e.mu.Lock()
+	cfg := d.e.cfg
+	d.e.mu.Unlock()
+
+	d.mu.Lock()
+	ctx := d.ctx
+	admitted, refused := d.admit(cfg)
+	d.refused = refused
+	logged := make(map[string]bool, len(refused))
+	for _, r := range refused {
+		key := r.String()
+		if !d.logged[key] {
+			d.e.log.Warn("declared route refused", "service", r.Service, "route", r.Route, "reason", r.Reason)
+		}
+		logged[key] = true
+	}
+	d.logged = logged
 	want := map[string]discovery.RouteDecl{}
-	for _, dc := range decls {
+	for _, dc := range admitted {
 		want[dc.Service] = dc
 	}
-	d.mu.Lock()
 	var stop []*declaredPool
 	for svc, dp := range d.declared {
 		if w, ok := want[svc]; !ok || w.Sticky != dp.decl.Sticky || w.MaxConns != dp.decl.MaxConns {
 			stop = append(stop, dp)
 			delete(d.declared, svc)
-			delete(d.watchers, "consul:"+svc)
+			delete(d.watchers, declaredPoolName(svc))
 		} else {
 			dp.decl = w
 		}
@@ -229,7 +295,7 @@ func (d *dynamic) setDeclared(ctx context.Context, decls []discovery.RouteDecl) 
 		d.mu.Lock()
 		_, have := d.declared[svc]
 		d.mu.Unlock()
-		if have {
+		if have || ctx == nil || ctx.Err() != nil {
 			continue
 		}
 		dp, err := d.startDeclared(ctx, dc)
@@ -311,44 +377,21 @@ func (d *dynamic) stopDeclared() {
 	}
 }
 
-// declaredRoutes returns the routes of services, skipping any that claim a
-// host and path already routed by the file: file routes win (see
-// discovery's package documentation).
-func (d *dynamic) declaredRoutes(fileRoutes []conf.Route) []proxy.Route {
-	claimed := map[string]bool{}
-	for _, r := range fileRoutes {
-		prefix := r.PathPrefix
-		if prefix == "" {
-			prefix = "/"
-		}
-		if len(r.Hosts) == 0 && !r.Default {
-			claimed[prefix] = true
-		}
-		for _, h := range r.Hosts {
-			claimed[h+prefix] = true
-		}
-	}
+// declaredRoutes returns the routes of the declared pools that cfg admits.
+// The proxy matches them only for hosts the file's routes do not name
+// (proxy.Route.Declared), so even a declaration admitted under an older
+// file never takes a route from a newer one.
+func (d *dynamic) declaredRoutes(cfg *conf.Config) []proxy.Route {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	services := make([]string, 0, len(d.declared))
-	for svc := range d.declared {
-		services = append(services, svc)
-	}
-	slices.Sort(services)
+	admitted, _ := d.admit(cfg)
 	var out []proxy.Route
-	for _, svc := range services {
-		dp := d.declared[svc]
-		conflict := false
-		for _, m := range dp.decl.Matches() {
-			if claimed[m] {
-				conflict = true
-			}
+	for _, dc := range admitted {
+		dp := d.declared[dc.Service]
+		if dp == nil || dp.decl.Key() != dc.Key() {
+			continue // its pool starts at the next reconcile
 		}
-		if conflict {
-			d.e.log.Warn("declared route shadowed by the file's route", "service", svc)
-			continue
-		}
-		out = append(out, proxy.Route{Hosts: dp.decl.Hosts, PathPrefix: dp.decl.PathPrefix, Pool: dp.px})
+		out = append(out, proxy.Route{Hosts: dc.Hosts, PathPrefix: dc.PathPrefix, Declared: true, Pool: dp.px})
 	}
 	return out
 }
@@ -368,7 +411,7 @@ func (e *edge) publishRoutes() {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	routes := routesFor(e.cfg, e.pools)
-	routes = append(routes, e.dyn.declaredRoutes(e.cfg.Routes)...)
+	routes = append(routes, e.dyn.declaredRoutes(e.cfg)...)
 	if err := e.proxy.SetRoutes(routes); err != nil {
 		e.log.Error("routes from the registry refused; keeping the previous routes", "err", err)
 	}
@@ -427,7 +470,10 @@ func (e *edge) discoveryStatus() any {
 	out := struct {
 		Pools  []discovery.Status     `json:"pools"`
 		Routes *discovery.RouteStatus `json:"routes,omitempty"`
-	}{}
+		// RefusedRoutes are declarations the file's consul.routes
+		// policy, the file's own routes or an older claim refused.
+		RefusedRoutes []discovery.RouteRefusal `json:"refused_routes,omitempty"`
+	}{RefusedRoutes: d.refused}
 	names := make([]string, 0, len(d.watchers))
 	for n := range d.watchers {
 		names = append(names, n)

@@ -95,7 +95,7 @@ func TestConsulFollowsRegistry(t *testing.T) {
 	agent := consultest.Start(t)
 	bs := backends(t, "b1", "b2", "chat1")
 	registerBackend(t, agent.Client, "app", bs[0])
-	s := consulSetup(t, agent, "")
+	s := consulSetup(t, agent, ", routes: {allowed_hosts: [chat.test]}")
 	startEdge(t, s.cfg)
 	s.waitFor(t, "", func(id string) bool { return id == "b1" }, "b1 from Consul")
 

@@ -520,7 +520,7 @@ func (e *edge) reload() string {
 	e.mu.Lock()
 	pools, err := e.buildPools(cfg)
 	if err == nil {
-		err = e.proxy.SetRoutes(append(routesFor(cfg, pools), e.dyn.declaredRoutes(cfg.Routes)...))
+		err = e.proxy.SetRoutes(append(routesFor(cfg, pools), e.dyn.declaredRoutes(cfg)...))
 	}
 	if err != nil {
 		e.mu.Unlock()
@@ -548,6 +548,8 @@ func (e *edge) reload() string {
 			}
 		}
 	}
+	// The new file may allow or keep for itself other hosts than the old.
+	e.dyn.reconcile()
 	e.metrics.reloads.WithLabelValues(result).Inc()
 	e.log.Info("configuration reloaded", "result", result)
 	return "serving; last reload " + result
