@@ -65,8 +65,16 @@ type Config struct {
 
 // Admin configures the admin listener.
 type Admin struct {
-	// Address is host:port. Default 127.0.0.1:9901 (loopback only).
+	// Address is host:port. Default 127.0.0.1:9901 (loopback only). A
+	// host that is not loopback (127.0.0.0/8, ::1, localhost) needs
+	// AllowPublic: the listener has no authentication.
 	Address string `yaml:"address" default:"127.0.0.1:9901"`
+	// AllowPublic permits an Address that is not loopback; edge then logs
+	// a warning at start. Default false.
+	AllowPublic bool `yaml:"allow_public"`
+	// Pprof serves net/http/pprof under /debug/pprof/ (CPU profiles,
+	// goroutine stacks, heap contents). Default false.
+	Pprof bool `yaml:"pprof"`
 }
 
 // Log configures logging.
@@ -83,8 +91,22 @@ type Log struct {
 // Limits are global admission limits.
 type Limits struct {
 	// MaxConnections caps concurrent client connections over all
-	// listeners. Default 0, unlimited.
+	// listeners; 0 is unlimited. Default, when the key is absent: derived
+	// from RLIMIT_NOFILE as (limit - 128) / 2, since every proxied
+	// connection holds two descriptors (client and backend) and 128 are
+	// kept for the admin listener, Consul, health checks and logs
+	// ([Config.MaxConnectionsDerived]).
 	MaxConnections int64 `yaml:"max_connections"`
+}
+
+// MaxConnectionsDerived reports whether limits.max_connections is absent
+// from the file (or zero in a Config built in code), so that cmd/edge
+// derives it from the descriptor limit.
+func (c *Config) MaxConnectionsDerived() bool {
+	if c.src == nil {
+		return c.Limits.MaxConnections == 0
+	}
+	return !c.src.has("limits.max_connections")
 }
 
 // Drain controls graceful shutdown. HTTP servers forget hijacked
@@ -126,6 +148,11 @@ type Listener struct {
 	// ForwardedHeader also sends an RFC 7239 Forwarded header to backends.
 	// Default false.
 	ForwardedHeader bool `yaml:"forwarded_header"`
+	// StrictSNIHost answers 421 Misdirected Request (RFC 9110 §15.5.20)
+	// to a TLS request whose Host is not the name the client sent in SNI;
+	// requests on connections without SNI are not checked. Needs tls.
+	// Default false, as in HAProxy and nginx.
+	StrictSNIHost bool `yaml:"strict_sni_host"`
 	// ReadHeaderTimeout bounds reading the request head. Default 10s.
 	ReadHeaderTimeout Duration `yaml:"read_header_timeout" default:"10s"`
 	// TLSHandshakeTimeout bounds the TLS handshake. Default 10s. The HTTP

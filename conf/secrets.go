@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math"
 	"os"
 )
 
@@ -13,6 +14,10 @@ const (
 	// minSecretLen is the shortest cookie signing key accepted: 128 bits,
 	// so that the HMAC cannot be brute-forced offline from one cookie.
 	minSecretLen = 16
+	// minSecretBits is the least estimated strength (secretBits) of a
+	// cookie key that loads without a warning: a 16-byte key from 16 hex
+	// digits carries 64 bits at most.
+	minSecretBits = 64
 	// maxSecretSize bounds what a secret file may hold.
 	maxSecretSize = 64 << 10
 )
@@ -74,6 +79,25 @@ func secret(what, file, env string, required bool) ([]byte, error) {
 		return b, nil
 	}
 	return nil, nil
+}
+
+// secretBits estimates the strength of key: its length times the Shannon
+// entropy of its byte frequencies. It is an upper bound for a key made of
+// independent bytes and catches repeated or few-symbol keys; it cannot
+// see that a key is a dictionary word.
+func secretBits(key []byte) float64 {
+	var n [256]int
+	for _, c := range key {
+		n[c]++
+	}
+	var h float64
+	for _, c := range n {
+		if c > 0 {
+			p := float64(c) / float64(len(key))
+			h -= p * math.Log2(p)
+		}
+	}
+	return h * float64(len(key))
 }
 
 // readSecretFile reads a small regular file and trims surrounding

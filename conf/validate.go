@@ -56,7 +56,7 @@ func (v *validator) line(path string) int { return v.c.src.line(path) }
 
 func (c *Config) validate() (errs, warns []*Error) {
 	v := &validator{c: c}
-	v.hostPort("admin.address", c.Admin.Address, true)
+	v.admin(&c.Admin)
 	if c.StateDir != "" {
 		if fi, err := os.Stat(c.StateDir); err == nil && !fi.IsDir() {
 			v.errf("state_dir", "%s is not a directory", c.StateDir)
@@ -105,6 +105,48 @@ func (c *Config) validate() (errs, warns []*Error) {
 	return v.errs, v.warns
 }
 
+// weakSecret warns, at the setting naming it, about a cookie key whose
+// bytes carry less than minSecretBits by their own frequencies: a key such
+// as "aaaaaaaaaaaaaaaaaaaa" passes the length check yet can be guessed.
+func (v *validator) weakSecret(cp, what, file string, key []byte) {
+	bits := secretBits(key)
+	if bits >= minSecretBits {
+		return
+	}
+	at := cp + "." + what + "_env"
+	if file != "" {
+		at = cp + "." + what + "_file"
+	}
+	v.warnf(at, "weak key: about %.0f bits by its byte frequencies, want at least %d (e.g. head -c 32 /dev/urandom | base64)", bits, minSecretBits)
+}
+
+// admin refuses an admin address that is not loopback unless allow_public
+// says so: the admin listener has no authentication, and /status and
+// /metrics describe every backend.
+func (v *validator) admin(a *Admin) {
+	if !v.hostPort("admin.address", a.Address, true) {
+		return
+	}
+	host, _, _ := net.SplitHostPort(a.Address)
+	switch {
+	case isLoopback(host):
+	case !a.AllowPublic:
+		v.errf("admin.address", "%q is not a loopback address: the admin listener has no authentication; set admin.allow_public: true to serve it there", a.Address)
+	default:
+		v.warnf("admin.address", "%q is not a loopback address: /metrics, /status and the admin API are open to whoever reaches it", a.Address)
+	}
+}
+
+// isLoopback reports whether a listen host stays on the machine; "" (every
+// interface) does not.
+func isLoopback(host string) bool {
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	a, err := netip.ParseAddr(host)
+	return err == nil && a.Unmap().IsLoopback()
+}
+
 func (v *validator) listener(path string, l *Listener, names, addrs map[string]string) {
 	if l.Name != "" {
 		v.name(path+".name", l.Name)
@@ -129,6 +171,8 @@ func (v *validator) listener(path string, l *Listener, names, addrs map[string]s
 	}
 	if l.TLS != nil {
 		v.tls(path+".tls", l.TLS)
+	} else if l.StrictSNIHost {
+		v.warnf(path+".strict_sni_host", "ignored: the listener has no tls, so no SNI to compare Host with")
 	}
 	pp := path + ".proxy_protocol"
 	if l.ProxyProtocol.Enabled && len(l.ProxyProtocol.Trusted) == 0 {
@@ -339,10 +383,15 @@ func (v *validator) pool(path string, p *Pool) {
 		v.errf(cp+".previous_secret_env", "set only one of previous_secret_file and previous_secret_env")
 	}
 	if p.Balance == BalanceCookie {
-		if _, _, err := k.Secrets(); err != nil {
+		if cur, prev, err := k.Secrets(); err != nil {
 			v.errf(cp, "%v", err)
 		} else if k.SecretFile == "" && k.SecretEnv == "" {
 			v.warnf(cp, "no secret_file or secret_env: cookies are signed with a random key per process, so stickiness survives neither a restart nor a second edge")
+		} else {
+			v.weakSecret(cp, "secret", k.SecretFile, cur)
+			if len(prev) > 0 {
+				v.weakSecret(cp, "previous_secret", k.PreviousSecretFile, prev[0])
+			}
 		}
 	} else if v.c.src.has(cp) {
 		v.warnf(cp, "ignored: balance is %s, not cookie", p.Balance)

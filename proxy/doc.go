@@ -16,6 +16,7 @@
 //	hijack.go     101 to the client, buffered bytes on both sides, splice start
 //	splice.go     two directions, readiness waits without buffers, half-close
 //	listener.go   WrapListener: accepted conns the splice can take over later
+//	acceptlimit.go the cap on open client sockets, accept-error warnings
 //	splice_ready_linux.go, sock_linux.go, poll_linux.go
 //	              the readiness-driven splice: no goroutine per idle connection
 //	frame.go      RFC 6455 §5.2 frame-header tracking for boundary-safe closes

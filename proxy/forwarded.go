@@ -28,16 +28,30 @@ func peerAddr(remote string) netip.Addr {
 	return netip.Addr{}
 }
 
+// isTrusted reports whether a is in one of the trusted prefixes. Both
+// sides are compared unmapped: peers are unmapped when parsed, so an entry
+// written as an IPv4-mapped IPv6 prefix (::ffff:10.0.0.0/104) must be
+// unmapped too, or it could never match.
 func isTrusted(a netip.Addr, trusted []netip.Prefix) bool {
 	if !a.IsValid() {
 		return false
 	}
+	a = a.Unmap()
 	for _, p := range trusted {
-		if p.Contains(a) {
+		if unmapPrefix(p).Contains(a) {
 			return true
 		}
 	}
 	return false
+}
+
+// unmapPrefix turns ::ffff:a.b.c.d/n (n >= 96) into a.b.c.d/(n-96); any
+// other prefix is returned as it is.
+func unmapPrefix(p netip.Prefix) netip.Prefix {
+	if !p.Addr().Is4In6() || p.Bits() < 96 {
+		return p
+	}
+	return netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96)
 }
 
 // decideClient is the one function that decides the client address. The peer
@@ -117,6 +131,67 @@ func removeHopByHop(h http.Header) {
 	}
 }
 
+// managedHeaders are the request headers edge writes itself, besides the
+// listener's client-certificate header.
+var managedHeaders = [...]string{
+	"X-Forwarded-For", "X-Forwarded-Proto", "X-Forwarded-Host", "X-Forwarded-Port",
+	"X-Real-Ip", "Forwarded",
+}
+
+// dropLookalikes deletes every header whose name folds (ASCII case, '_'
+// for '-') to a header edge manages or removes, other than that header's
+// own canonical spelling, which backendHeader handles. CGI, WSGI and Rack
+// (RFC 3875 §4.1.18) map both X-Real-IP and X_Real_IP to HTTP_X_REAL_IP,
+// so a lookalike would let a client speak through a header edge writes;
+// nginx drops names with underscores for the same reason
+// (underscores_in_headers off). The client-certificate header is dropped
+// in every spelling.
+func dropLookalikes(h http.Header, certHeader string) {
+	for k := range h {
+		if certHeader != "" && foldsTo(k, certHeader) {
+			delete(h, k)
+			continue
+		}
+		for _, m := range managedHeaders {
+			if k != m && foldsTo(k, m) {
+				delete(h, k)
+				break
+			}
+		}
+		for _, m := range hopByHop {
+			if k != m && foldsTo(k, m) {
+				delete(h, k)
+				break
+			}
+		}
+	}
+}
+
+// foldsTo reports whether header name k equals m ignoring ASCII case and
+// taking '_' for '-'.
+func foldsTo(k, m string) bool {
+	if len(k) != len(m) {
+		return false
+	}
+	for i := 0; i < len(k); i++ {
+		a, b := foldByte(k[i]), foldByte(m[i])
+		if a != b {
+			return false
+		}
+	}
+	return true
+}
+
+func foldByte(c byte) byte {
+	switch {
+	case c == '_':
+		return '-'
+	case c >= 'A' && c <= 'Z':
+		return c + 'a' - 'A'
+	}
+	return c
+}
+
 // backendHeader builds the header sent to the backend: the client's header
 // without hop-by-hop fields, with the forwarded headers set as ListenerOptions
 // says. The client's header is not modified.
@@ -126,6 +201,7 @@ func backendHeader(r *http.Request, lo *ListenerOptions, id identity) http.Heade
 		h = http.Header{}
 	}
 	removeHopByHop(h)
+	dropLookalikes(h, lo.ClientCertHeader)
 
 	proto := "http"
 	if r.TLS != nil || lo.TLS {
@@ -178,9 +254,9 @@ func backendHeader(r *http.Request, lo *ListenerOptions, id identity) http.Heade
 	if lo.ClientCertHeader != "" {
 		// Always drop a client-sent copy: only a verified certificate may
 		// speak through this header.
-		h.Del(lo.ClientCertHeader)
+		// (dropLookalikes removed it in every spelling.)
 		if r.TLS != nil && len(r.TLS.VerifiedChains) > 0 && len(r.TLS.PeerCertificates) > 0 {
-			if name := certName(r.TLS.PeerCertificates[0]); name != "" {
+			if name := clientIdentity(r.TLS.PeerCertificates[0]); name != "" {
 				h.Set(lo.ClientCertHeader, name)
 			}
 		}
@@ -241,20 +317,52 @@ func isTokenChar(c byte) bool {
 	return strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0
 }
 
-// certName is the identity of a verified client certificate: the subject
-// common name, else the first DNS, e-mail, URI or IP subject alternative name.
-func certName(c *x509.Certificate) string {
+// clientIdentity is the identity of a verified client certificate, the
+// value of the client-certificate header: the subject common name, else
+// the first DNS, e-mail, URI or IP subject alternative name, escaped as an
+// RFC 4514 §2.4 attribute value. The characters RFC 4514 gives a meaning
+// (`"+,;<>\=`), a leading '#' or space and a trailing space get a
+// backslash; control characters, DEL and every byte outside ASCII become
+// \XX hex pairs. So the value is always one legal header line (no CR/LF
+// injection) and a backend that splits it on commas or reads it as a DN
+// cannot be misled by a name the certificate's owner chose.
+func clientIdentity(c *x509.Certificate) string {
+	var v string
 	switch {
 	case c.Subject.CommonName != "":
-		return c.Subject.CommonName
+		v = c.Subject.CommonName
 	case len(c.DNSNames) > 0:
-		return c.DNSNames[0]
+		v = c.DNSNames[0]
 	case len(c.EmailAddresses) > 0:
-		return c.EmailAddresses[0]
+		v = c.EmailAddresses[0]
 	case len(c.URIs) > 0:
-		return c.URIs[0].String()
+		v = c.URIs[0].String()
 	case len(c.IPAddresses) > 0:
-		return c.IPAddresses[0].String()
+		v = c.IPAddresses[0].String()
 	}
-	return ""
+	return escapeRFC4514(v)
+}
+
+// escapeRFC4514 escapes v as an RFC 4514 §2.4 attribute value, with every
+// byte that is not printable ASCII as a hex pair.
+func escapeRFC4514(v string) string {
+	const hex = "0123456789ABCDEF"
+	var b strings.Builder
+	for i := 0; i < len(v); i++ {
+		c := v[i]
+		switch {
+		case c < 0x20 || c >= 0x7f:
+			b.WriteByte('\\')
+			b.WriteByte(hex[c>>4])
+			b.WriteByte(hex[c&0xf])
+		case strings.IndexByte(`"+,;<>\\=`, c) >= 0,
+			(c == '#' || c == ' ') && i == 0,
+			c == ' ' && i == len(v)-1:
+			b.WriteByte('\\')
+			b.WriteByte(c)
+		default:
+			b.WriteByte(c)
+		}
+	}
+	return b.String()
 }

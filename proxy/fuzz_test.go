@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bufio"
+	"encoding/hex"
 	"io"
 	"net"
 	"net/http"
@@ -219,6 +220,79 @@ func FuzzFrameLimit(f *testing.F) {
 		// A header that began in an earlier chunk has bytes already past.
 		if split && (sat < at || sat-at >= maxFrameHeader) || !split && sat != at {
 			t.Fatalf("stopped at %d (split header %v), want %d", sat, split, at)
+		}
+	})
+}
+
+// FuzzLookalikeHeaders: whatever name a client sends, no header reaching
+// the backend folds to a managed one unless it is edge's own canonical
+// spelling, and the client-certificate header is never the client's.
+func FuzzLookalikeHeaders(f *testing.F) {
+	// CGI-style spellings of managed headers.
+	f.Add("X_Forwarded_For", "6.6.6.6")
+	f.Add("x_client-CERT", "admin")
+	f.Add("X_Real_IP", "1.2.3.4")
+	// A header edge does not manage passes.
+	f.Add("X_Request_Id", "abc")
+	f.Fuzz(func(t *testing.T, name, value string) {
+		r, err := http.NewRequest(http.MethodGet, "http://example.com/", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.RemoteAddr = "203.0.113.9:1"
+		r.Header[name] = []string{value}
+		lo := ListenerOptions{ClientCertHeader: "X-Client-Cert"}
+		h := backendHeader(r, &lo, decideClient(r.RemoteAddr, nil, nil))
+		for k := range h {
+			if foldsTo(k, "X-Client-Cert") {
+				t.Fatalf("client-sent %q reached the backend as %q", name, k)
+			}
+			for _, m := range managedHeaders {
+				if foldsTo(k, m) && k != m {
+					t.Fatalf("lookalike %q of %s reached the backend", k, m)
+				}
+			}
+		}
+	})
+}
+
+// FuzzClientIdentity: the escaped identity is printable ASCII (one legal
+// header value), has no unescaped RFC 4514 special, and unescapes back to
+// the certificate's name.
+func FuzzClientIdentity(f *testing.F) {
+	f.Add("alice")
+	f.Add("evil\r\nX-Admin: 1")
+	f.Add(`a,O=b+c;"d"<e>\f`)
+	f.Add(" #lead and trail ")
+	f.Add("é\x00\x7f")
+	f.Fuzz(func(t *testing.T, cn string) {
+		got := escapeRFC4514(cn)
+		var out []byte
+		for i := 0; i < len(got); i++ {
+			c := got[i]
+			if c < 0x20 || c >= 0x7f {
+				t.Fatalf("escape(%q) = %q holds byte %#x", cn, got, c)
+			}
+			if strings.IndexByte(`"+,;<>=`, c) >= 0 {
+				t.Fatalf("escape(%q) = %q holds an unescaped %q", cn, got, c)
+			}
+			if c != '\\' {
+				out = append(out, c)
+				continue
+			}
+			if i+1 >= len(got) {
+				t.Fatalf("escape(%q) = %q ends in a lone backslash", cn, got)
+			}
+			if b, err := hex.DecodeString(got[i+1 : min(i+3, len(got))]); err == nil && len(b) == 1 {
+				out = append(out, b[0])
+				i += 2
+				continue
+			}
+			out = append(out, got[i+1])
+			i++
+		}
+		if string(out) != cn {
+			t.Fatalf("escape(%q) = %q unescapes to %q", cn, got, out)
 		}
 	})
 }

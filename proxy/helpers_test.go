@@ -137,6 +137,7 @@ type edgeConfig struct {
 	readHeaderTimeout time.Duration
 	maxHeaderBytes    int
 	wrap              func(net.Listener) net.Listener
+	accept            *AcceptLimit // readiness path only: WrapListenerLimit
 }
 
 func startEdge(t testing.TB, cfg edgeConfig) *edge {
@@ -161,7 +162,10 @@ func startEdge(t testing.TB, cfg edgeConfig) *edge {
 	if cfg.wrap != nil {
 		ln = cfg.wrap(ln)
 	}
-	if !goroutinePath(t) {
+	switch {
+	case cfg.accept != nil:
+		ln = WrapListenerLimit(ln, cfg.accept)
+	case !goroutinePath(t):
 		ln = WrapListener(ln)
 	}
 	cfg.lo.TLS = cfg.tls

@@ -3,6 +3,7 @@ package proxy
 import (
 	"crypto/tls"
 	"net"
+	"sync/atomic"
 	"time"
 
 	"github.com/pires/go-proxyproto"
@@ -25,14 +26,24 @@ const readinessOn = true
 // by two goroutines instead.
 func WrapListener(l net.Listener) net.Listener { return &readyListener{Listener: l} }
 
-type readyListener struct{ net.Listener }
+type readyListener struct {
+	net.Listener
+	lim *AcceptLimit // nil: no cap
+}
 
 func (l *readyListener) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
-	if err != nil {
-		return nil, err
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			l.lim.acceptFailed(err)
+			return nil, err
+		}
+		if !l.lim.take() {
+			c.Close()
+			continue
+		}
+		return &edgeConn{Conn: c, lim: l.lim}, nil
 	}
-	return &edgeConn{Conn: c}, nil
 }
 
 // edgeConn is an accepted connection. Before the takeover every method
@@ -45,6 +56,16 @@ type edgeConn struct {
 	s     *sock    // set by the takeover
 	pre   []byte   // bytes a layer below (PROXY reader) still held at takeover
 	raddr net.Addr // kept for logs; the local address is asked of the socket
+
+	lim      *AcceptLimit // counts this socket until its descriptor closes
+	released atomic.Bool
+}
+
+// release gives the socket's place under the AcceptLimit back, once.
+func (c *edgeConn) release() {
+	if c.lim != nil && c.released.CompareAndSwap(false, true) {
+		c.lim.done()
+	}
 }
 
 func (c *edgeConn) Read(p []byte) (int, error) {
@@ -74,7 +95,9 @@ func (c *edgeConn) Write(p []byte) (int, error) {
 
 func (c *edgeConn) Close() error {
 	if c.s == nil {
-		return c.Conn.Close()
+		err := c.Conn.Close()
+		c.release()
+		return err
 	}
 	return c.s.close()
 }

@@ -115,6 +115,10 @@ type ListenerOptions struct {
 	// subject CN (or first SAN) to the backend; a client-sent copy is always
 	// removed.
 	ClientCertHeader string
+	// StrictSNIHost answers 421 Misdirected Request (RFC 9110 §15.5.20) to
+	// a TLS request whose Host is not the server name the client sent in
+	// SNI; a connection without SNI is not checked.
+	StrictSNIHost bool
 }
 
 // Server proxies WebSocket and plain HTTP requests to backend pools.
@@ -318,6 +322,12 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		x.reject(w, http.StatusServiceUnavailable, "drain")
 		return
 	}
+	if h.lo.StrictSNIHost && r.TLS != nil && !sniMatchesHost(r.TLS.ServerName, r.Host) {
+		// A connection set up for one name must not carry requests for
+		// another (connection reuse across certificates, domain fronting).
+		x.reject(w, http.StatusMisdirectedRequest, "sni_mismatch")
+		return
+	}
 	x.route = s.routes.Load().match(r.Host, r.URL.Path)
 	if x.route == nil {
 		x.reject(w, http.StatusMisdirectedRequest, "no_route")
@@ -345,57 +355,55 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	x.logAccess()
 }
 
-// admit applies the limits in order: global, pool, then per client IP. On
-// success x.release undoes them exactly once.
+// admit applies the limits narrowest first, so that a request refused by
+// one never spends a token of a wider one: one client bursting must not
+// leave other clients refused by the pool-wide rate. The per-client
+// limiter goes first; the concurrency caps (pool, then global) are given
+// back on refusal; the pool-wide admission bucket, whose token cannot be
+// given back, is last. On success x.release undoes them exactly once.
 func (x *exchange) admit(w http.ResponseWriter) bool {
-	s, p := x.s, x.pool
-	if n := s.inflight.Add(1); s.maxConns > 0 && n > s.maxConns {
-		s.inflight.Add(-1)
-		w.Header().Set("Retry-After", retryAfterBusy)
-		x.reject(w, http.StatusServiceUnavailable, "max_conns")
-		return false
-	}
-	if ok, after := p.Admission.Take(); !ok {
-		s.inflight.Add(-1)
-		w.Header().Set("Retry-After", spreadRetryAfter(after))
-		x.reject(w, http.StatusServiceUnavailable, "pool_rate_limit")
-		return false
+	s, p, ip := x.s, x.pool, x.id.client
+	if ok, after := p.Limiter.Admit(ip); !ok {
+		if after > 0 {
+			// A rate limit: the client may come back after the bucket refills.
+			return x.refuse(w, http.StatusTooManyRequests, "rate_limit", strconv.FormatInt(int64(math.Ceil(after.Seconds())), 10))
+		}
+		return x.refuse(w, http.StatusServiceUnavailable, "client_max_conns", retryAfterBusy)
 	}
 	pc := s.poolCounter(p.Name)
-	if n := pc.Add(1); p.MaxConns > 0 && n > p.MaxConns {
+	release := func() {
 		pc.Add(-1)
 		s.inflight.Add(-1)
-		w.Header().Set("Retry-After", retryAfterBusy)
-		x.reject(w, http.StatusServiceUnavailable, "pool_max_conns")
-		return false
+		p.Limiter.Done(ip)
 	}
-	ip := x.id.client
-	if p.Limiter != nil {
-		if ok, after := p.Limiter.Admit(ip); !ok {
-			pc.Add(-1)
-			s.inflight.Add(-1)
-			if after > 0 {
-				// A rate limit: the client may come back after the bucket refills.
-				w.Header().Set("Retry-After", strconv.FormatInt(int64(math.Ceil(after.Seconds())), 10))
-				x.reject(w, http.StatusTooManyRequests, "rate_limit")
-			} else {
-				w.Header().Set("Retry-After", retryAfterBusy)
-				x.reject(w, http.StatusServiceUnavailable, "client_max_conns")
-			}
-			return false
-		}
+	n, total := pc.Add(1), s.inflight.Add(1)
+	switch {
+	case p.MaxConns > 0 && n > p.MaxConns:
+		release()
+		return x.refuse(w, http.StatusServiceUnavailable, "pool_max_conns", retryAfterBusy)
+	case s.maxConns > 0 && total > s.maxConns:
+		release()
+		return x.refuse(w, http.StatusServiceUnavailable, "max_conns", retryAfterBusy)
 	}
-	var once sync.Once
-	x.release = func() {
-		once.Do(func() {
-			if p.Limiter != nil {
-				p.Limiter.Done(ip)
-			}
-			pc.Add(-1)
-			s.inflight.Add(-1)
-		})
+	if ok, after := p.Admission.Take(); !ok {
+		release()
+		return x.refuse(w, http.StatusServiceUnavailable, "pool_rate_limit", spreadRetryAfter(after))
 	}
+	x.release = sync.OnceFunc(release)
 	return true
+}
+
+// refuse answers a request admit turned away, with its Retry-After.
+func (x *exchange) refuse(w http.ResponseWriter, status int, reason, retryAfter string) bool {
+	w.Header().Set("Retry-After", retryAfter)
+	x.reject(w, status, reason)
+	return false
+}
+
+// sniMatchesHost reports whether the request's Host names the server the
+// client asked for in SNI, ignoring case, a port and a trailing dot.
+func sniMatchesHost(sni, host string) bool {
+	return sni == "" || normalizeHost(sni) == normalizeHost(host)
 }
 
 // stickyCookie reads the pool's sticky cookie from the request.

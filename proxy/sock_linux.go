@@ -37,6 +37,8 @@ type sock struct {
 	empty, trustEmpty bool
 
 	eof bool // a read returned end of file: nothing is left to discard
+
+	closed func() // called once the descriptor is closed; may be nil
 }
 
 func newSock(fd int) *sock { return &sock{fd: fd} }
@@ -95,6 +97,7 @@ func takeover(ec *edgeConn, backend *net.TCPConn) (cs, bs *sock, err error) {
 	ec.Conn.Close()
 	backend.Close()
 	cs, bs = newSock(cfd), newSock(bfd)
+	cs.closed = ec.release
 	ec.s, ec.Conn = cs, nil
 	return cs, bs, nil
 }
@@ -305,6 +308,9 @@ func (s *sock) close() error {
 	}
 	err := unix.Close(s.fd)
 	s.fd = -1
+	if s.closed != nil {
+		s.closed()
+	}
 	s.q = nil
 	s.qSince.Store(0)
 	s.qLen.Store(0)

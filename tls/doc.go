@@ -51,8 +51,9 @@
 // servers never renegotiate. ALPN offers "http/1.1" only.
 //
 // Options.ClientCAFile turns on mutual TLS (RequireAndVerifyClientCert
-// against the PEM certificates of the file, read at New). ClientIdentity
-// names a verified client for a request header.
+// against the PEM certificates of the file, read at New). The verified
+// certificate is in the request's tls.ConnectionState; proxy names it for
+// the backend, escaped per RFC 4514.
 //
 // # Session resumption
 //

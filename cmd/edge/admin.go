@@ -15,11 +15,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// admin is the loopback-only listener for probes, metrics and status. It is
+// admin is the listener for probes, metrics and status, on loopback unless
+// admin.allow_public says otherwise (it has no authentication). It is
 // never the public port: a scrape or a /readyz flip must not compete with
 // client traffic, and status pages must not leak to clients.
 type admin struct {
 	addr     string
+	pprof    bool // serve /debug/pprof/ (admin.pprof)
 	reg      *prometheus.Registry
 	ready    atomic.Bool
 	status   func() any
@@ -48,10 +50,14 @@ func (a *admin) handler() http.Handler {
 		enc.SetIndent("", "  ")
 		_ = enc.Encode(a.status())
 	})
-	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	if a.pprof {
+		// Off by default: profiles and traces cost CPU on demand, and
+		// heap and goroutine dumps show request contents.
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
 	return mux
 }
 

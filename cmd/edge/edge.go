@@ -35,6 +35,7 @@ type edge struct {
 
 	proxy     *proxy.Server
 	admin     *admin
+	accept    *proxy.AcceptLimit // client sockets of every public listener
 	listeners []*listener
 	metrics   *metrics
 	dyn       *dynamic
@@ -92,9 +93,17 @@ func newEdge(cfg *conf.Config, path string, log *slog.Logger) (*edge, error) {
 	if cfg.Log.AccessLog {
 		access = log.With("log", "access")
 	}
+	nofile := descriptorLimit()
+	maxConns, sockets := connBudget(nofile, cfg.Limits.MaxConnections, cfg.MaxConnectionsDerived())
+	e.accept = proxy.NewAcceptLimit(sockets, log)
+	log.Info("descriptor budget", "rlimit_nofile", nofile, "max_connections", maxConns, "max_client_sockets", sockets)
+	if nofile > 0 && maxConns > (nofile-fdReserve)/2 {
+		log.Warn("limits.max_connections needs more descriptors than RLIMIT_NOFILE allows; new sockets are closed at max_client_sockets",
+			"max_connections", maxConns, "rlimit_nofile", nofile)
+	}
 	e.proxy, err = proxy.New(proxy.Options{
 		Routes:    routesFor(cfg, pools),
-		MaxConns:  cfg.Limits.MaxConnections,
+		MaxConns:  maxConns,
 		Logger:    log,
 		AccessLog: access,
 		Observer:  e.metrics,
@@ -102,7 +111,7 @@ func newEdge(cfg *conf.Config, path string, log *slog.Logger) (*edge, error) {
 	if err != nil {
 		return nil, fmt.Errorf("routes: %w", err)
 	}
-	e.admin = &admin{addr: cfg.Admin.Address, reg: e.metrics.reg, log: log, status: e.status}
+	e.admin = &admin{addr: cfg.Admin.Address, pprof: cfg.Admin.Pprof, reg: e.metrics.reg, log: log, status: e.status}
 	if err := e.admin.listen(); err != nil {
 		return nil, fmt.Errorf("admin listener %s: %w", cfg.Admin.Address, err)
 	}
@@ -350,6 +359,7 @@ func (e *edge) buildListener(cfg *conf.Config, lc conf.Listener) (*listener, err
 		TLS:            lc.TLS != nil,
 		TrustedProxies: lc.TrustedProxies,
 		Forwarded:      lc.ForwardedHeader,
+		StrictSNIHost:  lc.StrictSNIHost,
 	}
 	if lc.TLS != nil {
 		certs := make([]edgetls.CertFiles, 0, len(lc.TLS.Certificates))
@@ -392,7 +402,7 @@ func (e *edge) buildListener(cfg *conf.Config, lc conf.Listener) (*listener, err
 	if lc.ProxyProtocol.Enabled {
 		ln = proxy.ListenProxyProtocol(ln, lc.ProxyProtocol.Trusted, lc.ProxyProtocol.Timeout.Std())
 	}
-	ln = proxy.WrapListener(ln)
+	ln = proxy.WrapListenerLimit(ln, e.accept)
 	var tlsCfg *tls.Config
 	if l.term != nil {
 		tlsCfg = l.term.TLSConfig()
@@ -446,6 +456,10 @@ func (e *edge) serve(ctx context.Context, hup <-chan os.Signal) error {
 	e.admin.ready.Store(true)
 	e.sdNotify(e.notify.ready("serving"))
 	e.log.Info("edge started", "version", versionString(), "listeners", len(e.listeners), "admin", e.admin.listener.Addr().String())
+	if a, ok := e.admin.listener.Addr().(*net.TCPAddr); ok && !a.IP.IsLoopback() {
+		e.log.Warn("admin listener is not on loopback: /metrics, /status and the admin API are open to whoever reaches it",
+			"admin", a.String(), "pprof", e.admin.pprof)
+	}
 
 	var failed error
 loop:

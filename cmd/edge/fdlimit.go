@@ -1,0 +1,46 @@
+package main
+
+import "golang.org/x/sys/unix"
+
+// fdReserve is how many descriptors the client budget leaves for
+// everything else: the admin listener and its clients, Consul, health
+// checks, the listening sockets, epoll instances and log files.
+const fdReserve = 128
+
+// descriptorLimit is RLIMIT_NOFILE (the soft limit, which the Go runtime
+// raises to the hard one at start), or 0 when it is unknown or too large
+// to matter.
+func descriptorLimit() int64 {
+	var r unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &r); err != nil || r.Cur > 1<<30 {
+		return 0
+	}
+	return int64(r.Cur)
+}
+
+// connBudget shares nofile descriptors out the way HAProxy derives maxconn
+// from ulimit-n when maxconn is not set: every proxied connection holds two
+// (client and backend), and fdReserve stay for the rest. With B = nofile -
+// fdReserve:
+//
+//	limits.max_connections, when absent from the file: B / 2
+//	open client sockets (AcceptLimit):                 B - min(max_connections, B/2)
+//
+// The socket cap counts sockets that hold no backend yet (idle keep-alive,
+// TLS handshakes, requests being refused 503), so it is at least B/2 and
+// grows when max_connections leaves descriptors unused; a max_connections
+// of 0 (unlimited) gets B/2. nofile 0 (unknown) caps nothing.
+func connBudget(nofile, maxConns int64, derived bool) (conns, sockets int64) {
+	if nofile <= 0 {
+		return maxConns, 0
+	}
+	b := max(nofile-fdReserve, 2)
+	if derived {
+		maxConns = b / 2
+	}
+	held := b / 2
+	if maxConns > 0 {
+		held = min(maxConns, b/2)
+	}
+	return maxConns, b - held
+}
