@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/edgelb/edge/balance"
+	"github.com/edgelb/edge/internal/hostname"
 )
 
 // Defaults applied when a Pool leaves a field zero.
@@ -403,7 +404,7 @@ func (x *exchange) refuse(w http.ResponseWriter, status int, reason, retryAfter 
 // sniMatchesHost reports whether the request's Host names the server the
 // client asked for in SNI, ignoring case, a port and a trailing dot.
 func sniMatchesHost(sni, host string) bool {
-	return sni == "" || normalizeHost(sni) == normalizeHost(host)
+	return sni == "" || hostname.Request(sni) == hostname.Request(host)
 }
 
 // stickyCookie reads the pool's sticky cookie from the request.
