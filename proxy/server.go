@@ -110,6 +110,10 @@ type ListenerOptions struct {
 	// subject CN (or first SAN) to the backend; a client-sent copy is always
 	// removed.
 	ClientCertHeader string
+	// ReadBodyTimeout bounds the wait for each read of a plain request's
+	// body: a client that sends nothing of it for this long is answered
+	// 408 and its connection closed. 0 means 30s.
+	ReadBodyTimeout time.Duration
 }
 
 // Server proxies WebSocket and plain HTTP requests to backend pools.
@@ -307,6 +311,11 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	x.id = decideClient(r.RemoteAddr, r.Header["X-Forwarded-For"], h.lo.TrustedProxies)
 
+	if reason := invalidRequest(r); reason != "" {
+		w.Header().Set("Connection", "close")
+		x.reject(w, http.StatusBadRequest, reason)
+		return
+	}
 	if s.draining.Load() {
 		w.Header().Set("Connection", "close")
 		w.Header().Set("Retry-After", retryAfterBusy)
