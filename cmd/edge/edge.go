@@ -339,6 +339,9 @@ func (e *edge) buildListener(cfg *conf.Config, lc conf.Listener) (*listener, err
 		TLS:            lc.TLS != nil,
 		TrustedProxies: lc.TrustedProxies,
 		Forwarded:      lc.ForwardedHeader,
+		// Per read of a plain request body; http.Server's ReadTimeout and
+		// WriteTimeout would also bound hijacked WebSockets.
+		ReadBodyTimeout: lc.ReadBodyTimeout.Std(),
 	}
 	if lc.TLS != nil {
 		certs := make([]edgetls.CertFiles, 0, len(lc.TLS.Certificates))
