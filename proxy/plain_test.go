@@ -2,14 +2,17 @@ package proxy
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
+	"os"
 	"runtime"
 	"strings"
-	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -288,7 +291,6 @@ func TestUnrequestedSwitchRefused(t *testing.T) {
 // reaches exactly one backend once, even on a reused connection.
 func TestNoReplay(t *testing.T) {
 	var deaths atomic.Int64
-	var mu sync.Mutex
 	handle := func(c net.Conn) {
 		br := bufio.NewReader(c)
 		for {
@@ -298,8 +300,6 @@ func TestNoReplay(t *testing.T) {
 			}
 			if req.URL.Path == "/die" {
 				deaths.Add(1)
-				mu.Lock()
-				mu.Unlock()
 				c.(*net.TCPConn).SetLinger(0)
 				return
 			}
@@ -375,4 +375,86 @@ func TestDeadBackendCounts(t *testing.T) {
 	if len(e.obs.dialFailures()) == 0 {
 		t.Fatal("a refused connect was not counted")
 	}
+}
+
+// TestBackendsFault: what counts against a backend when no response came.
+func TestBackendsFault(t *testing.T) {
+	r := httptest.NewRequest("GET", "/", nil)
+	for _, tc := range []struct {
+		name          string
+		err           error
+		wrote, reused bool
+		want          bool
+	}{
+		{"connect refused", &dialError{&net.OpError{Op: "dial", Err: syscall.ECONNREFUSED}}, false, false, true},
+		{"out of descriptors", &dialError{&net.OpError{Op: "dial", Err: os.NewSyscallError("socket", syscall.EMFILE)}}, false, false, false},
+		{"out of ports", &dialError{&net.OpError{Op: "dial", Err: syscall.EADDRNOTAVAIL}}, false, false, false},
+		{"reset after the head", syscall.ECONNRESET, true, true, true},
+		{"edge's request timeout", fmt.Errorf("roundtrip: %w", context.DeadlineExceeded), true, false, false},
+		{"stale pooled connection, nothing sent", io.EOF, false, true, false},
+	} {
+		if got := backendsFault(r, nil, tc.err, tc.wrote, tc.reused); got != tc.want {
+			t.Errorf("%s: got %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// TestBareLFHeadRegenerated: net/http accepts a bare LF as a line end
+// (RFC 9112 §2.2 allows it); edge never forwards those bytes, it writes a
+// head of its own with CRLF line ends, so a backend cannot read the
+// request differently from edge.
+func TestBareLFHeadRegenerated(t *testing.T) {
+	heads := make(chan string, 1)
+	addr := rawBackend(t, func(c net.Conn) {
+		br := bufio.NewReader(c)
+		var head strings.Builder
+		for {
+			line, err := br.ReadString('\n')
+			if err != nil {
+				return
+			}
+			head.WriteString(line)
+			if line == "\r\n" || line == "\n" {
+				break
+			}
+		}
+		heads <- head.String()
+		io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+	})
+	p := newPool(t, "chat", balance.LeastConn, map[string]string{"b": addr})
+	e := startEdge(t, edgeConfig{opts: Options{Routes: []Route{{Default: true, Pool: p}}}})
+	resp, _ := rawRequest(t, e, "GET /lf HTTP/1.1\nHost: x\nX-A: 1\n\n")
+	if resp.StatusCode != 200 {
+		t.Fatalf("got %d", resp.StatusCode)
+	}
+	head := <-heads
+	if strings.Count(head, "\n") != strings.Count(head, "\r\n") || !strings.Contains(head, "X-A: 1\r\n") {
+		t.Fatalf("backend got a head with bare LF or without the header: %q", head)
+	}
+}
+
+// TestNonReadingClientCut: a client that stops reading an answer loses its
+// connection after the pool's write timeout, and its slot with it.
+func TestNonReadingClientCut(t *testing.T) {
+	const size = 8 << 20
+	payload := make([]byte, size)
+	addr := rawBackend(t, func(c net.Conn) {
+		br := bufio.NewReader(c)
+		if _, err := http.ReadRequest(br); err != nil {
+			return
+		}
+		fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n", size)
+		c.Write(payload)
+	})
+	p := newPool(t, "chat", balance.LeastConn, map[string]string{"b": addr})
+	p.WriteTimeout = 200 * time.Millisecond
+	e := startEdge(t, edgeConfig{opts: Options{Routes: []Route{{Default: true, Pool: p}}}})
+	c := e.rawConn(t)
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	io.WriteString(c, "GET /big HTTP/1.1\r\nHost: x\r\n\r\n")
+	var line [12]byte
+	if _, err := io.ReadFull(c, line[:]); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the stalled answer given up", func() bool { return e.srv.inflight.Load() == 0 })
 }
