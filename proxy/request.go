@@ -76,11 +76,8 @@ func validHost(h string) bool {
 	} else if i := strings.LastIndexByte(h, ':'); i >= 0 {
 		host, port = h[:i], h[i:]
 	}
-	if port != "" {
-		n, err := strconv.Atoi(port[1:])
-		if err != nil || len(port) < 2 || len(port) > 6 || n > 65535 || port[1] == '+' || port[1] == '-' {
-			return false
-		}
+	if port != "" && !validPort(port[1:]) {
+		return false
 	}
 	if strings.HasPrefix(h, "[") {
 		return true
@@ -94,6 +91,20 @@ func validHost(h string) bool {
 		}
 	}
 	return true
+}
+
+// validPort accepts 1 to 5 digits up to 65535.
+func validPort(p string) bool {
+	if len(p) < 1 || len(p) > 5 {
+		return false
+	}
+	for i := 0; i < len(p); i++ {
+		if p[i] < '0' || p[i] > '9' {
+			return false
+		}
+	}
+	n, err := strconv.Atoi(p)
+	return err == nil && n <= 65535
 }
 
 // regNameByte: unreserved / sub-delims of RFC 3986 §2.2–2.3.
