@@ -62,6 +62,7 @@ func TestMinimalDefaults(t *testing.T) {
 		{"listener tls", l.TLS == nil, true},
 		{"read_header_timeout", l.ReadHeaderTimeout.Std(), 10 * time.Second},
 		{"tls_handshake_timeout", l.TLSHandshakeTimeout.Std(), 10 * time.Second},
+		{"read_body_timeout", l.ReadBodyTimeout.Std(), 30 * time.Second},
 		{"max_header_bytes", l.MaxHeaderBytes, 16384},
 		{"proxy_protocol.timeout", l.ProxyProtocol.Timeout.Std(), 5 * time.Second},
 		{"balance", p.Balance, BalanceLeastConn},
@@ -298,6 +299,8 @@ pools:
       dail: 2s
 routes: [{default: true, pool: app}]
 `, []string{`edge.yaml:6: pools[0].timeouts: unknown key "dail" (did you mean "dial"?)`}},
+		{"zero read_body_timeout", `listeners: [{address: 127.0.0.1:8080, read_body_timeout: 0s}]` + "\n" + minimal[len("listeners: [{address: 127.0.0.1:8080}]\n"):],
+			[]string{`edge.yaml:1: listeners[0].read_body_timeout: must be greater than 0`}},
 		{"snake vs camel suggestion", `listeners: [{address: 127.0.0.1:8080, readHeaderTimeout: 1s}]` + "\n" + minimal[len("listeners: [{address: 127.0.0.1:8080}]\n"):],
 			[]string{`edge.yaml:1: listeners[0]: unknown key "readHeaderTimeout" (did you mean "read_header_timeout"?)`}},
 		{"duplicate key", minimalWith("log:\n  level: info\n  level: debug", ""), []string{`edge.yaml:6: log.level: duplicate key (first at line 5)`}},

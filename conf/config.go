@@ -159,6 +159,10 @@ type Listener struct {
 	// server bounds the handshake and each request head by one deadline,
 	// so both get the smaller of this and ReadHeaderTimeout.
 	TLSHandshakeTimeout Duration `yaml:"tls_handshake_timeout" default:"10s"`
+	// ReadBodyTimeout bounds the wait for each read of a plain request's
+	// body: a client that sends nothing of it for this long is answered
+	// 408 and loses its connection (nginx: client_body_timeout). Default 30s.
+	ReadBodyTimeout Duration `yaml:"read_body_timeout" default:"30s"`
 	// MaxHeaderBytes bounds the request head, 1024 to 1048576.
 	// Default 16384.
 	MaxHeaderBytes int `yaml:"max_header_bytes" default:"16384"`
@@ -376,7 +380,9 @@ type Timeouts struct {
 	// long; 0 means never. Default 1h: the 60s of ALB and nginx and the 5
 	// minutes of Envoy kill quiet WebSockets (envoy#20062).
 	Idle Duration `yaml:"idle" default:"1h"`
-	// Write bounds one write to a peer that stopped reading. Default 30s.
+	// Write bounds one write to a peer that stopped reading: the backend or
+	// the client of a WebSocket, the client of a plain HTTP answer.
+	// Default 30s.
 	Write Duration `yaml:"write" default:"30s"`
 }
 

@@ -181,6 +181,7 @@ func (v *validator) listener(path string, l *Listener, names, addrs map[string]s
 	v.duration(pp+".timeout", l.ProxyProtocol.Timeout, false)
 	v.duration(path+".read_header_timeout", l.ReadHeaderTimeout, false)
 	v.duration(path+".tls_handshake_timeout", l.TLSHandshakeTimeout, false)
+	v.duration(path+".read_body_timeout", l.ReadBodyTimeout, false)
 	if l.MaxHeaderBytes < 1024 || l.MaxHeaderBytes > 1<<20 {
 		v.errf(path+".max_header_bytes", "%d is outside 1024..1048576", l.MaxHeaderBytes)
 	}

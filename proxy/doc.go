@@ -9,6 +9,7 @@
 // A reader can follow one connection from top to bottom:
 //
 //	server.go     Handler -> ServeHTTP: drain gate, route, validate, client, limits
+//	request.go    requests refused with 400 before routing (Host, target, CONNECT)
 //	routes.go     Host (exact and "*.suffix") and longest path-prefix matching
 //	upgrade.go    RFC 6455 §4.2.1 checks; non-upgrade requests go to http.go
 //	forwarded.go  client identity and X-Forwarded-*/Forwarded headers
@@ -22,7 +23,8 @@
 //	frame.go      RFC 6455 §5.2 frame-header tracking for boundary-safe closes
 //	frameaware.go frame-size limits and heartbeat pings (opt-in per pool)
 //	conns.go      live-connection registry, Drain, CloseBackend
-//	http.go       plain HTTP leg (long-polling transports) over fasthttp
+//	http.go       plain HTTP leg (long-polling transports) over net/http's
+//	              Transport: both bodies streamed, no replays
 //	proxyproto.go PROXY protocol v1/v2 listener wrapper for trusted peers
 //
 // # Two splices

@@ -6,10 +6,14 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/netip"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/edgelb/edge/balance"
+	"github.com/edgelb/edge/internal/testbackend"
 )
 
 // FuzzUpgradeRequest: validation never panics, and whatever it accepts
@@ -293,6 +297,74 @@ func FuzzClientIdentity(f *testing.F) {
 		}
 		if string(out) != cn {
 			t.Fatalf("escape(%q) = %q unescapes to %q", cn, got, out)
+		}
+	})
+}
+
+// FuzzPlainRequest: a whole request through the handler to a real backend.
+// Whatever validation accepts has a valid Host, no fragment, no dot
+// segment and is no CONNECT; what it refuses is a 400 that reaches no
+// backend; and the path a backend receives is the path that was routed.
+func FuzzPlainRequest(f *testing.F) {
+	// Ordinary, escaped, absolute-form and IPv6 requests.
+	f.Add("GET /a/b?x=1 HTTP/1.1\r\nHost: chat.example.com\r\n\r\n")
+	f.Add("GET /a%2Fb/%7Ec HTTP/1.1\r\nHost: [::1]:8080\r\n\r\n")
+	f.Add("GET http://chat.example.com//p HTTP/1.1\r\nHost: other\r\n\r\n")
+	f.Add("POST /p HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\nabc")
+	// Refused: fragment, dot segments, CONNECT, bad Host, empty Host.
+	f.Add("GET /a#f HTTP/1.1\r\nHost: x\r\n\r\n")
+	f.Add("GET /a/%2e%2e/b HTTP/1.1\r\nHost: x\r\n\r\n")
+	f.Add("CONNECT x:443 HTTP/1.1\r\nHost: x:443\r\n\r\n")
+	f.Add("GET / HTTP/1.1\r\nHost: [x%25]\r\n\r\n")
+	f.Add("GET / HTTP/1.1\r\nHost:\r\n\r\n")
+	b, err := testbackend.Start("b")
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Cleanup(b.Close)
+	p := newPool(f, "chat", balance.LeastConn, map[string]string{"b": b.Addr()})
+	p.MaxBodyBytes = 1 << 10
+	s, err := New(Options{Routes: []Route{{Default: true, Pool: p}}})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Cleanup(func() { s.Close() })
+	h := s.Handler(ListenerOptions{Name: "fuzz", ReadBodyTimeout: time.Second})
+	f.Fuzz(func(t *testing.T, raw string) {
+		r, err := http.ReadRequest(bufio.NewReader(strings.NewReader(raw)))
+		if err != nil || wantsUpgrade(r.Header) {
+			return
+		}
+		r.RemoteAddr = "127.0.0.1:1"
+		reason := invalidRequest(r)
+		if reason == "" {
+			if !validHost(r.Host) || strings.Contains(r.RequestURI, "#") || r.Method == http.MethodConnect || hasDotSegment(r.URL.Path) {
+				t.Fatalf("accepted %q", raw)
+			}
+		}
+		w := httptest.NewRecorder()
+		func() {
+			defer func() {
+				if v := recover(); v != nil && v != http.ErrAbortHandler {
+					panic(v)
+				}
+			}()
+			h.ServeHTTP(w, r)
+		}()
+		if reason != "" {
+			if w.Code != http.StatusBadRequest {
+				t.Fatalf("refused (%s) %q answered %d", reason, raw, w.Code)
+			}
+			return
+		}
+		if body := w.Body.String(); w.Code == 200 && strings.HasPrefix(body, "b /") {
+			want := r.URL.Path
+			if want == "" {
+				want = "/" // RFC 9112 §3.2.1: an empty path is sent as "/"
+			}
+			if got := strings.TrimSuffix(strings.TrimPrefix(body, "b "), "\n"); got != want {
+				t.Fatalf("%q: routed path %q, backend got %q", raw, r.URL.Path, got)
+			}
 		}
 	})
 }

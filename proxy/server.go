@@ -120,6 +120,10 @@ type ListenerOptions struct {
 	// a TLS request whose Host is not the server name the client sent in
 	// SNI; a connection without SNI is not checked.
 	StrictSNIHost bool
+	// ReadBodyTimeout bounds the wait for each read of a plain request's
+	// body: a client that sends nothing of it for this long is answered
+	// 408 and its connection closed. 0 means 30s.
+	ReadBodyTimeout time.Duration
 }
 
 // Server proxies WebSocket and plain HTTP requests to backend pools.
@@ -317,6 +321,11 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	x.id = decideClient(r.RemoteAddr, r.Header["X-Forwarded-For"], h.lo.TrustedProxies)
 
+	if reason := invalidRequest(r); reason != "" {
+		w.Header().Set("Connection", "close")
+		x.reject(w, http.StatusBadRequest, reason)
+		return
+	}
 	if s.draining.Load() {
 		w.Header().Set("Connection", "close")
 		w.Header().Set("Retry-After", retryAfterBusy)

@@ -360,6 +360,9 @@ func (e *edge) buildListener(cfg *conf.Config, lc conf.Listener) (*listener, err
 		TrustedProxies: lc.TrustedProxies,
 		Forwarded:      lc.ForwardedHeader,
 		StrictSNIHost:  lc.StrictSNIHost,
+		// Per read of a plain request body; http.Server's ReadTimeout and
+		// WriteTimeout would also bound hijacked WebSockets.
+		ReadBodyTimeout: lc.ReadBodyTimeout.Std(),
 	}
 	if lc.TLS != nil {
 		certs := make([]edgetls.CertFiles, 0, len(lc.TLS.Certificates))
