@@ -1,6 +1,7 @@
 package tls
 
 import (
+	"bytes"
 	"crypto/ecdsa"
 	"crypto/ed25519"
 	"crypto/rsa"
@@ -124,6 +125,9 @@ func parsePair(f CertFiles, pc pairContents) (*loadedCert, error) {
 		return nil, fmt.Errorf("certificate file %s: %w", f.CertFile, err)
 	}
 	if len(chain) == 0 {
+		if bytes.Contains(certPEM, []byte("PRIVATE KEY-----")) {
+			return nil, fmt.Errorf("certificate file %s: no CERTIFICATE PEM block found, only a private key: are cert_file and key_file swapped?", f.CertFile)
+		}
 		return nil, fmt.Errorf("certificate file %s: no CERTIFICATE PEM block found", f.CertFile)
 	}
 	leaf := chain[0]
