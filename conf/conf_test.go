@@ -104,12 +104,12 @@ func TestMinimalDefaults(t *testing.T) {
 
 func TestTLSDefaults(t *testing.T) {
 	dir := t.TempDir()
-	for _, f := range []string{"a.pem", "a.key"} {
+	for _, f := range []string{"a.pem", "a.key", "ca.pem"} {
 		if err := os.WriteFile(filepath.Join(dir, f), []byte("x"), 0o600); err != nil {
 			t.Fatal(err)
 		}
 	}
-	src := "listeners: [{address: 127.0.0.1:8443, tls: {certificates: [{cert_file: a.pem, key_file: a.key}]}}]\n" +
+	src := "listeners: [{address: 127.0.0.1:8443, tls: {certificates: [{cert_file: a.pem, key_file: a.key, issuer_file: ca.pem}]}}]\n" +
 		"pools: [{name: app, backends: [{address: 127.0.0.1:9001}]}]\n" +
 		"routes: [{default: true, pool: app}]\n"
 	path := filepath.Join(dir, "edge.yaml")
@@ -123,6 +123,9 @@ func TestTLSDefaults(t *testing.T) {
 	tl := c.Listeners[0].TLS
 	if got, want := tl.Certificates[0].CertFile, filepath.Join(dir, "a.pem"); got != want {
 		t.Errorf("cert_file: got %q, want %q (relative to the config file)", got, want)
+	}
+	if got, want := tl.Certificates[0].IssuerFile, filepath.Join(dir, "ca.pem"); got != want {
+		t.Errorf("issuer_file: got %q, want %q (relative to the config file)", got, want)
 	}
 	if got, want := tl.MinVersion, "1.2"; got != want {
 		t.Errorf("min_version: got %q, want %q", got, want)

@@ -204,6 +204,13 @@ type Certificate struct {
 	CertFile string `yaml:"cert_file"`
 	// KeyFile holds the leaf's private key.
 	KeyFile string `yaml:"key_file"`
+	// IssuerFile holds, in PEM, the certificate that signed the leaf (a
+	// bundle may hold others too), for OCSP stapling when CertFile holds
+	// the leaf alone (HAProxy: the ".issuer" file; nginx:
+	// ssl_trusted_certificate). Default empty: the issuer is the
+	// certificate after the leaf, else it is fetched from the leaf's
+	// caIssuers URL.
+	IssuerFile string `yaml:"issuer_file"`
 }
 
 // SessionTickets configures TLS session-ticket keys. Resumption fails when

@@ -229,6 +229,7 @@ func (c *Config) resolvePaths(base string) {
 			for j := range t.Certificates {
 				rel(&t.Certificates[j].CertFile)
 				rel(&t.Certificates[j].KeyFile)
+				rel(&t.Certificates[j].IssuerFile)
 			}
 			rel(&t.ClientCAFile)
 			rel(&t.SessionTickets.KeyFile)
@@ -241,6 +242,17 @@ func (c *Config) resolvePaths(base string) {
 	}
 	rel(&c.Consul.TokenFile)
 	rel(&c.Consul.CAFile)
+}
+
+// ErrorAt returns a problem found outside Validate (by a check that needs
+// the system, such as resolving addresses or reading certificates) at the
+// line of the setting path (dotted, as in Error.Path).
+func (c *Config) ErrorAt(path, format string, args ...any) *Error {
+	e := &Error{Line: c.src.line(path), Path: path, Msg: fmt.Sprintf(format, args...)}
+	if c.src != nil {
+		e.File = c.src.file
+	}
+	return e
 }
 
 // Warnings returns what the last validation found legal but probably

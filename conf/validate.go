@@ -195,6 +195,7 @@ func (v *validator) tls(path string, t *TLS) {
 		p := index(path+".certificates", i)
 		v.file(p+".cert_file", c.CertFile, true)
 		v.file(p+".key_file", c.KeyFile, true)
+		v.file(p+".issuer_file", c.IssuerFile, false)
 	}
 	v.oneOf(path+".min_version", t.MinVersion, "1.2", "1.3")
 	v.file(path+".client_ca_file", t.ClientCAFile, false)

@@ -1,6 +1,7 @@
 package tls
 
 import (
+	"bytes"
 	"crypto/ecdsa"
 	"crypto/ed25519"
 	"crypto/rsa"
@@ -29,6 +30,45 @@ type loadedCert struct {
 	keyType    string
 	mustStaple bool
 	id         string // hex SHA-256 of the leaf, names the staple file
+	// caIssuers are the leaf's http(s) caIssuers URLs (RFC 5280 section
+	// 4.2.2.1), where the issuer is fetched when neither the chain nor an
+	// issuer file carries it.
+	caIssuers []string
+}
+
+// parsePEMCerts returns the CERTIFICATE blocks of data, in order; other
+// blocks are skipped.
+func parsePEMCerts(data []byte) ([]*x509.Certificate, error) {
+	var out []*x509.Certificate
+	rest := data
+	for i := 1; ; i++ {
+		var block *pem.Block
+		block, rest = pem.Decode(rest)
+		if block == nil {
+			return out, nil
+		}
+		if block.Type != "CERTIFICATE" {
+			continue
+		}
+		c, err := x509.ParseCertificate(block.Bytes)
+		if err != nil {
+			return nil, fmt.Errorf("PEM block %d: %w", i, err)
+		}
+		out = append(out, c)
+	}
+}
+
+// validity says why lc cannot be served at now: not yet valid or expired.
+func validity(lc *loadedCert, now time.Time) error {
+	leaf := lc.leaf
+	if now.Before(leaf.NotBefore) {
+		return fmt.Errorf("certificate file %s: not yet valid: valid from %s",
+			lc.files.CertFile, leaf.NotBefore.UTC().Format(time.RFC3339))
+	}
+	if now.After(leaf.NotAfter) {
+		return fmt.Errorf("certificate file %s: expired at %s", lc.files.CertFile, leaf.NotAfter.UTC().Format(time.RFC3339))
+	}
+	return nil
 }
 
 // oidTLSFeature is the TLS Feature extension (RFC 7633); the value 5
@@ -37,59 +77,60 @@ var oidTLSFeature = asn1.ObjectIdentifier{1, 3, 6, 1, 5, 5, 7, 1, 24}
 
 const featureStatusRequest = 5
 
-// fileContents reads both files of a pair and returns them with a digest of
-// both, used to tell a real change from a touch.
-func fileContents(f CertFiles) (certPEM, keyPEM []byte, sum [32]byte, err error) {
-	certPEM, err = os.ReadFile(f.CertFile)
+// pairContents is what the files of one pair hold, with a digest of all of
+// them, used to tell a real change from a touch.
+type pairContents struct {
+	cert, key, issuer []byte
+	sum               [32]byte
+}
+
+// fileContents reads the files of a pair (the issuer file too, when set).
+func fileContents(f CertFiles) (pairContents, error) {
+	var pc pairContents
+	var err error
+	pc.cert, err = os.ReadFile(f.CertFile)
 	if err != nil {
-		return nil, nil, sum, fmt.Errorf("certificate file %s: %w", f.CertFile, err)
+		return pc, fmt.Errorf("certificate file %s: %w", f.CertFile, err)
 	}
-	keyPEM, err = os.ReadFile(f.KeyFile)
+	pc.key, err = os.ReadFile(f.KeyFile)
 	if err != nil {
-		return nil, nil, sum, fmt.Errorf("key file %s: %w", f.KeyFile, err)
+		return pc, fmt.Errorf("key file %s: %w", f.KeyFile, err)
+	}
+	if f.IssuerFile != "" {
+		pc.issuer, err = os.ReadFile(f.IssuerFile)
+		if err != nil {
+			return pc, fmt.Errorf("issuer file %s: %w", f.IssuerFile, err)
+		}
 	}
 	h := sha256.New()
 	var n [8]byte
-	binary.BigEndian.PutUint64(n[:], uint64(len(certPEM)))
-	h.Write(n[:])
-	h.Write(certPEM)
-	h.Write(keyPEM)
-	h.Sum(sum[:0])
-	return certPEM, keyPEM, sum, nil
+	for _, b := range [][]byte{pc.cert, pc.key} {
+		binary.BigEndian.PutUint64(n[:], uint64(len(b)))
+		h.Write(n[:])
+		h.Write(b)
+	}
+	h.Write(pc.issuer)
+	h.Sum(pc.sum[:0])
+	return pc, nil
 }
 
 // parsePair validates a pair and says, naming the file, what is wrong:
-// no or bad PEM, a key that does not match, a leaf not valid at now, a chain
-// out of order.
-func parsePair(f CertFiles, certPEM, keyPEM []byte, now time.Time) (*loadedCert, error) {
-	var chain []*x509.Certificate
-	rest := certPEM
-	for i := 1; ; i++ {
-		var block *pem.Block
-		block, rest = pem.Decode(rest)
-		if block == nil {
-			break
-		}
-		if block.Type != "CERTIFICATE" {
-			continue
-		}
-		c, err := x509.ParseCertificate(block.Bytes)
-		if err != nil {
-			return nil, fmt.Errorf("certificate file %s: PEM block %d: %w", f.CertFile, i, err)
-		}
-		chain = append(chain, c)
+// no or bad PEM, a key that does not match, a chain out of order, an issuer
+// file that holds no issuer of the leaf. Dates are judged apart, by
+// validity: an expired pair is served around, not refused.
+func parsePair(f CertFiles, pc pairContents) (*loadedCert, error) {
+	certPEM, keyPEM := pc.cert, pc.key
+	chain, err := parsePEMCerts(certPEM)
+	if err != nil {
+		return nil, fmt.Errorf("certificate file %s: %w", f.CertFile, err)
 	}
 	if len(chain) == 0 {
+		if bytes.Contains(certPEM, []byte("PRIVATE KEY-----")) {
+			return nil, fmt.Errorf("certificate file %s: no CERTIFICATE PEM block found, only a private key: are cert_file and key_file swapped?", f.CertFile)
+		}
 		return nil, fmt.Errorf("certificate file %s: no CERTIFICATE PEM block found", f.CertFile)
 	}
 	leaf := chain[0]
-	if now.Before(leaf.NotBefore) {
-		return nil, fmt.Errorf("certificate file %s: not yet valid: valid from %s, now %s",
-			f.CertFile, leaf.NotBefore.UTC().Format(time.RFC3339), now.UTC().Format(time.RFC3339))
-	}
-	if now.After(leaf.NotAfter) {
-		return nil, fmt.Errorf("certificate file %s: expired at %s", f.CertFile, leaf.NotAfter.UTC().Format(time.RFC3339))
-	}
 	// A chain out of order makes clients fail in ways that are hard to read;
 	// refuse it here instead.
 	for i := 0; i+1 < len(chain); i++ {
@@ -109,9 +150,16 @@ func parsePair(f CertFiles, certPEM, keyPEM []byte, now time.Time) (*loadedCert,
 		leaf:    leaf,
 		keyType: keyType(leaf),
 	}
-	if len(chain) > 1 {
+	switch {
+	case f.IssuerFile != "":
+		lc.issuer, err = issuerFromFile(f, pc.issuer, leaf)
+		if err != nil {
+			return nil, err
+		}
+	case len(chain) > 1:
 		lc.issuer = chain[1]
 	}
+	lc.caIssuers = caIssuerURLs(leaf)
 	for _, n := range leaf.DNSNames {
 		n = normalizeName(n)
 		if n != "" && !slices.Contains(lc.names, n) {
@@ -172,8 +220,9 @@ type certSet struct {
 
 // servedPair is one entry's input to buildCertSet.
 type servedPair struct {
-	lc   *loadedCert
-	cert *tls.Certificate // nil: refused (must-staple without staple)
+	lc       *loadedCert
+	cert     *tls.Certificate // nil: refused (must-staple without staple) or unusable
+	unusable bool             // expired or not yet valid: left out, its names not blocked
 }
 
 func keyRank(c *loadedCert) int {
@@ -194,6 +243,9 @@ func buildCertSet(pairs []servedPair) *certSet {
 	slices.SortStableFunc(order, func(a, b servedPair) int { return keyRank(a.lc) - keyRank(b.lc) })
 	blocked := make(map[string]bool)
 	for _, p := range order {
+		if p.unusable {
+			continue
+		}
 		for _, n := range p.lc.names {
 			m, key := s.exact, n
 			if strings.HasPrefix(n, "*.") {

@@ -15,8 +15,22 @@
 // Options.Certificates lists certificate/key pairs, PEM. A certificate file
 // holds the leaf first, then its chain in order. A pair is refused, with an
 // error naming the file and the reason, when a file is missing, holds no
-// CERTIFICATE block or a bad one, when the key does not match, when the leaf
-// is expired or not yet valid, or when the chain is out of order.
+// CERTIFICATE block or a bad one, when the key does not match, when the
+// chain is out of order, or when its IssuerFile holds no issuer of the leaf.
+//
+// A pair whose leaf is expired or not yet valid is not refused but left
+// out: New logs it at Error ("certificate not usable, not served"), Status
+// shows it with usable false and the reason in last_error, and the other
+// pairs are served, as HAProxy and nginx serve the certificates they can.
+// Only when no pair at all is usable does New fail. Polling serves a not
+// yet valid pair once its NotBefore passes, and new files for a left-out
+// pair are read like any change. (A served pair that expires while running
+// keeps being served until it is replaced.)
+//
+// Check runs every check New runs (the pairs, the client CA file, the ticket
+// key file) without serving, fetching or asking a key source, and returns
+// the refusals as Errors and the left-out pairs as Warnings (as Errors when
+// none is usable); `edge -check` and edge's startup both use it.
 //
 // The certificate for a handshake is chosen by SNI, compared
 // case-insensitively with the leaf's DNS subject alternative names: an exact
@@ -99,17 +113,35 @@
 // (Keep-1)*RotateEvery and Keep*RotateEvery after issue: 2h to 3h with the
 // defaults. With a key file or source, RotateEvery*Keep is the age bound and
 // the operator's rotation decides the rest. crypto/tls announces a 7-day
-// lifetime in TLS 1.3 NewSessionTicket messages whatever the bound; a client
-// presenting an older ticket simply gets a full handshake. A resumed
+// lifetime in TLS 1.3 NewSessionTicket messages whatever the bound, and a
+// server cannot change it (Go 1.26: sendSessionTickets in
+// handshake_server_tls13.go sets ticket_lifetime to the constant
+// maxSessionTicketLifetime of common.go; neither tls.Config nor WrapSession
+// reaches it; TLS 1.2 tickets carry a lifetime hint of 0, "unspecified",
+// RFC 5077 section 3.3). A client presenting an older ticket simply gets a
+// full handshake. TestTLS13TicketLifetimeHint pins the 7 days, so that a Go
+// release that lets servers choose is noticed. A resumed
 // connection receives a fresh ticket under the current key.
 //
 // # OCSP stapling
 //
-// For every certificate whose leaf names an OCSP responder (AIA), and whose
-// chain carries the issuer (the certificate after the leaf), New fetches a
-// response before the first handshake (HTTP POST, RFC 6960 appendix A,
+// For every certificate whose leaf names an OCSP responder (AIA) and whose
+// issuer is known, New fetches a response before the first handshake (HTTP POST, RFC 6960 appendix A,
 // bounded by OCSP.Timeout, default 5s), unless a persisted one is still
-// fresh. A response is stapled only if it is signed by the issuer, or by a
+// fresh.
+//
+// The issuer is, in order: the certificate of CertFiles.IssuerFile (PEM, a
+// bundle allowed) that signed the leaf (HAProxy's ".issuer" file, nginx's
+// ssl_trusted_certificate); the certificate after the leaf in CertFile;
+// else it is fetched from the leaf's caIssuers URLs (AIA, RFC 5280 section
+// 4.2.2.1), which private CAs that sign leaves directly often set and
+// operators who deploy the leaf alone rely on. Only http and https URLs are
+// fetched (GET, bounded by OCSP.Timeout and 64 KiB; DER or PEM, PKCS#7 not
+// understood), and what they serve is kept only if its key signed the leaf.
+// The fetch is part of the OCSP refresh (retried with its backoff); with
+// StateDir the fetched issuer is kept in StateDir/issuer-<id>.der, checked
+// again when read. A leaf with a responder and no way to its issuer is
+// served without a staple (state "no-issuer", a warning). A response is stapled only if it is signed by the issuer, or by a
 // responder certificate the issuer signed with the OCSPSigning extended key
 // usage (RFC 6960 section 4.2.2.2), is for the leaf's serial number, has a
 // ThisUpdate not in the future (5 minutes of skew allowed), is not past its
@@ -140,8 +172,8 @@
 //   - "refuse" (default): the certificate is served only with a valid
 //     staple. Without one, the handshake uses another certificate for the
 //     name (another key type, or a wildcard), else fails. A must-staple pair
-//     that could never be stapled (no responder, no issuer in the chain,
-//     OCSP disabled) is refused when loaded.
+//     that could never be stapled (no responder, no issuer in the chain nor
+//     IssuerFile nor caIssuers URL, OCSP disabled) is refused when loaded.
 //   - "serve": the certificate is served with or without a staple; Status
 //     shows served, must_staple and stapled.
 //

@@ -92,8 +92,9 @@ type leafOpts struct {
 	ocspURL    string
 	mustStaple bool
 	client     bool
-	ekuOCSP    bool // delegated OCSP responder
-	noChain    bool // leave the CA out of the certificate file
+	ekuOCSP    bool   // delegated OCSP responder
+	noChain    bool   // leave the CA out of the certificate file
+	aiaURL     string // caIssuers URL (Authority Information Access)
 }
 
 type leaf struct {
@@ -154,6 +155,9 @@ func (p *pki) leaf(t testing.TB, o leafOpts) *leaf {
 	}
 	if o.ocspURL != "" {
 		tmpl.OCSPServer = []string{o.ocspURL}
+	}
+	if o.aiaURL != "" {
+		tmpl.IssuingCertificateURL = []string{o.aiaURL}
 	}
 	if o.mustStaple {
 		v, _ := asn1.Marshal([]int{5})

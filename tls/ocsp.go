@@ -88,10 +88,10 @@ func ocspResponders(leaf *x509.Certificate) []string {
 	return out
 }
 
-// fetchOCSP asks each responder of lc in turn and returns the first verified
+// fetchOCSP asks each responder of lc (issued by issuer) in turn and returns the first verified
 // answer, whatever its status.
-func fetchOCSP(ctx context.Context, client *http.Client, timeout time.Duration, lc *loadedCert, now time.Time) ([]byte, *ocsp.Response, error) {
-	req, err := ocsp.CreateRequest(lc.leaf, lc.issuer, &ocsp.RequestOptions{Hash: crypto.SHA1})
+func fetchOCSP(ctx context.Context, client *http.Client, timeout time.Duration, lc *loadedCert, issuer *x509.Certificate, now time.Time) ([]byte, *ocsp.Response, error) {
+	req, err := ocsp.CreateRequest(lc.leaf, issuer, &ocsp.RequestOptions{Hash: crypto.SHA1})
 	if err != nil {
 		return nil, nil, fmt.Errorf("OCSP request: %w", err)
 	}
@@ -102,7 +102,7 @@ func fetchOCSP(ctx context.Context, client *http.Client, timeout time.Duration, 
 			errs = append(errs, fmt.Errorf("OCSP responder %s: %w", u, err))
 			continue
 		}
-		resp, err := verifyOCSP(raw, lc.leaf, lc.issuer, now)
+		resp, err := verifyOCSP(raw, lc.leaf, issuer, now)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("OCSP responder %s: %w", u, err))
 			continue

@@ -73,6 +73,11 @@ type CertFiles struct {
 	CertFile string
 	// KeyFile is the leaf's PEM private key.
 	KeyFile string
+	// IssuerFile, when set, holds PEM certificates among which is the one
+	// that signed the leaf (HAProxy's ".issuer" file, nginx's
+	// ssl_trusted_certificate): it lets OCSP responses be requested and
+	// verified when CertFile holds the leaf alone.
+	IssuerFile string
 }
 
 // TicketOptions configures session tickets (TLS 1.2, RFC 5077) and PSK

@@ -24,6 +24,10 @@ type CertStatus struct {
 	// Served is false when the must-staple policy "refuse" keeps the
 	// certificate out of handshakes for want of a valid staple.
 	Served bool `json:"served"`
+	// Usable is false when the pair on disk is expired or not yet valid:
+	// it is left out of handshakes (the others are served) and LastError
+	// says why.
+	Usable bool `json:"usable"`
 	// LastError is why the files currently on disk are not served (the
 	// previous pair is), empty when they are.
 	LastError   string     `json:"last_error,omitempty"`
@@ -34,7 +38,9 @@ type CertStatus struct {
 // OCSPStatus describes the stapling state of one certificate.
 type OCSPStatus struct {
 	// State is one of "none" (no responder named: normal), "disabled",
-	// "no-issuer", "pending", "good", "revoked", "unknown", "expired" or
+	// "no-issuer" (no issuer in the chain, no issuer file, no
+	// http(s) caIssuers URL), "unusable" (the certificate is not served),
+	// "pending", "good", "revoked", "unknown", "expired" or
 	// "error" (no valid staple after a failure).
 	State      string   `json:"state"`
 	Responders []string `json:"responders,omitempty"`

@@ -48,9 +48,12 @@ type Terminator struct {
 
 // certEntry is the mutable state of one configured pair, guarded by mu.
 type certEntry struct {
-	files    CertFiles
-	cur      *loadedCert // served pair, never nil after New
-	sum      [32]byte    // digest of the served files
+	files CertFiles
+	cur   *loadedCert // served pair, never nil after New
+	// unusable, when set, is why cur cannot be served now (expired or not
+	// yet valid): the pair is left out of handshakes, not refused.
+	unusable error
+	sum      [32]byte // digest of the served files
 	loadedAt time.Time
 
 	lastErr   error // why the files on disk are refused
@@ -69,7 +72,8 @@ type certEntry struct {
 
 // ocspState is the stapling state of one served pair.
 type ocspState struct {
-	state       string // OCSPStatus.State
+	state       string            // OCSPStatus.State
+	issuer      *x509.Certificate // from the chain, the issuer file or caIssuers; nil: not known yet
 	staple      *staple
 	ocspErr     error
 	nextRefresh time.Time
@@ -80,9 +84,9 @@ type ocspState struct {
 // fileStat is what polling compares; a change is confirmed by the content
 // digest before anything is reloaded.
 type fileStat struct {
-	certSize, keySize   int64
-	certMtime, keyMtime int64
-	err                 string
+	certSize, keySize, issuerSize    int64
+	certMtime, keyMtime, issuerMtime int64
+	err                              string
 }
 
 func statFiles(f CertFiles) fileStat {
@@ -99,6 +103,14 @@ func statFiles(f CertFiles) fileStat {
 	}
 	s.certSize, s.certMtime = ci.Size(), ci.ModTime().UnixNano()
 	s.keySize, s.keyMtime = ki.Size(), ki.ModTime().UnixNano()
+	if f.IssuerFile != "" {
+		ii, err := os.Stat(f.IssuerFile)
+		if err != nil {
+			s.err = err.Error()
+			return s
+		}
+		s.issuerSize, s.issuerMtime = ii.Size(), ii.ModTime().UnixNano()
+	}
 	return s
 }
 
@@ -123,28 +135,15 @@ func New(o Options) (*Terminator, error) {
 		return nil, fmt.Errorf("edgetls: %w", err)
 	}
 	t := &Terminator{opts: o, log: o.Logger, obs: o.Observer, now: o.Now}
-	now := t.now()
-	var errs []error
-	for _, f := range o.Certificates {
-		e := &certEntry{files: f, seen: statFiles(f)}
-		e.pending = e.seen
-		certPEM, keyPEM, sum, err := fileContents(f)
-		var lc *loadedCert
-		if err == nil {
-			lc, err = parsePair(f, certPEM, keyPEM, now)
-		}
-		if err == nil {
-			err = t.checkStaplePolicy(lc)
-		}
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		e.cur, e.sum, e.loadedAt = lc, sum, now
-		t.entries = append(t.entries, e)
-	}
-	if err := errors.Join(errs...); err != nil {
+	entries, res := loadEntries(o, t.now())
+	if err := res.Err(); err != nil {
 		return nil, fmt.Errorf("edgetls: %w", err)
+	}
+	t.entries = entries
+	for _, w := range res.Warnings {
+		// HAProxy and nginx start and serve the other certificates; so
+		// does edge, and says loudly which one is left out.
+		t.log.Error("certificate not usable, not served", "cert", o.Certificates[w.Cert].CertFile, "err", w.Err)
 	}
 
 	cfg := &tls.Config{
@@ -160,13 +159,9 @@ func New(o Options) (*Terminator, error) {
 		SessionTicketsDisabled: o.Tickets.Disabled,
 	}
 	if o.ClientCAFile != "" {
-		pem, err := os.ReadFile(o.ClientCAFile)
+		pool, err := clientCAs(o.ClientCAFile)
 		if err != nil {
-			return nil, fmt.Errorf("edgetls: client CA file %s: %w", o.ClientCAFile, err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("edgetls: client CA file %s: no PEM certificate found", o.ClientCAFile)
+			return nil, fmt.Errorf("edgetls: %w", err)
 		}
 		cfg.ClientCAs = pool
 		cfg.ClientAuth = tls.RequireAndVerifyClientCert
@@ -191,32 +186,20 @@ func New(o Options) (*Terminator, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for _, e := range t.entries {
-		t.ocspReset(e)
+		if e.unusable == nil {
+			t.ocspReset(e)
+		}
 	}
 	t.refreshDue(ctx, t.entries, false)
 	t.publish()
 	for _, e := range t.entries {
+		if e.unusable != nil {
+			continue
+		}
 		t.log.Info("certificate loaded", "cert", e.files.CertFile, "names", e.cur.names,
 			"key_type", e.cur.keyType, "not_after", e.cur.leaf.NotAfter, "ocsp", e.state)
 	}
 	return t, nil
-}
-
-// checkStaplePolicy refuses a must-staple pair that policy "refuse" could
-// never serve.
-func (t *Terminator) checkStaplePolicy(lc *loadedCert) error {
-	if !lc.mustStaple || t.opts.OCSP.MustStaple != MustStapleRefuse {
-		return nil
-	}
-	switch {
-	case t.opts.OCSP.Disabled:
-		return fmt.Errorf("certificate file %s: must-staple certificate while OCSP stapling is disabled: it would never be served (must-staple policy %q)", lc.files.CertFile, MustStapleRefuse)
-	case len(ocspResponders(lc.leaf)) == 0:
-		return fmt.Errorf("certificate file %s: must-staple certificate names no OCSP responder: it would never be served (must-staple policy %q)", lc.files.CertFile, MustStapleRefuse)
-	case lc.issuer == nil:
-		return fmt.Errorf("certificate file %s: must-staple certificate without its issuer in the chain: OCSP responses cannot be verified", lc.files.CertFile)
-	}
-	return nil
 }
 
 // TLSConfig returns a new *tls.Config for tls.NewListener. Every returned
@@ -262,6 +245,7 @@ func (t *Terminator) reloadEntries(ctx context.Context, list []*certEntry) error
 	commit := func(e *certEntry, lc *loadedCert, sum [32]byte) {
 		name := e.files.CertFile
 		e.cur, e.sum, e.loadedAt = lc, sum, now
+		e.unusable = nil
 		e.lastErr, e.failedSum = nil, [32]byte{}
 		e.retryAt, e.retries = time.Time{}, 0
 		t.log.Info("certificate reloaded", "cert", name, "names", lc.names, "not_after", lc.leaf.NotAfter)
@@ -276,8 +260,9 @@ func (t *Terminator) reloadEntries(ctx context.Context, list []*certEntry) error
 	var cands []candidate
 	var tmps []*certEntry
 	for _, e := range list {
-		certPEM, keyPEM, sum, err := fileContents(e.files)
-		if err == nil && sum == e.sum {
+		pc, err := fileContents(e.files)
+		sum := pc.sum
+		if err == nil && sum == e.sum && e.unusable == nil {
 			if e.lastErr != nil {
 				t.log.Info("certificate files are back to the served pair", "cert", e.files.CertFile)
 				e.lastErr, e.failedSum = nil, [32]byte{}
@@ -287,17 +272,27 @@ func (t *Terminator) reloadEntries(ctx context.Context, list []*certEntry) error
 		}
 		var lc *loadedCert
 		if err == nil {
-			lc, err = parsePair(e.files, certPEM, keyPEM, now)
+			lc, err = parsePair(e.files, pc)
 		}
 		if err == nil {
-			err = t.checkStaplePolicy(lc)
+			err = staplePolicy(t.opts, lc)
+		}
+		if err == nil {
+			if verr := validity(lc, now); verr != nil {
+				if e.unusable != nil {
+					// Nothing of this pair is served: follow the files.
+					t.stillUnusable(e, lc, sum, verr, now)
+					continue
+				}
+				err = verr
+			}
 		}
 		if err != nil {
 			e.retryAt = time.Time{}
 			refuse(e, sum, err)
 			continue
 		}
-		if lc.id == e.cur.id {
+		if lc.id == e.cur.id && e.unusable == nil {
 			commit(e, lc, sum) // same leaf: the staple stays valid
 			continue
 		}
@@ -323,6 +318,18 @@ func (t *Terminator) reloadEntries(ctx context.Context, list []*certEntry) error
 	}
 	t.publish()
 	return errors.Join(errs...)
+}
+
+// stillUnusable records new files of an unusable pair that are unusable
+// too, logging once per distinct content; mu is held.
+func (t *Terminator) stillUnusable(e *certEntry, lc *loadedCert, sum [32]byte, err error, now time.Time) {
+	if sum != e.sum {
+		t.log.Error("certificate not usable, not served", "cert", e.files.CertFile, "err", err)
+		name := e.files.CertFile
+		t.later(func() { t.obs.CertReloaded(name, err) })
+	}
+	e.sum, e.loadedAt = sum, now
+	e.markUnusable(lc, err, now)
 }
 
 // pollFiles is one polling round: a pair is reloaded when its files' stat
@@ -358,8 +365,8 @@ func (t *Terminator) publish() {
 	status := make([]CertStatus, 0, len(t.entries))
 	for i, e := range t.entries {
 		lc := e.cur
-		p := servedPair{lc: lc}
-		if e.staple != nil || !lc.mustStaple || t.opts.OCSP.MustStaple != MustStapleRefuse {
+		p := servedPair{lc: lc, unusable: e.unusable != nil}
+		if !p.unusable && (e.staple != nil || !lc.mustStaple || t.opts.OCSP.MustStaple != MustStapleRefuse) {
 			c := lc.tls // a new value: handed-out certificates stay untouched
 			if e.staple != nil {
 				c.OCSPStaple = e.staple.raw
@@ -378,6 +385,7 @@ func (t *Terminator) publish() {
 			NotAfter:  lc.leaf.NotAfter,
 			LoadedAt:  e.loadedAt,
 			Served:    p.cert != nil,
+			Usable:    !p.unusable,
 			OCSP: OCSPStatus{
 				State:       e.state,
 				Responders:  ocspResponders(lc.leaf),
@@ -435,6 +443,10 @@ func (t *Terminator) ocspReset(e *certEntry) {
 	lc := e.cur
 	e.staple, e.ocspErr, e.failures = nil, nil, 0
 	e.nextRefresh, e.revokedAt = time.Time{}, time.Time{}
+	e.issuer = lc.issuer
+	if e.issuer == nil {
+		e.issuer = loadIssuer(issuerFile(t.opts.StateDir, lc), lc)
+	}
 	switch {
 	case t.opts.OCSP.Disabled:
 		e.state = "disabled"
@@ -444,17 +456,17 @@ func (t *Terminator) ocspReset(e *certEntry) {
 		e.state = "none"
 		t.log.Debug("certificate names no OCSP responder, not stapling", "cert", lc.files.CertFile)
 		return
-	case lc.issuer == nil:
+	case e.issuer == nil && len(lc.caIssuers) == 0:
 		e.state = "no-issuer"
-		t.log.Warn("certificate names an OCSP responder but its chain lacks the issuer, not stapling", "cert", lc.files.CertFile)
+		t.log.Warn("certificate names an OCSP responder but no issuer is known (not in the chain, no issuer_file, no http(s) caIssuers URL), not stapling", "cert", lc.files.CertFile)
 		return
 	}
 	e.state = "pending"
 	now := t.now()
 	e.nextRefresh = now
 	path := stapleFile(t.opts.StateDir, lc)
-	if path == "" {
-		return
+	if path == "" || e.issuer == nil {
+		return // with an issuer still to fetch, the first refresh verifies
 	}
 	raw, err := os.ReadFile(path)
 	if err != nil {
@@ -463,7 +475,7 @@ func (t *Terminator) ocspReset(e *certEntry) {
 		}
 		return
 	}
-	resp, err := verifyOCSP(raw, lc.leaf, lc.issuer, now)
+	resp, err := verifyOCSP(raw, lc.leaf, e.issuer, now)
 	if err == nil && resp.Status != ocsp.Good {
 		err = fmt.Errorf("status %s", ocspStatusName(resp.Status))
 	}
@@ -479,7 +491,7 @@ func (t *Terminator) ocspReset(e *certEntry) {
 
 func ocspActive(e *certEntry) bool {
 	switch e.state {
-	case "disabled", "none", "no-issuer":
+	case "disabled", "none", "no-issuer", "unusable":
 		return false
 	}
 	return true
@@ -496,9 +508,10 @@ func ocspStatusName(s int) string {
 }
 
 type ocspResult struct {
-	raw  []byte
-	resp *ocsp.Response
-	err  error
+	raw    []byte
+	resp   *ocsp.Response
+	err    error
+	issuer *x509.Certificate // fetched from caIssuers in this attempt
 }
 
 // refreshDue asks the responders of the due entries (all active ones when
@@ -518,9 +531,19 @@ func (t *Terminator) refreshDue(ctx context.Context, list []*certEntry, force bo
 	res := make([]ocspResult, len(due))
 	var wg sync.WaitGroup
 	for i, e := range due {
+		issuer := e.issuer
 		wg.Go(func() {
-			raw, resp, err := fetchOCSP(ctx, t.opts.OCSP.HTTPClient, t.opts.OCSP.Timeout, e.cur, now)
-			res[i] = ocspResult{raw, resp, err}
+			var fetched *x509.Certificate
+			if issuer == nil {
+				var err error
+				if fetched, err = fetchIssuer(ctx, t.opts.OCSP.HTTPClient, t.opts.OCSP.Timeout, e.cur); err != nil {
+					res[i] = ocspResult{err: fmt.Errorf("issuer: %w", err)}
+					return
+				}
+				issuer = fetched
+			}
+			raw, resp, err := fetchOCSP(ctx, t.opts.OCSP.HTTPClient, t.opts.OCSP.Timeout, e.cur, issuer, now)
+			res[i] = ocspResult{raw, resp, err, fetched}
 		})
 	}
 	wg.Wait()
@@ -538,6 +561,15 @@ func (t *Terminator) refreshDue(ctx context.Context, list []*certEntry, force bo
 func (t *Terminator) applyOCSP(e *certEntry, r ocspResult, now time.Time) {
 	name := e.files.CertFile
 	path := stapleFile(t.opts.StateDir, e.cur)
+	if r.issuer != nil {
+		e.issuer = r.issuer
+		t.log.Info("certificate issuer fetched from its caIssuers URL", "cert", name, "issuer", r.issuer.Subject.String())
+		if ip := issuerFile(t.opts.StateDir, e.cur); ip != "" {
+			if err := saveStaple(ip, r.issuer.Raw); err != nil {
+				t.log.Warn("cannot persist the fetched issuer", "cert", name, "file", ip, "err", err)
+			}
+		}
+	}
 	if r.err != nil {
 		e.failures++
 		e.ocspErr = r.err

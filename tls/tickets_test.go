@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -362,5 +363,32 @@ func TestTicketSourceDownAtStart(t *testing.T) {
 	mustDial(t, a.addr, c)
 	if !mustDial(t, b.addr, c).DidResume {
 		t.Fatal("once the source is back, the nodes do not share keys")
+	}
+}
+
+// TestTLS13TicketLifetimeHint pins what clients are told: crypto/tls sets
+// ticket_lifetime in every TLS 1.3 NewSessionTicket to its constant
+// maxSessionTicketLifetime (7 days, crypto/tls/common.go) in
+// sendSessionTickets (handshake_server_tls13.go), and neither tls.Config
+// nor WrapSession can change it, while edge honours a ticket for
+// RotateEvery*Keep only. If a Go release lets a server choose the lifetime,
+// this test fails: advertise ticketMaxAge then, and update README's TLS
+// section.
+func TestTLS13TicketLifetimeHint(t *testing.T) {
+	bin := needOpenSSL(t)
+	p := newPKI(t)
+	l := p.leaf(t, leafOpts{names: []string{"a.example.com"}})
+	e := start(t, edgetls.Options{Certificates: []edgetls.CertFiles{l.files()}, OCSP: edgetls.OCSPOptions{Disabled: true}})
+	if got := e.term.Status().Tickets.MaxAge; got != "3h0m0s" {
+		t.Fatalf("max_age: got %s, want 3h0m0s", got)
+	}
+	sess := filepath.Join(t.TempDir(), "sess.pem")
+	sClientSessOut(t, e.addr, sess, "-tls1_3", "-servername", "a.example.com")
+	out, err := exec.Command(bin, "sess_id", "-in", sess, "-noout", "-text").CombinedOutput()
+	if err != nil {
+		t.Fatalf("openssl sess_id: %v\n%s", err, out)
+	}
+	if want := "TLS session ticket lifetime hint: 604800 (seconds)"; !strings.Contains(string(out), want) {
+		t.Errorf("openssl sess_id -text lacks %q (has crypto/tls started to let servers choose it?):\n%s", want, out)
 	}
 }

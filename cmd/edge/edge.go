@@ -89,6 +89,7 @@ func newEdge(cfg *conf.Config, path string, log *slog.Logger) (*edge, error) {
 		return nil, err
 	}
 	e.pools = pools
+	e.metrics.reg.MustRegister(certCollector{e})
 	access := slog.New(slog.DiscardHandler)
 	if cfg.Log.AccessLog {
 		access = log.With("log", "access")
@@ -365,33 +366,13 @@ func (e *edge) buildListener(cfg *conf.Config, lc conf.Listener) (*listener, err
 		ReadBodyTimeout: lc.ReadBodyTimeout.Std(),
 	}
 	if lc.TLS != nil {
-		certs := make([]edgetls.CertFiles, 0, len(lc.TLS.Certificates))
-		for _, c := range lc.TLS.Certificates {
-			certs = append(certs, edgetls.CertFiles{CertFile: c.CertFile, KeyFile: c.KeyFile})
-		}
-		var keySource edgetls.TicketKeySource
+		opts := tlsOptions(cfg, lc)
 		if st := lc.TLS.SessionTickets; st.ConsulKey != "" && st.Enabled {
-			keySource = newConsulTicketKeys(e.dyn.client, st)
+			opts.Tickets.Source = newConsulTicketKeys(e.dyn.client, st)
 		}
-		term, err := edgetls.New(edgetls.Options{
-			Certificates: certs,
-			MinVersion:   lc.TLS.Version(),
-			ClientCAFile: lc.TLS.ClientCAFile,
-			Tickets: edgetls.TicketOptions{
-				Disabled:    !lc.TLS.SessionTickets.Enabled,
-				RotateEvery: lc.TLS.SessionTickets.RotateEvery.Std(),
-				Keep:        lc.TLS.SessionTickets.Keep,
-				KeyFile:     lc.TLS.SessionTickets.KeyFile,
-				Source:      keySource,
-			},
-			OCSP: edgetls.OCSPOptions{
-				Disabled:   !lc.TLS.OCSP.Enabled,
-				MustStaple: lc.TLS.OCSP.MustStaple,
-			},
-			StateDir: cfg.StateDir,
-			Logger:   e.log.With("listener", lc.Name),
-			Observer: e.metrics.tlsObserver(lc.Name),
-		})
+		opts.Logger = e.log.With("listener", lc.Name)
+		opts.Observer = e.metrics.tlsObserver(lc.Name)
+		term, err := edgetls.New(opts)
 		if err != nil {
 			return nil, fmt.Errorf("listener %s: %w", lc.Name, err)
 		}

@@ -1,7 +1,9 @@
 // Command edge is a WebSocket load balancer and TLS-terminating edge.
 //
 //	edge -config edge.yaml          run
-//	edge -check -config edge.yaml   validate the file and list every problem
+//	edge -check -config edge.yaml   validate the file and list every problem: what
+//	                                startup checks (certificates and keys read and
+//	                                matched, addresses resolved and compared), binding nothing
 //	edge -version                   print the version
 //
 // SIGTERM or SIGINT drains: /readyz turns 503, listeners stop accepting,
@@ -57,6 +59,16 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	for _, w := range cfg.Warnings() {
 		fmt.Fprintln(stderr, "warning:", w)
+	}
+	// The same checks for -check and for startup: a file that -check
+	// passes does not fail at start for a reason found here.
+	warns, err := preflight(cfg)
+	for _, w := range warns {
+		fmt.Fprintln(stderr, "warning:", w)
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return 1
 	}
 	if *check {
 		fmt.Fprintf(stdout, "%s: configuration ok\n", *path)

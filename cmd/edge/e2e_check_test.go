@@ -1,0 +1,215 @@
+package main
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"fmt"
+	"io"
+	"math/big"
+	"net/http"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// writeNamedCert writes a self-signed certificate for name, valid between
+// notBefore and notAfter, as name.pem and name.key in dir.
+func writeNamedCert(t *testing.T, dir, name string, notBefore, notAfter time.Time) (certFile, keyFile string) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(time.Now().UnixNano()),
+		Subject:      pkix.Name{CommonName: name},
+		DNSNames:     []string{name},
+		NotBefore:    notBefore,
+		NotAfter:     notAfter,
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kder, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certFile, keyFile = filepath.Join(dir, name+".pem"), filepath.Join(dir, name+".key")
+	writeFile(t, certFile, string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})))
+	writeFile(t, keyFile, string(pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kder})))
+	return certFile, keyFile
+}
+
+// checkConfig writes body (with the usual route and pool) as edge.yaml in
+// dir and returns its path.
+func checkConfig(t *testing.T, dir, backend, body string) string {
+	t.Helper()
+	cfg := filepath.Join(dir, "edge.yaml")
+	writeFile(t, cfg, body+fmt.Sprintf("routes: [{default: true, pool: app}]\npools: [{name: app, backends: [{address: %q}]}]\n", backend))
+	return cfg
+}
+
+// runCheck runs `edge -check` and returns its exit code and output.
+func runCheck(t *testing.T, cfg string) (int, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, edgeBin, "-check", "-config", cfg).CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); ok {
+		return ee.ExitCode(), string(out)
+	}
+	if err != nil {
+		t.Fatalf("edge -check: %v\n%s", err, out)
+	}
+	return 0, string(out)
+}
+
+// startupFails runs edge on cfg and returns its output once it has exited;
+// a start ("edge started") is a failure of the test.
+func startupFails(t *testing.T, cfg string) string {
+	t.Helper()
+	p := &proc{done: make(chan error, 1), seen: make(chan struct{}, 1)}
+	p.cmd = exec.Command(edgeBin, "-config", cfg)
+	p.cmd.Stdout, p.cmd.Stderr = p, p
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { p.done <- p.cmd.Wait() }()
+	deadline := time.After(30 * time.Second)
+	for {
+		select {
+		case err := <-p.done:
+			if err == nil {
+				t.Errorf("edge exited 0, want a failure:\n%s", p.logs())
+			}
+			return p.logs()
+		case <-p.seen:
+			if strings.Contains(p.logs(), "edge started") {
+				_ = p.cmd.Process.Kill()
+				<-p.done
+				t.Errorf("edge started, want a refusal:\n%s", p.logs())
+				return p.logs()
+			}
+		case <-deadline:
+			_ = p.cmd.Process.Kill()
+			<-p.done
+			t.Fatalf("edge neither started nor exited:\n%s", p.logs())
+		}
+	}
+}
+
+// TestCheckRunsStartupChecks: every file here used to pass `edge -check`
+// and then fail at start or misbehave. -check and startup now refuse each
+// one, naming the file:line and the setting.
+func TestCheckRunsStartupChecks(t *testing.T) {
+	dir := t.TempDir()
+	bs := backends(t, "b1")
+	now := time.Now()
+	goodCert, goodKey := writeNamedCert(t, dir, "good.example.com", now.Add(-time.Hour), now.Add(24*time.Hour))
+	expCert, expKey := writeNamedCert(t, dir, "expired.example.com", now.Add(-48*time.Hour), now.Add(-24*time.Hour))
+	port := strings.TrimPrefix(freeAddr(t), "127.0.0.1:")
+	tlsListener := func(addr, cert, key string) string {
+		return fmt.Sprintf("  - name: wss\n    address: %q\n    tls:\n      certificates:\n        - cert_file: %q\n          key_file: %q\n", addr, cert, key)
+	}
+	for _, tc := range []struct {
+		name, body string
+		want       []string
+	}{
+		{"certificate and key swapped",
+			fmt.Sprintf("admin: {address: %q}\nlisteners:\n", freeAddr(t)) + tlsListener(freeAddr(t), goodKey, goodCert),
+			[]string{"edge.yaml:7: listeners[0].tls.certificates[0]", goodKey, "no CERTIFICATE"}},
+		{"expired certificate",
+			fmt.Sprintf("admin: {address: %q}\nlisteners:\n", freeAddr(t)) + tlsListener(freeAddr(t), expCert, expKey),
+			[]string{"edge.yaml:7: listeners[0].tls.certificates[0]", expCert, "expired at", "no usable certificate"}},
+		{"admin address equal to a listener's",
+			fmt.Sprintf("admin: {address: %q}\nlisteners:\n", "127.0.0.1:"+port) + tlsListener("127.0.0.1:"+port, goodCert, goodKey),
+			[]string{"edge.yaml:1: admin.address", "127.0.0.1:" + port, "listeners[0].address"}},
+		{"TLS on 127.0.0.1 and plain on localhost, same port",
+			fmt.Sprintf("admin: {address: %q}\nlisteners:\n", freeAddr(t)) + tlsListener("127.0.0.1:"+port, goodCert, goodKey) +
+				fmt.Sprintf("  - name: ws\n    address: %q\n", "localhost:"+port),
+			[]string{"edge.yaml:10: listeners[1].address", "localhost:" + port, "127.0.0.1:" + port, "listeners[0].address"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sub := t.TempDir()
+			cfg := checkConfig(t, sub, bs[0].Addr(), tc.body)
+			code, out := runCheck(t, cfg)
+			if code == 0 {
+				t.Errorf("edge -check exited 0:\n%s", out)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(out, strings.ReplaceAll(w, "edge.yaml", cfg)) {
+					t.Errorf("edge -check output lacks %q:\n%s", w, out)
+				}
+			}
+			out = startupFails(t, cfg)
+			if w := strings.ReplaceAll(tc.want[0], "edge.yaml", cfg); !strings.Contains(out, w) {
+				t.Errorf("startup output lacks %q:\n%s", w, out)
+			}
+		})
+	}
+}
+
+// TestExpiredCertificateServedAround: of two certificates, one expired,
+// -check warns about the expired one and exits 0, edge starts and serves the
+// good name to openssl, and /status and /metrics show the expired one.
+func TestExpiredCertificateServedAround(t *testing.T) {
+	openssl, err := exec.LookPath("openssl")
+	if err != nil {
+		t.Skip("openssl not on PATH")
+	}
+	dir := t.TempDir()
+	bs := backends(t, "b1")
+	now := time.Now()
+	goodCert, goodKey := writeNamedCert(t, dir, "good.example.com", now.Add(-time.Hour), now.Add(24*time.Hour))
+	expCert, expKey := writeNamedCert(t, dir, "expired.example.com", now.Add(-48*time.Hour), now.Add(-24*time.Hour))
+	admin, wss := freeAddr(t), freeAddr(t)
+	cfg := checkConfig(t, dir, bs[0].Addr(), fmt.Sprintf("admin: {address: %q}\nlisteners:\n  - name: wss\n    address: %q\n    tls:\n      certificates:\n"+
+		"        - {cert_file: %q, key_file: %q}\n        - {cert_file: %q, key_file: %q}\n", admin, wss, expCert, expKey, goodCert, goodKey))
+
+	code, out := runCheck(t, cfg)
+	if code != 0 || !strings.Contains(out, "warning: "+cfg+":7: listeners[0].tls.certificates[0]") || !strings.Contains(out, "expired at") {
+		t.Errorf("edge -check: exit %d, want 0 with a warning naming %s:7 and the expiry:\n%s", code, cfg, out)
+	}
+
+	startEdge(t, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, openssl, "s_client", "-connect", wss, "-servername", "good.example.com")
+	cmd.Stdin = strings.NewReader("")
+	sout, _ := cmd.CombinedOutput()
+	if !strings.Contains(string(sout), "CN = good.example.com") || !strings.Contains(string(sout), "Cipher is") {
+		t.Errorf("openssl s_client -servername good.example.com:\n%s", sout)
+	}
+	get := func(path string) string {
+		resp, err := http.Get("http://" + admin + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return string(b)
+	}
+	status := get("/status")
+	if !strings.Contains(status, `"usable": false`) || !strings.Contains(status, "expired at") {
+		t.Errorf("/status does not show the expired certificate unusable:\n%s", status)
+	}
+	metrics := get("/metrics")
+	for _, w := range []string{
+		fmt.Sprintf(`edge_tls_certificate_served{cert_file=%q,listener="wss"} 0`, expCert),
+		fmt.Sprintf(`edge_tls_certificate_served{cert_file=%q,listener="wss"} 1`, goodCert),
+	} {
+		if !strings.Contains(metrics, w) {
+			t.Errorf("/metrics lacks %s", w)
+		}
+	}
+}

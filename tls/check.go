@@ -1,0 +1,145 @@
+package tls
+
+import (
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+)
+
+// Finding is one problem with the options of a Terminator.
+type Finding struct {
+	// Cert is the index in Options.Certificates of the pair concerned, or
+	// -1 for another setting.
+	Cert int
+	// Err says what is wrong and names the file.
+	Err error
+}
+
+// CheckResult is what Check found.
+type CheckResult struct {
+	// Errors make New fail.
+	Errors []Finding
+	// Warnings are pairs that New leaves out and serves around: a
+	// certificate expired or not yet valid while another one is usable.
+	Warnings []Finding
+}
+
+// Err joins the errors, nil when there are none.
+func (r CheckResult) Err() error {
+	errs := make([]error, len(r.Errors))
+	for i, f := range r.Errors {
+		errs[i] = f.Err
+	}
+	return errors.Join(errs...)
+}
+
+// Check runs every check New runs on o, without serving, fetching OCSP
+// responses or issuers, nor asking a ticket key source: the options, every
+// certificate pair (files readable, PEM, key matching the leaf, chain order,
+// issuer file, dates, must-staple policy), the client CA file and the ticket
+// key file. `edge -check` and edge's startup both call it, so a file that
+// passes the check does not fail at start for a reason found here.
+func Check(o Options) CheckResult {
+	o, err := o.withDefaults()
+	if err != nil {
+		return CheckResult{Errors: []Finding{{Cert: -1, Err: err}}}
+	}
+	_, res := loadEntries(o, o.Now())
+	if o.ClientCAFile != "" {
+		if _, err := clientCAs(o.ClientCAFile); err != nil {
+			res.Errors = append(res.Errors, Finding{Cert: -1, Err: err})
+		}
+	}
+	if !o.Tickets.Disabled && o.Tickets.KeyFile != "" {
+		to := o.Tickets
+		to.Source = nil
+		if _, err := newTicketKeys(to, o.Now); err != nil {
+			res.Errors = append(res.Errors, Finding{Cert: -1, Err: fmt.Errorf("session tickets: %w", err)})
+		}
+	}
+	return res
+}
+
+// loadEntries reads and checks every configured pair. A pair that is only
+// out of its validity period is kept, marked unusable, and reported as a
+// warning, unless no pair at all is usable: then every such pair is an
+// error too.
+func loadEntries(o Options, now time.Time) ([]*certEntry, CheckResult) {
+	var res CheckResult
+	var entries []*certEntry
+	usable := 0
+	for i, f := range o.Certificates {
+		e := &certEntry{files: f, seen: statFiles(f)}
+		e.pending = e.seen
+		pc, err := fileContents(f)
+		var lc *loadedCert
+		if err == nil {
+			lc, err = parsePair(f, pc)
+		}
+		if err == nil {
+			err = staplePolicy(o, lc)
+		}
+		if err != nil {
+			res.Errors = append(res.Errors, Finding{Cert: i, Err: err})
+			continue
+		}
+		e.cur, e.sum, e.loadedAt = lc, pc.sum, now
+		if verr := validity(lc, now); verr != nil {
+			e.markUnusable(lc, verr, now)
+			res.Warnings = append(res.Warnings, Finding{Cert: i, Err: verr})
+		} else {
+			usable++
+		}
+		entries = append(entries, e)
+	}
+	if usable == 0 && len(res.Errors) == 0 && len(o.Certificates) > 0 {
+		res.Errors = append(res.Errors, res.Warnings...)
+		res.Warnings = nil
+		res.Errors = append(res.Errors, Finding{Cert: -1, Err: fmt.Errorf("no usable certificate among the %d configured", len(o.Certificates))})
+	}
+	return entries, res
+}
+
+// markUnusable records that lc, the pair on disk, cannot be served now.
+func (e *certEntry) markUnusable(lc *loadedCert, err error, now time.Time) {
+	e.cur, e.unusable = lc, err
+	e.lastErr, e.lastErrAt = err, now
+	e.state = "unusable"
+	e.retryAt, e.retries = time.Time{}, 0
+	if now.Before(lc.leaf.NotBefore) {
+		// Polling serves it once it becomes valid.
+		e.retryAt = lc.leaf.NotBefore
+	}
+}
+
+// clientCAs reads the client CA file.
+func clientCAs(file string) (*x509.CertPool, error) {
+	pem, err := os.ReadFile(file)
+	if err != nil {
+		return nil, fmt.Errorf("client CA file %s: %w", file, err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("client CA file %s: no PEM certificate found", file)
+	}
+	return pool, nil
+}
+
+// staplePolicy refuses a must-staple pair that policy "refuse" could never
+// serve.
+func staplePolicy(o Options, lc *loadedCert) error {
+	if !lc.mustStaple || o.OCSP.MustStaple != MustStapleRefuse {
+		return nil
+	}
+	switch {
+	case o.OCSP.Disabled:
+		return fmt.Errorf("certificate file %s: must-staple certificate while OCSP stapling is disabled: it would never be served (must-staple policy %q)", lc.files.CertFile, MustStapleRefuse)
+	case len(ocspResponders(lc.leaf)) == 0:
+		return fmt.Errorf("certificate file %s: must-staple certificate names no OCSP responder: it would never be served (must-staple policy %q)", lc.files.CertFile, MustStapleRefuse)
+	case lc.issuer == nil && len(lc.caIssuers) == 0:
+		return fmt.Errorf("certificate file %s: must-staple certificate without its issuer (not in the chain, no issuer_file, no http(s) caIssuers URL): OCSP responses cannot be verified", lc.files.CertFile)
+	}
+	return nil
+}
