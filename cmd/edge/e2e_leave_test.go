@@ -286,17 +286,13 @@ func TestReloadRemovingBackendKeep(t *testing.T) {
 	}
 	s.rewrite(t, bs[:1], leave)
 	p.reloadAndWait(t, "configuration reloaded")
-	p.waitLog(t, "keeping its connections")
-	m := adminGet(t, s.admin, "/metrics")
-	if v, _ := backendGauge(m, "edge_backend_active_connections", "b2"); v != 3 {
-		t.Errorf("b2 active connections after it left: got %v, want 3", v)
-	}
-	if v, _ := backendGauge(m, "edge_backend_draining", "b2"); v != 0 {
-		t.Errorf("b2 draining: got %v, want 0", v)
-	}
-	if st := backendStates(t, s.admin)["b2"]; st != "left" {
-		t.Errorf("b2 state: got %q, want left", st)
-	}
+	waitUntil(t, "b2 shown as left with its 3 connections", func() (bool, string) {
+		m := adminGet(t, s.admin, "/metrics")
+		active, _ := backendGauge(m, "edge_backend_active_connections", "b2")
+		draining, there := backendGauge(m, "edge_backend_draining", "b2")
+		st := backendStates(t, s.admin)["b2"]
+		return active == 3 && there && draining == 0 && st == "left", fmt.Sprintf("active %v draining %v state %q", active, draining, st)
+	})
 	for i, h := range held {
 		if got := ask(t, h.Conn, "still here"); got != "still here" {
 			t.Errorf("client %d of the removed backend: got %q", i, got)
