@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -15,9 +16,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edgelb/edge/internal/consultest"
 	"github.com/edgelb/edge/internal/interop"
 	"github.com/edgelb/edge/internal/testbackend"
 	"github.com/gorilla/websocket"
+	"github.com/hashicorp/consul/api"
 )
 
 // waitUntil polls cond (the edge's admin endpoints, which have no events
@@ -300,5 +303,207 @@ func TestReloadRemovingBackendKeep(t *testing.T) {
 	}
 	if c := dialHeld(t, s, "b1"); c == nil {
 		t.Fatal("no new connection")
+	}
+}
+
+// consulLeaveSetup writes a config whose pool app follows the Consul
+// service app, with no active checks of edge's own (Consul's word decides)
+// and a short backend_leave window.
+func consulLeaveSetup(t *testing.T, agent *consultest.Agent) *setup {
+	t.Helper()
+	s := &setup{dir: t.TempDir(), ws: freeAddr(t), admin: freeAddr(t)}
+	s.cfg = filepath.Join(s.dir, "edge.yaml")
+	writeFile(t, s.cfg, fmt.Sprintf(`admin: {address: %q}
+drain: {window: 0s, timeout: 5s}
+listeners: [{name: ws, address: %q}]
+routes: [{default: true, pool: app}]
+pools:
+  - name: app
+    consul: {service: app}
+    backend_leave: {connections: drain, window: 1s}
+consul: {address: %q}
+`, s.admin, s.ws, agent.Addr))
+	return s
+}
+
+// registerTTL registers b under service app with a TTL check the test
+// sets itself, passing to begin with; it returns the check's ID.
+func registerTTL(t *testing.T, c *api.Client, b *testbackend.Server) string {
+	t.Helper()
+	host, portStr, _ := net.SplitHostPort(b.Addr())
+	port, _ := strconv.Atoi(portStr)
+	id := "app-" + b.ID
+	if err := c.Agent().ServiceRegister(&api.AgentServiceRegistration{
+		ID: id, Name: "app", Address: host, Port: port,
+		Check: &api.AgentServiceCheck{CheckID: "ttl-" + id, TTL: "1h", Status: api.HealthPassing},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return "ttl-" + id
+}
+
+// consulID is the member ID edge gives the instance registerTTL made for
+// the backend: node/service-id.
+func consulID(backend string) string { return "consultest/app-" + backend }
+
+// spread dials until every backend in want holds at least n connections,
+// and returns them by backend.
+func (s *setup) spread(t *testing.T, n int, want ...string) map[string][]*heldConn {
+	t.Helper()
+	out := map[string][]*heldConn{}
+	full := func() bool {
+		for _, id := range want {
+			if len(out[id]) < n {
+				return false
+			}
+		}
+		return true
+	}
+	for tries := 0; !full(); tries++ {
+		if tries > 20*n*len(want) {
+			t.Fatalf("connections never spread over %v: %v", want, out)
+		}
+		c, _, err := s.dialer().Dial("ws://"+s.ws+"/", nil)
+		if err != nil {
+			time.Sleep(50 * time.Millisecond) // the pool is still empty: discovery has not answered yet
+			continue
+		}
+		t.Cleanup(func() { c.Close() })
+		id := ask(t, c, "whoami")
+		out[id] = append(out[id], &heldConn{Conn: c, code: make(chan int, 1)})
+	}
+	return out
+}
+
+// closeCode reads until the connection ends and returns the close code it
+// was sent.
+func closeCode(t *testing.T, c *websocket.Conn) int {
+	t.Helper()
+	_ = c.SetReadDeadline(time.Now().Add(20 * time.Second))
+	for {
+		_, _, err := c.ReadMessage()
+		if ce, ok := err.(*websocket.CloseError); ok {
+			return ce.Code
+		}
+		if err != nil {
+			t.Fatalf("connection ended without a close frame: %v", err)
+		}
+	}
+}
+
+// TestConsulBackendLeaveDrains: a deregistered instance and one put in
+// maintenance have their clients sent close 1012; the remaining
+// instance's clients stay.
+func TestConsulBackendLeaveDrains(t *testing.T) {
+	agent := consultest.Start(t)
+	bs := backends(t, "b1", "b2", "b3")
+	for _, b := range bs {
+		registerTTL(t, agent.Client, b)
+	}
+	s := consulLeaveSetup(t, agent)
+	startEdge(t, s.cfg)
+	waitUntil(t, "three members", func() (bool, string) {
+		st := backendStates(t, s.admin)
+		return len(st) == 3, fmt.Sprint(st)
+	})
+	on := s.spread(t, 2, "b1", "b2", "b3")
+
+	// One at a time: two of three at once would trip the panic threshold.
+	if err := agent.Client.Agent().ServiceDeregister("app-b2"); err != nil {
+		t.Fatal(err)
+	}
+	for i, c := range on["b2"] {
+		if code := closeCode(t, c.Conn); code != 1012 {
+			t.Errorf("client %d of the deregistered b2: close %d, want 1012", i, code)
+		}
+	}
+	if err := agent.Client.Agent().EnableServiceMaintenance("app-b3", "rolling restart"); err != nil {
+		t.Fatal(err)
+	}
+	for i, c := range on["b3"] {
+		if code := closeCode(t, c.Conn); code != 1012 {
+			t.Errorf("client %d of b3 in maintenance: close %d, want 1012", i, code)
+		}
+	}
+	for i, c := range on["b1"] {
+		if got := ask(t, c.Conn, "still here"); got != "still here" {
+			t.Errorf("client %d of b1: got %q", i, got)
+		}
+	}
+}
+
+// TestConsulFailingCheckKeepsConnections: an instance whose check fails
+// leaves the pool for new clients, but its live clients are not closed
+// (checks flap); they keep counting. Once it is deregistered, they go.
+func TestConsulFailingCheckKeepsConnections(t *testing.T) {
+	agent := consultest.Start(t)
+	bs := backends(t, "b1", "b2")
+	registerTTL(t, agent.Client, bs[0])
+	check := registerTTL(t, agent.Client, bs[1])
+	s := consulLeaveSetup(t, agent)
+	startEdge(t, s.cfg)
+	waitUntil(t, "two members", func() (bool, string) {
+		st := backendStates(t, s.admin)
+		return len(st) == 2, fmt.Sprint(st)
+	})
+	on := s.spread(t, 2, "b1", "b2")
+	n := len(on["b2"])
+
+	if err := agent.Client.Agent().UpdateTTL(check, "down", api.HealthCritical); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "b2 out of the pool with its connections kept", func() (bool, string) {
+		active, _ := backendGauge(adminGet(t, s.admin, "/metrics"), "edge_backend_active_connections", consulID("b2"))
+		st := backendStates(t, s.admin)[consulID("b2")]
+		return st == "left" && active == float64(n), fmt.Sprintf("state %q active %v", st, active)
+	})
+	for i, c := range on["b2"] {
+		if got := ask(t, c.Conn, "still here"); got != "still here" {
+			t.Errorf("client %d of b2 with a failing check: got %q", i, got)
+		}
+	}
+	if err := agent.Client.Agent().ServiceDeregister("app-b2"); err != nil {
+		t.Fatal(err)
+	}
+	for i, c := range on["b2"] {
+		if code := closeCode(t, c.Conn); code != 1012 {
+			t.Errorf("client %d of b2 once deregistered: close %d, want 1012", i, code)
+		}
+	}
+}
+
+// TestConsulPanicKeepsConnections: a registry that suddenly empties trips
+// the panic threshold; the known members are held, and none of their
+// clients is closed.
+func TestConsulPanicKeepsConnections(t *testing.T) {
+	agent := consultest.Start(t)
+	bs := backends(t, "b1", "b2")
+	for _, b := range bs {
+		registerTTL(t, agent.Client, b)
+	}
+	s := consulLeaveSetup(t, agent)
+	startEdge(t, s.cfg)
+	waitUntil(t, "two members", func() (bool, string) {
+		st := backendStates(t, s.admin)
+		return len(st) == 2, fmt.Sprint(st)
+	})
+	on := s.spread(t, 2, "b1", "b2")
+	// A Consul that lost its state: every instance missing at once.
+	agent.RestartEmpty()
+	waitUntil(t, "discovery in panic mode", func() (bool, string) {
+		body := adminGet(t, s.admin, "/status")
+		return strings.Contains(body, `"panic": true`), body
+	})
+	// The decision is made before the status shows the panic: had the
+	// members been dropped, they would show as draining now.
+	if st := backendStates(t, s.admin); st[consulID("b1")] != "member" || st[consulID("b2")] != "member" {
+		t.Errorf("states under panic: got %v, want both members", st)
+	}
+	for id, cs := range on {
+		for i, c := range cs {
+			if got := ask(t, c.Conn, "still here"); got != "still here" {
+				t.Errorf("client %d of %s under panic: got %q", i, id, got)
+			}
+		}
 	}
 }
