@@ -35,6 +35,7 @@ type Backend struct {
 	ejections    atomic.Int64
 	failing      atomic.Int32 // failures currently counted; lets ReportSuccess skip the lock
 	cookie       atomic.Pointer[string]
+	drainBy      atomic.Int64 // unix nanoseconds; 0 when its connections are not being closed
 
 	// Guarded by the owning pool's writer mutex.
 	cookies   []string // one value per cookie key, in key order
@@ -69,6 +70,23 @@ func (b *Backend) Weight() int { return int(b.weight.Load()) }
 
 // Active returns the number of connections currently held on the backend.
 func (b *Backend) Active() int64 { return b.active.Load() }
+
+// SetDraining records that b left its pool for good and that its live
+// connections are being closed, the last of them by until. It is a mark for
+// whoever closes them (a connection that was still being set up when b left
+// reads it) and for status; Pick never sees b again anyway. Pool.Update
+// clears it when b rejoins.
+func (b *Backend) SetDraining(until time.Time) { b.drainBy.Store(max(until.UnixNano(), 1)) }
+
+// Draining reports whether b's connections are being closed (see
+// SetDraining), and by when.
+func (b *Backend) Draining() (until time.Time, ok bool) {
+	n := b.drainBy.Load()
+	if n == 0 {
+		return time.Time{}, false
+	}
+	return time.Unix(0, n), true
+}
 
 // Acquire counts one more active connection, regardless of any
 // MaxConnsPerBackend limit (see TryAcquire). Release must follow.

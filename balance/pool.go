@@ -278,6 +278,16 @@ func (p *Pool) Snapshot() *Snapshot { return p.snap.Load() }
 // returns an error naming every bad member and the pool keeps its previous
 // membership.
 func (p *Pool) Update(members []Member) error {
+	_, err := p.UpdateLeft(members)
+	return err
+}
+
+// UpdateLeft is Update that also returns the backends that left: members of
+// the previous set that are not in the new one under the same ID and Addr
+// (a changed Addr is a new Backend, and the old one left). What becomes of
+// their live connections is the caller's decision: a member that drops out
+// because a check fails is not the same as one that was removed.
+func (p *Pool) UpdateLeft(members []Member) (left []*Backend, err error) {
 	type norm struct {
 		id, addr string
 		w        int64
@@ -313,7 +323,7 @@ func (p *Pool) Update(members []Member) error {
 		list = append(list, norm{id, m.Addr, w})
 	}
 	if len(errs) > 0 {
-		return fmt.Errorf("balance: pool %q: %w", p.name, errors.Join(errs...))
+		return nil, fmt.Errorf("balance: pool %q: %w", p.name, errors.Join(errs...))
 	}
 	slices.SortFunc(list, func(a, b norm) int { return cmp.Compare(a.id, b.id) })
 
@@ -332,6 +342,7 @@ func (p *Pool) Update(members []Member) error {
 			rk := retiredKey{m.id, m.addr}
 			if b = p.retired[rk]; b != nil {
 				delete(p.retired, rk)
+				b.drainBy.Store(0) // back before its clients were all closed
 			} else {
 				b = newBackend(m.id, m.addr, p.cfg)
 			}
@@ -341,7 +352,11 @@ func (p *Pool) Update(members []Member) error {
 		backends = append(backends, b)
 	}
 	for _, b := range old.Backends {
-		if !kept[b] && b.Active() > 0 {
+		if kept[b] {
+			continue
+		}
+		left = append(left, b)
+		if b.Active() > 0 {
 			p.retired[retiredKey{b.id, b.addr}] = b
 		}
 	}
@@ -351,7 +366,23 @@ func (p *Pool) Update(members []Member) error {
 		}
 	}
 	p.publish(backends)
-	return nil
+	return left, nil
+}
+
+// Retired returns the backends that left the pool but still hold
+// connections, sorted by ID and Addr: they are in no Snapshot, yet their
+// clients are live and count.
+func (p *Pool) Retired() []*Backend {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []*Backend
+	for _, b := range p.retired {
+		if b.Active() > 0 {
+			out = append(out, b)
+		}
+	}
+	slices.SortFunc(out, func(a, b *Backend) int { return cmp.Or(cmp.Compare(a.id, b.id), cmp.Compare(a.addr, b.addr)) })
+	return out
 }
 
 // SetCookieKeys replaces the cookie keys (see CookieOptions.Keys) without

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/edgelb/edge/balance"
 )
@@ -180,5 +181,50 @@ func TestStartUnhealthy(t *testing.T) {
 	res, err := p.Pick(&balance.Request{})
 	if err != nil || res.Backend != b {
 		t.Fatalf("after b01 passed: got %v, %v; want b01", res.Backend, err)
+	}
+}
+
+// UpdateLeft names every backend that left, a changed address included;
+// Retired keeps the ones that still hold connections visible until they
+// close; a backend that rejoins is no longer marked draining.
+func TestUpdateLeftAndRetired(t *testing.T) {
+	p := newPool(t, balance.PoolOptions{Name: "p"}, members(3)...)
+	b0, b1, b2 := byID(t, p, "b00"), byID(t, p, "b01"), byID(t, p, "b02")
+	b1.Acquire()
+	b2.Acquire()
+	next := members(3)[:2]
+	next[1].Addr = "10.9.9.9:8080" // b01 moves: the old b01 left
+	left, err := p.UpdateLeft(next)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(left) != 2 || left[0] != b1 || left[1] != b2 {
+		t.Fatalf("left: got %v, want the old b01 and b02", left)
+	}
+	if got := p.Retired(); len(got) != 2 || got[0] != b1 || got[1] != b2 {
+		t.Fatalf("retired: got %v, want the old b01 and b02 (both hold a connection)", got)
+	}
+	if left, err := p.UpdateLeft(next); err != nil || len(left) != 0 {
+		t.Fatalf("same members again: left %v, err %v; want none", left, err)
+	}
+	b2.SetDraining(time.Now().Add(time.Second))
+	if _, ok := b2.Draining(); !ok {
+		t.Fatal("b02 not draining after SetDraining")
+	}
+	if _, err := p.UpdateLeft(append(next, members(3)[2])); err != nil {
+		t.Fatal(err)
+	}
+	if got := byID(t, p, "b02"); got != b2 {
+		t.Fatalf("b02 rejoined as a new backend")
+	}
+	if _, ok := b2.Draining(); ok {
+		t.Error("b02 still draining after it rejoined")
+	}
+	b1.Release()
+	if got := p.Retired(); len(got) != 0 {
+		t.Errorf("retired after the last connection closed: got %v, want none", got)
+	}
+	if _, ok := b0.Draining(); ok {
+		t.Error("b00 draining though it never left")
 	}
 }

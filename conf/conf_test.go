@@ -89,6 +89,8 @@ func TestMinimalDefaults(t *testing.T) {
 		{"health.path", p.Health.Path, "/"},
 		{"health.expect_status", p.Health.ExpectStatus, 200},
 		{"pool consul.passing_only", p.Consul.PassingOnly, true},
+		{"backend_leave.connections", p.BackendLeave.Connections, LeaveDrain},
+		{"backend_leave.window", p.BackendLeave.Window.Std(), 10 * time.Second},
 		{"consul.register.service", c.Consul.Register.Service, "edge"},
 		{"route default", r.Default, true},
 		{"route path_prefix", r.PathPrefix, ""},
@@ -489,6 +491,11 @@ routes: [{default: true, pool: app}]
 			[]string{
 				`edge.yaml:2: pools[0].websocket.max_frame_bytes: -1 must be >= 0`,
 				`edge.yaml:2: pools[0].websocket.ping_timeout: needs ping_interval`,
+			}},
+		{"backend_leave settings", minimalWith("", "backend_leave: {connections: close, window: -1s}"),
+			[]string{
+				`edge.yaml:2: pools[0].backend_leave.connections: "close"`,
+				`edge.yaml:2: pools[0].backend_leave.window:`,
 			}},
 		{"cookie secret missing file", minimalWith("", "balance: cookie, cookie: {secret_file: nope.key}"),
 			[]string{`edge.yaml:2: pools[0].cookie: cookie secret_file: nope.key: no such file`}},

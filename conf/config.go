@@ -26,6 +26,9 @@ const (
 
 	LogJSON = "json"
 	LogText = "text"
+
+	LeaveDrain = "drain" // a departing backend's clients get close 1012 spread over the window
+	LeaveKeep  = "keep"  // a departing backend's clients stay until they or it close
 )
 
 // Config is the whole configuration file. It is built by [Parse] or [Load],
@@ -302,6 +305,26 @@ type Pool struct {
 	// WebSocket turns on frame-aware splicing. With every value 0 (the
 	// default) the stream is spliced opaquely.
 	WebSocket WebSocket `yaml:"websocket"`
+	// BackendLeave says what happens to the live WebSockets of a backend
+	// that leaves the pool.
+	BackendLeave BackendLeave `yaml:"backend_leave"`
+}
+
+// BackendLeave is what happens to the live connections of a backend that
+// leaves its pool for good: removed from the file (and reloaded), gone from
+// Consul, or put in maintenance there. A failing health check is not
+// leaving: it only stops new connections, since checks flap and closing a
+// backend's clients on every flap would turn a blip into a reconnect storm.
+type BackendLeave struct {
+	// Connections is drain or keep. drain (the default) sends each client
+	// close 1012 (service restart, RFC 6455 §7.4.1 and the IANA registry)
+	// at a random moment within Window, between two frames, so clients
+	// reconnect to the remaining backends at a bounded rate; keep leaves
+	// them open until the client or the backend closes.
+	Connections string `yaml:"connections" default:"drain"`
+	// Window spreads the close frames over this span. Default 10s; 0
+	// closes them all at once.
+	Window Duration `yaml:"window" default:"10s"`
 }
 
 // WebSocket configures frame-aware handling of spliced WebSockets. Frame

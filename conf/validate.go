@@ -476,6 +476,15 @@ func (v *validator) pool(path string, p *Pool) {
 	if ws.PingTimeout > 0 && ws.PingInterval == 0 {
 		v.errf(wp+".ping_timeout", "needs ping_interval: without pings a silent client is not a dead one")
 	}
+	v.backendLeave(path+".backend_leave", p.BackendLeave)
+}
+
+func (v *validator) backendLeave(path string, bl BackendLeave) {
+	v.oneOf(path+".connections", bl.Connections, LeaveDrain, LeaveKeep)
+	v.duration(path+".window", bl.Window, true)
+	if bl.Connections == LeaveKeep && v.c.src.has(path+".window") {
+		v.warnf(path+".window", "ignored: connections is keep, not drain")
+	}
 }
 
 func (v *validator) consul() {

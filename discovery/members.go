@@ -127,6 +127,39 @@ func Members(entries []*api.ServiceEntry, opts MemberOptions) ([]balance.Member,
 	return out, warns
 }
 
+// Listed returns the IDs (as Members makes them) of the instances an answer
+// still lists and that are not in maintenance, whatever their checks say.
+// An instance missing from it has left the registry for good (deregistered,
+// or put in maintenance, service or node), as opposed to one whose check
+// fails, which Members drops too but which may pass again in a moment.
+func Listed(entries []*api.ServiceEntry) map[string]bool {
+	out := make(map[string]bool, len(entries))
+	for _, e := range entries {
+		if e == nil || e.Service == nil {
+			continue
+		}
+		node := ""
+		if e.Node != nil {
+			node = e.Node.Node
+		}
+		if !inMaintenance(e) {
+			out[node+"/"+e.Service.ID] = true
+		}
+	}
+	return out
+}
+
+// inMaintenance reports whether an instance or its node is in maintenance
+// mode: Consul adds a critical check with a reserved ID for it.
+func inMaintenance(e *api.ServiceEntry) bool {
+	for _, c := range e.Checks {
+		if c != nil && (c.CheckID == api.NodeMaint || strings.HasPrefix(c.CheckID, api.ServiceMaintPrefix)) {
+			return true
+		}
+	}
+	return false
+}
+
 func sortMembers(m []balance.Member) {
 	sort.Slice(m, func(i, j int) bool { return m[i].ID < m[j].ID })
 }

@@ -117,3 +117,35 @@ func TestMembers(t *testing.T) {
 		})
 	}
 }
+
+// Listed keeps an instance whose check fails (it may pass again) and drops
+// one in maintenance, service or node; goneIDs is what left between two
+// answers.
+func TestListedAndGone(t *testing.T) {
+	maint := func(id string) func(*api.ServiceEntry) {
+		return func(e *api.ServiceEntry) {
+			e.Checks = append(e.Checks, &api.HealthCheck{CheckID: id, Status: api.HealthCritical})
+		}
+	}
+	before := Listed([]*api.ServiceEntry{
+		entry("n1", "10.0.0.1", "chat-1", "", 9001, api.HealthPassing),
+		entry("n1", "10.0.0.1", "chat-2", "", 9002, api.HealthPassing),
+		entry("n2", "10.0.0.2", "chat-3", "", 9003, api.HealthPassing),
+		entry("n2", "10.0.0.2", "chat-4", "", 9004, api.HealthPassing),
+		entry("n3", "10.0.0.3", "chat-5", "", 9005, api.HealthPassing),
+	})
+	now := Listed([]*api.ServiceEntry{
+		entry("n1", "10.0.0.1", "chat-1", "", 9001, api.HealthCritical),                                      // failing check: still listed
+		entry("n1", "10.0.0.1", "chat-2", "", 9002, api.HealthPassing, maint("_service_maintenance:chat-2")), // service maintenance
+		entry("n2", "10.0.0.2", "chat-4", "", 9004, api.HealthPassing),
+		entry("n3", "10.0.0.3", "chat-5", "", 9005, api.HealthPassing, maint("_node_maintenance")), // node maintenance
+		// chat-3 deregistered
+	})
+	want := []string{"n1/chat-2", "n2/chat-3", "n3/chat-5"}
+	if got := goneIDs(before, now); !reflect.DeepEqual(got, want) {
+		t.Errorf("gone: got %v, want %v", got, want)
+	}
+	if got := goneIDs(nil, now); len(got) != 0 {
+		t.Errorf("gone with nothing known before: got %v, want none", got)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -63,6 +64,14 @@ type WatcherOptions struct {
 	// StateDir/discovery-<pool>.json and restores it at start.
 	StateDir string
 
+	// OnGone, when set, is called after an update with the IDs of members
+	// that left the registry for good: deregistered, or in maintenance
+	// (service or node). A member whose check fails is not gone (checks
+	// flap), and nothing is gone while the panic threshold holds members
+	// back: a registry that suddenly empties must not look like every
+	// backend leaving. It runs on the watcher's goroutine.
+	OnGone func(ids []string)
+
 	Logger   *slog.Logger
 	Observer Observer
 	Now      func() time.Time
@@ -102,6 +111,7 @@ type Watcher struct {
 	index     uint64
 	base      []balance.Member // last set accepted without panic
 	published []balance.Member
+	listed    map[string]bool // Listed of the last answer accepted without panic
 
 	mu     sync.Mutex
 	status Status
@@ -216,6 +226,10 @@ func (w *Watcher) restore() {
 		return
 	}
 	w.base, w.published = s.Members, s.Members
+	w.listed = map[string]bool{}
+	for _, m := range s.Members {
+		w.listed[m.ID] = true
+	}
 	w.mu.Lock()
 	w.status.Source = SourcePersisted
 	w.status.Members = len(s.Members)
@@ -270,11 +284,11 @@ func (w *Watcher) round(ctx context.Context) (err error) {
 		return nil
 	}
 	members, warns := Members(entries, w.opts.Members)
-	return w.apply(members, warns, meta.LastIndex, now)
+	return w.apply(members, Listed(entries), warns, meta.LastIndex, now)
 }
 
 // apply runs the panic threshold, publishes and persists.
-func (w *Watcher) apply(members []balance.Member, warns []Warning, index uint64, now time.Time) error {
+func (w *Watcher) apply(members []balance.Member, listed map[string]bool, warns []Warning, index uint64, now time.Time) error {
 	w.mu.Lock()
 	wasPanic, since := w.status.Panic, w.status.PanicSince
 	w.mu.Unlock()
@@ -289,8 +303,11 @@ func (w *Watcher) apply(members []balance.Member, warns []Warning, index uint64,
 	case !d.panic && wasPanic:
 		w.opts.Logger.Info("discovery: leaving panic mode", "members", len(members))
 	}
+	var gone []string
 	if !d.panic {
 		w.base = members
+		gone = goneIDs(w.listed, listed)
+		w.listed = listed
 	}
 	for _, wn := range warns {
 		w.opts.Logger.Debug("discovery: instance skipped", "instance", wn.ID, "reason", wn.Message)
@@ -302,6 +319,10 @@ func (w *Watcher) apply(members []balance.Member, warns []Warning, index uint64,
 			return fmt.Errorf("discovery: pool %q: update: %w", w.opts.Pool, err)
 		}
 		w.published = d.publish
+	}
+	if len(gone) > 0 && w.opts.OnGone != nil {
+		w.opts.Logger.Info("discovery: members left the registry", "ids", gone)
+		w.opts.OnGone(gone)
 	}
 	// Status first, events second: whoever reacts to an event sees the
 	// status that goes with it.
@@ -334,6 +355,18 @@ func (w *Watcher) apply(members []balance.Member, warns []Warning, index uint64,
 		}
 	}
 	return nil
+}
+
+// goneIDs returns the IDs listed before and not now, sorted.
+func goneIDs(before, now map[string]bool) []string {
+	var out []string
+	for id := range before {
+		if !now[id] {
+			out = append(out, id)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // fail records an error. The membership is left alone: an error never

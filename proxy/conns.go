@@ -5,6 +5,8 @@ import (
 	"math/rand/v2"
 	"sync"
 	"time"
+
+	"github.com/edgelb/edge/balance"
 )
 
 // WebSocket close codes (RFC 6455 §7.4.1 and the IANA registry).
@@ -42,6 +44,12 @@ func (g *registry) add(c *wsConn) bool {
 	if g.draining {
 		// Registered while a drain is under way: schedule it like the rest.
 		c.scheduleCloseLocked(g.window, CloseGoingAway, "drain")
+	}
+	if until, ok := c.be.Draining(); ok {
+		// Its backend left while this connection was being set up (it was
+		// picked before the pool changed): it goes like the others, within
+		// what is left of their window.
+		c.scheduleCloseLocked(max(time.Until(until), 0), CloseServiceRestart, reasonBackendGone)
 	}
 	return true
 }
@@ -133,14 +141,23 @@ func (s *Server) Drain(ctx context.Context, window time.Duration) {
 	s.reg.wait(context.Background())
 }
 
-// CloseBackend sends a close frame with code (use CloseServiceRestart) to
-// every connection placed on the backend with this id, spread over window
-// like Drain. It returns how many connections were asked to close.
-func (s *Server) CloseBackend(id string, code int, window time.Duration) int {
+// reasonBackendGone is the close reason of a connection whose backend left.
+const reasonBackendGone = "backend_gone"
+
+// CloseBackend sends close 1012 (service restart) to every connection
+// placed on be, each after a random delay in [0, window) like Drain, so the
+// clients of a backend that left reconnect to the others at a bounded rate
+// rather than all at once. The close goes between two backend frames, never
+// inside one. be is marked draining (balance.Backend.SetDraining) first, so
+// a connection to it that is still being set up is closed the same way once
+// it registers. Call it for a backend that is no longer in its pool's
+// snapshot; it returns how many connections were asked to close.
+func (s *Server) CloseBackend(be *balance.Backend, window time.Duration) int {
+	be.SetDraining(time.Now().Add(window))
 	n := 0
 	s.reg.each(func(c *wsConn) {
-		if c.be.ID() == id {
-			c.scheduleCloseLocked(window, code, "backend_gone")
+		if c.be == be {
+			c.scheduleCloseLocked(window, CloseServiceRestart, reasonBackendGone)
 			n++
 		}
 	})

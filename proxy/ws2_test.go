@@ -274,18 +274,26 @@ func TestAccessLogOneLine(t *testing.T) {
 	})
 }
 
-// TestCloseBackend: connections on a leaving backend get close 1012.
+// TestCloseBackend: connections on a leaving backend get close 1012, and
+// so does one that registers after the close was asked for (it was picked
+// before the backend left and was still being set up).
 func TestCloseBackend(t *testing.T) {
 	forEachPath(t, func(t *testing.T) {
-		e, _ := oneBackendEdge(t, false, nil)
+		e, p := oneBackendEdge(t, false, nil)
 		c, _ := e.dialWS(t, "/", nil)
 		ask(t, c, "x")
-		if got := e.srv.CloseBackend("b1", CloseServiceRestart, 0); got != 1 {
+		be := p.Balancer.Snapshot().ByID("b1")
+		if got := e.srv.CloseBackend(be, 0); got != 1 {
 			t.Fatalf("CloseBackend: got %d, want 1", got)
 		}
 		c.SetReadDeadline(time.Now().Add(5 * time.Second))
 		if _, _, err := c.ReadMessage(); !websocket.IsCloseError(err, CloseServiceRestart) {
 			t.Fatalf("got %v, want close 1012", err)
+		}
+		late, _ := e.dialWS(t, "/", nil)
+		late.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if _, _, err := late.ReadMessage(); !websocket.IsCloseError(err, CloseServiceRestart) {
+			t.Fatalf("connection registered after CloseBackend: got %v, want close 1012", err)
 		}
 	})
 }

@@ -202,6 +202,7 @@ func (d *dynamic) newWatcher(pool, service, tag, dc string, passingOnly bool, ta
 		Datacenter: dc,
 		Members:    discovery.MemberOptions{IncludeWarning: !passingOnly},
 		StateDir:   stateDir,
+		OnGone:     func(ids []string) { d.e.goneFromRegistry(pool, target, ids) },
 		Logger:     d.e.log.With("pool", pool),
 		Observer:   d.e.metrics,
 	})

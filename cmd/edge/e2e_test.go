@@ -429,8 +429,10 @@ func asCloseError(err error, ce **websocket.CloseError) bool {
 }
 
 // TestReloadKeepsConnections: a reload changes the backends for new
-// connections, leaves live WebSockets alone (traefik#6235,
-// ingress-nginx#2461), and a broken file changes nothing.
+// connections, leaves live WebSockets on the backends it keeps alone
+// (traefik#6235, ingress-nginx#2461), and a broken file changes nothing.
+// (What becomes of a removed backend's clients is backend_leave's: see
+// TestReloadRemovingBackendDrainsIt and TestReloadRemovingBackendKeep.)
 func TestReloadKeepsConnections(t *testing.T) {
 	bs := backends(t, "old", "new")
 	s := newSetup(t, bs[:1], "least_conn", "")
@@ -445,7 +447,7 @@ func TestReloadKeepsConnections(t *testing.T) {
 		t.Fatalf("got %q, want old", got)
 	}
 	certFile, keyFile := filepath.Join(s.dir, "cert.pem"), filepath.Join(s.dir, "key.pem")
-	s.write(t, bs[1:], "least_conn", "", certFile, keyFile)
+	s.write(t, bs, "least_conn", "", certFile, keyFile) // least_conn: the idle new backend takes the next client
 	if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"reflect"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -54,6 +55,7 @@ type poolEntry struct {
 	rate     [2]float64      // pool-wide connection rate and burst at build time
 	admit    *balance.Bucket // kept across reloads while rate is unchanged
 	px       *proxy.Pool
+	leave    conf.BackendLeave // what becomes of a departed backend's connections
 
 	// What applyPools changes on bal.
 	reused  bool             // bal was already running
@@ -83,7 +85,7 @@ func newEdge(cfg *conf.Config, path string, log *slog.Logger) (*edge, error) {
 	}
 	pools, err := e.buildPools(cfg)
 	if err == nil {
-		err = applyPools(pools)
+		_, err = applyPools(pools) // new pools: nobody left them yet
 	}
 	if err != nil {
 		return nil, err
@@ -156,9 +158,18 @@ func (e *edge) buildPools(cfg *conf.Config) (map[string]*poolEntry, error) {
 	return out, errors.Join(errs...)
 }
 
+// departure is the backends that left one pool in an update.
+type departure struct {
+	pool  string
+	leave conf.BackendLeave
+	left  []*balance.Backend
+}
+
 // applyPools makes the built entries live: cookie keys and static members.
-func applyPools(pools map[string]*poolEntry) error {
+// It returns the backends the file no longer names, for backendsLeft.
+func applyPools(pools map[string]*poolEntry) ([]departure, error) {
 	var errs []error
+	var gone []departure
 	for name, ent := range pools {
 		if ent.keys != nil && ent.reused {
 			if err := ent.bal.SetCookieKeys(ent.keys); err != nil {
@@ -166,12 +177,59 @@ func applyPools(pools map[string]*poolEntry) error {
 			}
 		}
 		if ent.static {
-			if err := ent.bal.Update(ent.members); err != nil {
+			left, err := ent.bal.UpdateLeft(ent.members)
+			if err != nil {
 				errs = append(errs, fmt.Errorf("pool %s: %w", name, err))
+			}
+			if len(left) > 0 {
+				gone = append(gone, departure{pool: name, leave: ent.leave, left: left})
 			}
 		}
 	}
-	return errors.Join(errs...)
+	return gone, errors.Join(errs...)
+}
+
+// defaultLeave is conf.BackendLeave's defaults, for pools declared in the
+// registry.
+var defaultLeave = conf.BackendLeave{Connections: conf.LeaveDrain, Window: conf.Duration(10 * time.Second)}
+
+// backendsLeft applies the pool's backend_leave to backends that left it
+// for good (removed from the file, gone from Consul or in maintenance
+// there; never a failing check): with drain, their clients get close 1012
+// spread over the window so they reconnect to the others at a bounded
+// rate; with keep, they stay. Either way they count in the gauges until
+// they close (balance.Pool.Retired).
+func (e *edge) backendsLeft(d departure) {
+	for _, b := range d.left {
+		if b.Active() <= 0 {
+			continue
+		}
+		if d.leave.Connections == conf.LeaveKeep {
+			e.log.Info("backend left the pool; keeping its connections", "pool", d.pool, "backend", b.ID(), "address", b.Addr(), "connections", b.Active())
+			continue
+		}
+		n := e.proxy.CloseBackend(b, d.leave.Window.Std())
+		e.log.Info("backend left the pool; closing its connections with 1012", "pool", d.pool, "backend", b.ID(), "address", b.Addr(), "connections", n, "window", d.leave.Window.String())
+	}
+}
+
+// goneFromRegistry is a discovered pool's discovery.WatcherOptions.OnGone:
+// ids left the registry, and their backends, already out of the pool, are
+// among its retired ones if they still hold connections.
+func (e *edge) goneFromRegistry(pool string, bal *balance.Pool, ids []string) {
+	leave := defaultLeave
+	e.mu.Lock()
+	if ent := e.pools[pool]; ent != nil {
+		leave = ent.leave
+	}
+	e.mu.Unlock()
+	d := departure{pool: pool, leave: leave}
+	for _, b := range bal.Retired() {
+		if slices.Contains(ids, b.ID()) {
+			d.left = append(d.left, b)
+		}
+	}
+	e.backendsLeft(d)
 }
 
 func modeOf(s string) balance.Mode {
@@ -230,7 +288,7 @@ func (e *edge) buildPool(pc *conf.Pool) (*poolEntry, error) {
 			keys = append(keys, prev...)
 		}
 	}
-	ent := &poolEntry{mode: mode, settings: balanceSettings(pc), limits: limiterOptions(pc), keys: keys,
+	ent := &poolEntry{mode: mode, settings: balanceSettings(pc), limits: limiterOptions(pc), keys: keys, leave: pc.BackendLeave,
 		rate: [2]float64{pc.Limits.ConnectionRate, float64(pc.Limits.ConnectionBurst)}}
 	if old := e.pools[pc.Name]; old != nil {
 		ent.bal, ent.reused = old.bal, true
@@ -525,11 +583,14 @@ func (e *edge) reload() string {
 		return refuse(err)
 	}
 	// Routes now point at the new entries; make their members live.
-	applyErr := applyPools(pools)
+	gone, applyErr := applyPools(pools)
 	e.pools = pools
 	old := e.cfg
 	e.cfg = cfg
 	e.mu.Unlock()
+	for _, d := range gone {
+		e.backendsLeft(d)
+	}
 	if !sameListeners(old, cfg) {
 		e.log.Warn("listener settings changed; they take effect on restart")
 	}
@@ -594,7 +655,18 @@ func (e *edge) status() any {
 		for _, b := range p.Snapshot().Backends {
 			ps.Backends = append(ps.Backends, map[string]any{
 				"id": b.ID(), "address": b.Addr(), "weight": b.Weight(), "active": b.Active(),
-				"healthy": b.Healthy(), "ejected": b.Ejected(), "available": b.Available(),
+				"healthy": b.Healthy(), "ejected": b.Ejected(), "available": b.Available(), "state": "member",
+			})
+		}
+		// Backends that left but still hold connections: "draining" while
+		// their clients are being sent 1012, "left" when they are kept.
+		for _, b := range p.Retired() {
+			state := "left"
+			if _, ok := b.Draining(); ok {
+				state = "draining"
+			}
+			ps.Backends = append(ps.Backends, map[string]any{
+				"id": b.ID(), "address": b.Addr(), "active": b.Active(), "available": false, "state": state,
 			})
 		}
 		out.Pools = append(out.Pools, ps)

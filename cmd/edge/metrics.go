@@ -15,14 +15,18 @@ import (
 )
 
 // poolCollector reads every pool's snapshot at scrape time, so a backend
-// that leaves a pool stops being reported without any bookkeeping.
+// that leaves a pool stops being reported without any bookkeeping, except
+// for its live connections: a backend that left and still holds some
+// (balance.Pool.Retired) keeps its active-connections series, and its
+// draining series, until the last one closes.
 type poolCollector struct {
-	pools  func() []*balance.Pool
-	up     *prometheus.Desc
-	active *prometheus.Desc
-	eject  *prometheus.Desc
-	weight *prometheus.Desc
-	size   *prometheus.Desc
+	pools    func() []*balance.Pool
+	up       *prometheus.Desc
+	active   *prometheus.Desc
+	eject    *prometheus.Desc
+	weight   *prometheus.Desc
+	size     *prometheus.Desc
+	draining *prometheus.Desc
 }
 
 func newPoolCollector(pools func() []*balance.Pool) *poolCollector {
@@ -34,6 +38,8 @@ func newPoolCollector(pools func() []*balance.Pool) *poolCollector {
 		eject:  prometheus.NewDesc("edge_backend_ejected", "1 while passive ejection keeps the backend out.", l, nil),
 		weight: prometheus.NewDesc("edge_backend_weight", "The backend's balancing weight.", l, nil),
 		size:   prometheus.NewDesc("edge_pool_backends", "Members of the pool.", []string{"pool"}, nil),
+		draining: prometheus.NewDesc("edge_backend_draining",
+			"1 while the backend has left its pool and its connections are being sent close 1012; they count in edge_backend_active_connections until they close.", l, nil),
 	}
 }
 
@@ -44,6 +50,7 @@ func (c *poolCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.eject
 	ch <- c.weight
 	ch <- c.size
+	ch <- c.draining
 }
 
 // Collect implements prometheus.Collector.
@@ -57,6 +64,13 @@ func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(c.active, prometheus.GaugeValue, float64(b.Active()), lv...)
 			ch <- prometheus.MustNewConstMetric(c.eject, prometheus.GaugeValue, b2f(b.Ejected()), lv...)
 			ch <- prometheus.MustNewConstMetric(c.weight, prometheus.GaugeValue, float64(b.Weight()), lv...)
+			ch <- prometheus.MustNewConstMetric(c.draining, prometheus.GaugeValue, 0, lv...)
+		}
+		for _, b := range p.Retired() {
+			lv := []string{p.Name(), b.ID(), b.Addr()}
+			_, draining := b.Draining()
+			ch <- prometheus.MustNewConstMetric(c.active, prometheus.GaugeValue, float64(b.Active()), lv...)
+			ch <- prometheus.MustNewConstMetric(c.draining, prometheus.GaugeValue, b2f(draining), lv...)
 		}
 	}
 }
