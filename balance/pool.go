@@ -269,7 +269,9 @@ func (p *Pool) MaxEjectionPercent() int { return p.cfg.eject.MaxPercent }
 // MaxEjected returns how many of the current members may be ejected at
 // once: MaxEjectionPercent of them rounded down, at least one in a pool of
 // two or more (as Envoy), none in a pool of one.
-func (p *Pool) MaxEjected() int { return maxEjected(len(p.Snapshot().Backends), p.cfg.eject.MaxPercent) }
+func (p *Pool) MaxEjected() int {
+	return maxEjected(len(p.Snapshot().Backends), p.cfg.eject.MaxPercent)
+}
 
 // Ejected returns how many current members passive ejection keeps out.
 func (p *Pool) Ejected() int {
