@@ -21,9 +21,9 @@ import (
 
 // backendConn is a backend that answered the upgrade request.
 type backendConn struct {
-	conn      *net.TCPConn
-	resp      *http.Response
-	buffered  []byte // bytes the backend sent after its response, already read
+	conn     *net.TCPConn
+	resp     *http.Response
+	buffered []byte // bytes the backend sent after its response, already read
 	// stream, for a non-101 answer too long to hold, yields its body;
 	// release closes the backend after it was relayed.
 	stream    io.Reader
@@ -349,7 +349,6 @@ func relayResponse(w http.ResponseWriter, bc *backendConn) (int64, error) {
 	w.WriteHeader(bc.resp.StatusCode)
 	return io.Copy(w, bc.stream)
 }
-
 
 // handshakeError is a failed dial or handshake with whose fault it is.
 // fault names a failure of the backend's own, which counts towards its

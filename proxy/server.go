@@ -78,7 +78,7 @@ type Pool struct {
 	// request before its final head is complete (interim answers included);
 	// 0 means 64 KiB. More is that backend's failure.
 	MaxResponseHeaderBytes int
-	Cookie           CookieSettings
+	Cookie                 CookieSettings
 	// RequestTimeout bounds a whole plain HTTP exchange; 0 means 60s.
 	RequestTimeout time.Duration
 	// MaxBodyBytes bounds plain HTTP request and response bodies; 0 means 10 MiB.
