@@ -23,6 +23,12 @@ type poolCollector struct {
 	eject  *prometheus.Desc
 	weight *prometheus.Desc
 	size   *prometheus.Desc
+	// Passive ejection: every ejection, those the cap refused, and per pool
+	// how many are out against how many may be.
+	ejections *prometheus.Desc
+	refused   *prometheus.Desc
+	ejected   *prometheus.Desc
+	maxEject  *prometheus.Desc
 }
 
 func newPoolCollector(pools func() []*balance.Pool) *poolCollector {
@@ -34,6 +40,11 @@ func newPoolCollector(pools func() []*balance.Pool) *poolCollector {
 		eject:  prometheus.NewDesc("edge_backend_ejected", "1 while passive ejection keeps the backend out.", l, nil),
 		weight: prometheus.NewDesc("edge_backend_weight", "The backend's balancing weight.", l, nil),
 		size:   prometheus.NewDesc("edge_pool_backends", "Members of the pool.", []string{"pool"}, nil),
+
+		ejections: prometheus.NewDesc("edge_backend_ejections_total", "Passive ejections of the backend.", l, nil),
+		refused:   prometheus.NewDesc("edge_backend_ejections_refused_total", "Ejections due on the backend's failures but refused by the pool's ejection cap or because it was the last available backend.", l, nil),
+		ejected:   prometheus.NewDesc("edge_pool_ejected_backends", "Members of the pool passive ejection keeps out now.", []string{"pool"}, nil),
+		maxEject:  prometheus.NewDesc("edge_pool_max_ejected_backends", "Members of the pool the ejection cap allows out at once.", []string{"pool"}, nil),
 	}
 }
 
@@ -44,6 +55,10 @@ func (c *poolCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.eject
 	ch <- c.weight
 	ch <- c.size
+	ch <- c.ejections
+	ch <- c.refused
+	ch <- c.ejected
+	ch <- c.maxEject
 }
 
 // Collect implements prometheus.Collector.
@@ -51,12 +66,16 @@ func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, p := range c.pools() {
 		s := p.Snapshot()
 		ch <- prometheus.MustNewConstMetric(c.size, prometheus.GaugeValue, float64(len(s.Backends)), p.Name())
+		ch <- prometheus.MustNewConstMetric(c.ejected, prometheus.GaugeValue, float64(p.Ejected()), p.Name())
+		ch <- prometheus.MustNewConstMetric(c.maxEject, prometheus.GaugeValue, float64(p.MaxEjected()), p.Name())
 		for _, b := range s.Backends {
 			lv := []string{p.Name(), b.ID(), b.Addr()}
 			ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, b2f(b.Available()), lv...)
 			ch <- prometheus.MustNewConstMetric(c.active, prometheus.GaugeValue, float64(b.Active()), lv...)
 			ch <- prometheus.MustNewConstMetric(c.eject, prometheus.GaugeValue, b2f(b.Ejected()), lv...)
 			ch <- prometheus.MustNewConstMetric(c.weight, prometheus.GaugeValue, float64(b.Weight()), lv...)
+			ch <- prometheus.MustNewConstMetric(c.ejections, prometheus.CounterValue, float64(b.Ejections()), lv...)
+			ch <- prometheus.MustNewConstMetric(c.refused, prometheus.CounterValue, float64(b.EjectionsRefused()), lv...)
 		}
 	}
 }
@@ -110,7 +129,7 @@ func newMetrics(pools func() []*balance.Pool) *metrics {
 	m.closed = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "edge_connections_closed_total", Help: "WebSocket connections ended, by reason."}, []string{"route", "reason"})
 	m.duration = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "edge_connection_duration_seconds", Help: "Lifetime of WebSocket connections.", Buckets: durationBuckets}, []string{"route"})
 	m.bytes = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "edge_bytes_total", Help: "Bytes spliced, by direction (in: client to backend)."}, []string{"route", "direction"})
-	m.dialFail = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "edge_dial_failures_total", Help: "Failed dials or broken backend handshakes (each one is a passive failure)."}, []string{"route", "backend"})
+	m.dialFail = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "edge_dial_failures_total", Help: "Failed dials or broken backend handshakes that are the backend's own failure (each one is a passive failure)."}, []string{"route", "backend"})
 	m.rejected = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "edge_rejected_total", Help: "Requests answered by the edge itself, by status and reason."}, []string{"route", "code", "reason"})
 	m.requests = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "edge_http_requests_total", Help: "Plain HTTP requests proxied."}, []string{"route", "backend", "code"})
 	m.reqDur = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "edge_http_request_duration_seconds", Help: "Plain HTTP request latency.", Buckets: prometheus.DefBuckets}, []string{"route"})
