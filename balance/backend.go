@@ -15,6 +15,8 @@ type backendConfig struct {
 	// startUnhealthy makes new backends wait for their first passing
 	// active check (fabio#393: the registry's word is not enough).
 	startUnhealthy bool
+	// pool is the owner, whose members the ejection cap is judged over.
+	pool *Pool
 }
 
 // Backend is one member of a pool with its live state. A *Backend is stable:
@@ -33,6 +35,8 @@ type Backend struct {
 	healthy      atomic.Bool  // active health; starts true
 	ejectedUntil atomic.Int64 // unix nanoseconds; 0 when not ejected
 	ejections    atomic.Int64
+	ejectRefused atomic.Int64 // ejections the cap or the last-available rule refused
+	capped       atomic.Bool  // the last ejection due was refused; cleared by a success or an ejection
 	failing      atomic.Int32 // failures currently counted; lets ReportSuccess skip the lock
 	cookie       atomic.Pointer[string]
 	drainBy      atomic.Int64 // unix nanoseconds; 0 when its connections are not being closed
@@ -166,20 +170,40 @@ func (b *Backend) Ejected() bool {
 func (b *Backend) Ejections() int64 { return b.ejections.Load() }
 
 // ReportFailure records a passive failure (dial error, refused or broken
-// handshake). When EjectOptions.Failures failures without a success in
-// between fall within EjectOptions.Window, the backend is ejected until
-// now+Cooldown; afterwards it is available again and counting starts afresh.
-// Failures reported while ejected belong to the same outage and are ignored.
-func (b *Backend) ReportFailure() {
+// handshake) with no stated reason; see ReportFailureReason.
+func (b *Backend) ReportFailure() { b.ReportFailureReason("") }
+
+// ReportFailureReason records a passive failure that is the backend's own
+// (refused or timed-out connect, reset or EOF before a complete response
+// head, malformed or oversized head); reason names it in ejection events.
+// When EjectOptions.Failures failures without a success in between fall
+// within EjectOptions.Window, the backend is ejected until now+Cooldown;
+// afterwards it is available again and counting starts afresh. Failures
+// reported while ejected belong to the same outage and are ignored.
+//
+// An ejection is refused when it would take out more of the pool than
+// EjectOptions.MaxPercent allows, or its last available backend: the
+// failures stay counted (the oldest drops out with each new one), so the
+// next failure asks again, once the cap may have room.
+func (b *Backend) ReportFailureReason(reason string) {
 	cfg := b.cfg
 	if cfg == nil || cfg.eject.Failures <= 0 || len(b.fails) == 0 {
 		return
 	}
+	ev, notify := b.countFailure(cfg, reason)
+	if notify && cfg.pool != nil && cfg.pool.onEject != nil {
+		cfg.pool.onEject(ev)
+	}
+}
+
+// countFailure is ReportFailureReason under fmu; it returns the event to
+// report, if any, so the callback runs without the lock.
+func (b *Backend) countFailure(cfg *backendConfig, reason string) (EjectEvent, bool) {
 	now := cfg.now().UnixNano()
 	b.fmu.Lock()
 	defer b.fmu.Unlock()
 	if until := b.ejectedUntil.Load(); until != 0 && now < until {
-		return
+		return EjectEvent{}, false
 	}
 	if w := int64(cfg.eject.Window); w > 0 {
 		cutoff := now - w
@@ -188,15 +212,33 @@ func (b *Backend) ReportFailure() {
 			b.fn--
 		}
 	}
+	if b.fn == len(b.fails) {
+		// Full after a refused ejection: the oldest failure drops out.
+		b.fhead = (b.fhead + 1) % len(b.fails)
+		b.fn--
+	}
 	b.fails[(b.fhead+b.fn)%len(b.fails)] = now
 	b.fn++
-	if b.fn >= cfg.eject.Failures {
-		b.ejectedUntil.Store(now + int64(cfg.eject.Cooldown))
-		b.ejections.Add(1)
-		b.fhead, b.fn = 0, 0
+	defer func() { b.failing.Store(int32(b.fn)) }()
+	if b.fn < cfg.eject.Failures {
+		return EjectEvent{}, false
 	}
-	b.failing.Store(int32(b.fn))
+	until := now + int64(cfg.eject.Cooldown)
+	ev, ok := cfg.pool.tryEject(b, until)
+	ev.Reason = reason
+	if !ok {
+		b.ejectRefused.Add(1)
+		first := !b.capped.Swap(true)
+		return ev, first
+	}
+	b.capped.Store(false)
+	b.fhead, b.fn = 0, 0
+	return ev, true
 }
+
+// EjectionsRefused returns how many ejections the cap or the
+// last-available rule refused, for metrics.
+func (b *Backend) EjectionsRefused() int64 { return b.ejectRefused.Load() }
 
 // ReportSuccess records a successful exchange, which resets the count of
 // consecutive failures. It takes no lock when nothing is counted.
@@ -204,6 +246,7 @@ func (b *Backend) ReportSuccess() {
 	if b.failing.Load() == 0 {
 		return
 	}
+	b.capped.Store(false)
 	b.fmu.Lock()
 	b.fhead, b.fn = 0, 0
 	b.failing.Store(0)

@@ -56,8 +56,13 @@
 // ReportFailure counts failures in a small per-backend ring under a
 // per-backend mutex that Pick never takes; enough failures within a window
 // eject the backend until a cooldown ends, after which it returns on its own
-// with a fresh count. Ejection is judged per backend: if every backend is
-// ejected, Pick returns ErrNoBackend rather than guess.
+// with a fresh count. Ejection is capped per pool, like Envoy's
+// max_ejection_percent: at most EjectOptions.MaxPercent of the members (at
+// least one in a pool of two or more) are out at once, and never the last
+// member that is healthy and not ejected, so no run of failures, whoever
+// caused them, can empty a pool. A failure beyond the cap stays counted and
+// asks again with the next one. The decision takes a per-pool mutex that
+// only failing reporters take; Pick still never locks.
 //
 // # Admission
 //

@@ -97,3 +97,110 @@ func TestEjectedBackendSkippedUntilCooldown(t *testing.T) {
 		t.Errorf("backend not picked again after its cooldown")
 	}
 }
+
+// failAll reports f failures for each backend in order and returns how many
+// of the pool's members are ejected afterwards.
+func failAll(p *balance.Pool, f int) int {
+	for _, b := range p.Snapshot().Backends {
+		for range f {
+			b.ReportFailureReason("connect_refused")
+		}
+	}
+	return p.Ejected()
+}
+
+func TestEjectionCap(t *testing.T) {
+	tests := []struct {
+		name    string
+		members int
+		pct     int
+		want    int // ejected after every member failed enough
+	}{
+		{"4 backends, cap 50%: at most 2", 4, 50, 2},
+		{"default cap on 4 backends is 50%", 4, 0, 2},
+		{"3 backends, cap 50%: 1", 3, 50, 1},
+		{"2 backends, cap 50%: 1", 2, 50, 1},
+		{"10 backends, cap 10%: 1", 10, 10, 1},
+		{"5 backends, cap 10%: still 1 (as Envoy)", 5, 10, 1},
+		{"cap 100% still keeps the last available", 3, 100, 2},
+		{"a single backend is never ejected", 1, 100, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			clock := balance.NewFakeClock()
+			var events []balance.EjectEvent
+			p := newPool(t, balance.PoolOptions{
+				Eject:   balance.EjectOptions{Failures: 2, MaxPercent: tt.pct},
+				Now:     clock.Now,
+				OnEject: func(ev balance.EjectEvent) { events = append(events, ev) },
+			}, members(tt.members)...)
+			if got := failAll(p, 3); got != tt.want {
+				t.Fatalf("ejected: got %d, want %d", got, tt.want)
+			}
+			if got := p.MaxEjected(); tt.members > 1 && tt.want < tt.members-1 && got != tt.want {
+				t.Errorf("MaxEjected: got %d, want %d", got, tt.want)
+			}
+			var ejections, refused int
+			for _, ev := range events {
+				if ev.Refused {
+					refused++
+					continue
+				}
+				ejections++
+				if ev.Reason != "connect_refused" || ev.Until.IsZero() || ev.Pool != p.Name() {
+					t.Errorf("ejection event %+v: want reason, until and pool", ev)
+				}
+			}
+			if ejections != tt.want || refused != tt.members-tt.want {
+				t.Errorf("events: %d ejections, %d refusals; want %d and %d", ejections, refused, tt.want, tt.members-tt.want)
+			}
+			var refusedCount int64
+			for _, b := range p.Snapshot().Backends {
+				refusedCount += b.EjectionsRefused()
+			}
+			// Each refused member failed 3 times with a threshold of 2: two refusals each.
+			if want := int64(2 * (tt.members - tt.want)); refusedCount != want {
+				t.Errorf("EjectionsRefused: got %d, want %d", refusedCount, want)
+			}
+		})
+	}
+}
+
+func TestEjectionNeverTakesTheLastAvailable(t *testing.T) {
+	clock := balance.NewFakeClock()
+	p := newPool(t, balance.PoolOptions{Eject: balance.EjectOptions{Failures: 1, MaxPercent: 100}, Now: clock.Now}, members(3)...)
+	// b00 and b01 are down by active checks: b02 is the last available.
+	byID(t, p, "b00").SetHealthy(false)
+	byID(t, p, "b01").SetHealthy(false)
+	last := byID(t, p, "b02")
+	for range 10 {
+		last.ReportFailure()
+	}
+	if last.Ejected() || !last.Available() {
+		t.Fatalf("the last available backend was ejected")
+	}
+	if got := pick(t, p, balance.Request{}).Backend; got != last {
+		t.Fatalf("picked %s, want the last available", got.ID())
+	}
+}
+
+func TestRefusedEjectionHappensOnceTheCapHasRoom(t *testing.T) {
+	clock := balance.NewFakeClock()
+	p := newPool(t, balance.PoolOptions{Eject: balance.EjectOptions{Failures: 2, Cooldown: 30 * time.Second}, Now: clock.Now}, members(2)...)
+	a, b := byID(t, p, "b00"), byID(t, p, "b01")
+	a.ReportFailure()
+	a.ReportFailure()
+	b.ReportFailure()
+	b.ReportFailure()
+	if !a.Ejected() || b.Ejected() {
+		t.Fatalf("want only b00 ejected: %v %v", a.Ejected(), b.Ejected())
+	}
+	clock.Advance(30 * time.Second) // a's cooldown over
+	b.ReportFailure()               // b still fails: its counted failures reach the threshold again
+	if !b.Ejected() {
+		t.Fatalf("b01 not ejected once the cap had room")
+	}
+	if a.Ejected() {
+		t.Fatalf("b00 ejected again without failing")
+	}
+}

@@ -64,7 +64,7 @@ func TestPickSkipsUnusable(t *testing.T) {
 				p := newPool(t, balance.PoolOptions{
 					Mode:               mode,
 					MaxConnsPerBackend: 2,
-					Eject:              balance.EjectOptions{Failures: 1},
+					Eject:              balance.EjectOptions{Failures: 1, MaxPercent: 100}, // two of three out
 					Now:                clock.Now,
 				}, members(3)...)
 				s := p.Snapshot()
@@ -96,7 +96,14 @@ func TestPickSkipsUnusable(t *testing.T) {
 				} else {
 					tt.disable(p, s.Backends[2])
 				}
-				_, err := p.Pick(&balance.Request{ClientIP: netip.MustParseAddr("192.0.2.1"), Tried: tried})
+				res, err := p.Pick(&balance.Request{ClientIP: netip.MustParseAddr("192.0.2.1"), Tried: tried})
+				if tt.name == "ejected" {
+					// Ejection never takes the last available backend.
+					if err != nil || res.Backend != s.Backends[2] || s.Backends[2].Ejected() {
+						t.Errorf("last available after failures: got %v, %v; want it picked, not ejected", res.Backend, err)
+					}
+					return
+				}
 				if !errors.Is(err, balance.ErrNoBackend) {
 					t.Errorf("nothing usable: got %v, want ErrNoBackend", err)
 				}

@@ -87,6 +87,14 @@ const NoMinExcess = -1
 // Cooldown is zero.
 const DefaultEjectCooldown = 30 * time.Second
 
+// DefaultMaxEjectionPercent is used when EjectOptions.MaxPercent is zero.
+// Envoy's max_ejection_percent defaults to 10, which in the pools of two to
+// five WebSocket backends edge usually serves still ejects one (Envoy ejects
+// at least one host whatever the share); 50 lets half a small pool go while
+// the other half always stays, so no run of failures, whoever caused them,
+// can empty a pool.
+const DefaultMaxEjectionPercent = 50
+
 // Member is one backend as declared by the config file or discovery.
 type Member struct {
 	ID     string // stable identity; defaults to Addr when empty
@@ -99,6 +107,26 @@ type EjectOptions struct {
 	Failures int           // failures within Window that eject; 0 disables
 	Window   time.Duration // sliding window for counting failures; 0 counts consecutive failures at any distance
 	Cooldown time.Duration // how long an ejected backend stays out; 0 means DefaultEjectCooldown
+	// MaxPercent caps the share of the pool's members ejected at once,
+	// 1..100; 0 means DefaultMaxEjectionPercent. Like Envoy's
+	// max_ejection_percent, one member may always be ejected in a pool of
+	// two or more; unlike it, the last available member never is.
+	MaxPercent int
+}
+
+// EjectEvent describes an ejection, or one refused by the cap, for the
+// pool's OnEject callback.
+type EjectEvent struct {
+	Pool    string
+	Backend *Backend
+	Reason  string    // of the failure that reached the threshold; may be ""
+	Until   time.Time // end of the ejection; zero when Refused
+	// Refused is set when the cap or the last-available rule kept the
+	// backend in. Only the first refusal of a run is reported (until the
+	// backend succeeds or is ejected); EjectionsRefused counts them all.
+	Refused bool
+	Ejected int // members of the pool ejected after this event
+	Max     int // members the cap allows ejected at once
 }
 
 // CookieOptions configure sticky cookies.
@@ -136,6 +164,10 @@ type PoolOptions struct {
 	MaxConnsPerBackend int64 // 0 means unlimited
 	// Eject configures passive ejection on failures seen on real traffic.
 	Eject EjectOptions
+	// OnEject, when set, is called for every ejection and for the first
+	// refused one of a run, on the goroutine that reported the failure and
+	// without any lock of the pool held. It must not block.
+	OnEject func(EjectEvent)
 	// Cookie holds the sticky-cookie signing keys (Mode Cookie).
 	Cookie CookieOptions
 	Now    func() time.Time // defaults to time.Now; used for ejection
@@ -179,6 +211,8 @@ type Pool struct {
 	minExcess   int64 // >= 0
 	cfg         *backendConfig
 	rand        func() uint64 // lock-free, allocation-free; replaced in tests
+	onEject     func(EjectEvent)
+	ejmu        sync.Mutex // serialises ejection decisions against the cap
 
 	mu      sync.Mutex // serialises writers
 	keys    [][]byte   // guarded by mu
@@ -216,8 +250,14 @@ func NewPool(opts PoolOptions) (*Pool, error) {
 		errs = append(errs, fmt.Errorf("max connections per backend %d: must be >= 0", opts.MaxConnsPerBackend))
 	}
 	ej := opts.Eject
-	if ej.Failures < 0 || ej.Window < 0 || ej.Cooldown < 0 {
+	if ej.Failures < 0 || ej.Window < 0 || ej.Cooldown < 0 || ej.MaxPercent < 0 {
 		errs = append(errs, fmt.Errorf("passive ejection %+v: values must be >= 0", ej))
+	}
+	if ej.MaxPercent > 100 {
+		errs = append(errs, fmt.Errorf("passive ejection max percent %d: must be at most 100", ej.MaxPercent))
+	}
+	if ej.MaxPercent == 0 {
+		ej.MaxPercent = DefaultMaxEjectionPercent
 	}
 	if ej.Failures > 0 && ej.Cooldown == 0 {
 		ej.Cooldown = DefaultEjectCooldown
@@ -243,12 +283,78 @@ func NewPool(opts PoolOptions) (*Pool, error) {
 		minExcess:   minExcess,
 		cfg:         &backendConfig{now: now, eject: ej, maxConns: opts.MaxConnsPerBackend, startUnhealthy: opts.StartUnhealthy},
 		rand:        rand.Uint64,
+		onEject:     opts.OnEject,
 		keys:        keys,
 		keyGen:      1,
 		retired:     map[retiredKey]*Backend{},
 	}
+	p.cfg.pool = p
 	p.snap.Store(&Snapshot{byCookie: map[string]cookieEntry{}})
 	return p, nil
+}
+
+// MaxEjectionPercent returns the share of members the pool may eject at
+// once (EjectOptions.MaxPercent with its default applied).
+func (p *Pool) MaxEjectionPercent() int { return p.cfg.eject.MaxPercent }
+
+// MaxEjected returns how many of the current members may be ejected at
+// once: MaxEjectionPercent of them rounded down, at least one in a pool of
+// two or more (as Envoy), none in a pool of one.
+func (p *Pool) MaxEjected() int {
+	return maxEjected(len(p.Snapshot().Backends), p.cfg.eject.MaxPercent)
+}
+
+// Ejected returns how many current members passive ejection keeps out.
+func (p *Pool) Ejected() int {
+	n := 0
+	for _, b := range p.Snapshot().Backends {
+		if b.Ejected() {
+			n++
+		}
+	}
+	return n
+}
+
+func maxEjected(members, pct int) int {
+	if members < 2 {
+		return 0
+	}
+	return max(members*pct/100, 1)
+}
+
+// tryEject ejects b until the given time unless that would exceed the cap
+// or leave no other member available. The decision and the store happen
+// under ejmu, so two backends failing together cannot both take the last
+// slot of the cap. A backend no longer in the snapshot (removed, still
+// holding connections) takes nobody's place and is ejected freely.
+func (p *Pool) tryEject(b *Backend, until int64) (EjectEvent, bool) {
+	p.ejmu.Lock()
+	defer p.ejmu.Unlock()
+	backends := p.Snapshot().Backends
+	limit := maxEjected(len(backends), p.cfg.eject.MaxPercent)
+	ejected, others, member := 0, 0, false
+	for _, o := range backends {
+		switch {
+		case o == b:
+			member = true
+		case o.Ejected():
+			ejected++
+		case o.Healthy():
+			others++
+		}
+	}
+	ev := EjectEvent{Pool: p.name, Backend: b, Ejected: ejected, Max: limit}
+	if member && (ejected >= limit || others == 0) {
+		ev.Refused = true
+		return ev, false
+	}
+	b.ejectedUntil.Store(until)
+	b.ejections.Add(1)
+	ev.Until = time.Unix(0, until)
+	if member {
+		ev.Ejected++
+	}
+	return ev, true
 }
 
 func copyKeys(in [][]byte) ([][]byte, error) {

@@ -296,6 +296,11 @@ type Pool struct {
 	// PassiveEjection takes backends out after repeated failures seen on
 	// real traffic.
 	PassiveEjection PassiveEjection `yaml:"passive_ejection"`
+	// MaxResponseHeaderBytes bounds a backend's response head to the
+	// upgrade request and to health probes, 1024 to 1048576; a longer one
+	// is that backend's failure (Envoy: max_response_headers_kb, 60 KiB).
+	// Default 65536.
+	MaxResponseHeaderBytes int `yaml:"max_response_header_bytes" default:"65536"`
 	// Limits are per-pool admission limits; 0 means unlimited.
 	Limits PoolLimits `yaml:"limits"`
 	// Consul discovers the members from a Consul service.
@@ -425,6 +430,11 @@ type PassiveEjection struct {
 	Window Duration `yaml:"window" default:"30s"`
 	// Cooldown before an ejected backend gets traffic again. Default 30s.
 	Cooldown Duration `yaml:"cooldown" default:"30s"`
+	// MaxEjectionPercent caps the share of the pool's backends ejected at
+	// once, 1 to 100 (Envoy: max_ejection_percent, default 10 there). One
+	// backend may always go in a pool of two or more; the last available
+	// one never does. Default 50: half a small pool may go, never all.
+	MaxEjectionPercent int `yaml:"max_ejection_percent" default:"50"`
 }
 
 // PoolLimits are per-pool admission limits. Every limit defaults to 0,

@@ -424,6 +424,12 @@ func (v *validator) pool(path string, p *Pool) {
 	} else if p.PassiveEjection.Failures > 0 {
 		v.duration(pe+".window", p.PassiveEjection.Window, false)
 		v.duration(pe+".cooldown", p.PassiveEjection.Cooldown, false)
+		if m := p.PassiveEjection.MaxEjectionPercent; m < 1 || m > 100 {
+			v.errf(pe+".max_ejection_percent", "%d is outside 1..100", m)
+		}
+	}
+	if m := p.MaxResponseHeaderBytes; m < 1024 || m > 1<<20 {
+		v.errf(path+".max_response_header_bytes", "%d is outside 1024..1048576", m)
 	}
 
 	l := p.Limits

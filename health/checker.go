@@ -27,6 +27,9 @@ const (
 	DefaultRise        = 2
 	DefaultFall        = 3
 	DefaultConcurrency = 32
+	// DefaultMaxHeaderBytes bounds a backend's response head to an http or
+	// websocket probe.
+	DefaultMaxHeaderBytes = 64 << 10
 )
 
 // Source is what a Checker probes: *balance.Pool.
@@ -66,6 +69,9 @@ type Options struct {
 
 	// Concurrency bounds the probes in flight; default 32.
 	Concurrency int
+	// MaxHeaderBytes bounds the backend's response head (http and
+	// websocket); a longer one fails the probe. Default 64 KiB.
+	MaxHeaderBytes int
 
 	Logger   *slog.Logger
 	Observer Observer
@@ -114,6 +120,9 @@ func New(opts Options) (*Checker, error) {
 	if opts.Concurrency <= 0 {
 		opts.Concurrency = DefaultConcurrency
 	}
+	if opts.MaxHeaderBytes <= 0 {
+		opts.MaxHeaderBytes = DefaultMaxHeaderBytes
+	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -126,9 +135,9 @@ func New(opts Options) (*Checker, error) {
 	case TypeTCP:
 		c.prober = tcpProber{}
 	case TypeHTTP:
-		c.prober = newHTTPProber(opts.Path, opts.Host, opts.ExpectStatus)
+		c.prober = newHTTPProber(opts.Path, opts.Host, opts.ExpectStatus, opts.MaxHeaderBytes)
 	case TypeWebSocket:
-		c.prober = wsProber{path: opts.Path, host: opts.Host, ping: opts.Ping}
+		c.prober = wsProber{path: opts.Path, host: opts.Host, ping: opts.Ping, maxHead: opts.MaxHeaderBytes}
 	default:
 		return nil, fmt.Errorf("health: pool %q: type %q: want tcp, http or websocket", opts.Pool, opts.Type)
 	}

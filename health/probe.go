@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"strings"
@@ -55,11 +56,14 @@ type httpProber struct {
 	expect int
 }
 
-func newHTTPProber(path, host string, expect int) *httpProber {
+func newHTTPProber(path, host string, expect, maxHead int) *httpProber {
 	return &httpProber{
 		client: &fasthttp.Client{
-			Name:                   "edge-health",
-			MaxResponseBodySize:    64 << 10,
+			Name:                "edge-health",
+			MaxResponseBodySize: 64 << 10,
+			// fasthttp refuses a response head that does not fit its read
+			// buffer, which is how it bounds one.
+			ReadBufferSize:         maxHead,
 			DisablePathNormalizing: true,
 			// fasthttp passes what is left of the DoDeadline budget, so the
 			// dial is bounded by the probe timeout too.
@@ -102,9 +106,10 @@ func (p *httpProber) probe(ctx context.Context, addr string) error {
 // haproxy#1009 and tengine#1239 ask for exactly this: a port that accepts TCP
 // or answers HTTP may still not speak WebSocket.
 type wsProber struct {
-	path string
-	host string
-	ping bool
+	path    string
+	host    string
+	ping    bool
+	maxHead int // bounds the response head; 0 means DefaultMaxHeaderBytes
 }
 
 func (p wsProber) probe(ctx context.Context, addr string) error {
@@ -138,13 +143,24 @@ func (p wsProber) probe(ctx context.Context, addr string) error {
 	if _, err := io.WriteString(c, req); err != nil {
 		return fmt.Errorf("write handshake: %w", err)
 	}
-	br := bufio.NewReader(c)
+	maxHead := p.maxHead
+	if maxHead <= 0 {
+		maxHead = DefaultMaxHeaderBytes
+	}
+	// http.ReadResponse grows a header line without bound: the limit keeps
+	// a backend sending an endless one from taking memory at line rate.
+	lim := &headLimit{r: c, n: int64(maxHead)}
+	br := bufio.NewReader(lim)
 	// http.ReadResponse, not one fixed-size read: the answer may arrive in
 	// pieces, and bytes after it (an early frame) stay in br.
 	resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodGet})
+	if lim.hit {
+		return fmt.Errorf("read handshake: response head over %d bytes", maxHead)
+	}
 	if err != nil {
 		return fmt.Errorf("read handshake: %w", err)
 	}
+	lim.n = math.MaxInt64 // frames follow; pingPong bounds them
 	if resp.StatusCode != http.StatusSwitchingProtocols {
 		_ = resp.Body.Close()
 		return fmt.Errorf("handshake status %d, want 101", resp.StatusCode)
@@ -167,6 +183,26 @@ func (p wsProber) probe(ctx context.Context, addr string) error {
 	// Say goodbye properly (close 1000); the answer is not awaited.
 	_, _ = c.Write(clientFrame(opClose, []byte{0x03, 0xe8}))
 	return nil
+}
+
+// headLimit reads at most n bytes from r, then fails and sets hit.
+type headLimit struct {
+	r   io.Reader
+	n   int64
+	hit bool
+}
+
+func (l *headLimit) Read(p []byte) (int, error) {
+	if l.n <= 0 {
+		l.hit = true
+		return 0, errors.New("response head over the limit")
+	}
+	if int64(len(p)) > l.n {
+		p = p[:l.n]
+	}
+	n, err := l.r.Read(p)
+	l.n -= int64(n)
+	return n, err
 }
 
 // acceptKey computes Sec-WebSocket-Accept for key (RFC 6455 section 4.2.2).

@@ -3,7 +3,15 @@ package health
 import (
 	"bufio"
 	"bytes"
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 )
 
 func FuzzReadFrame(f *testing.F) {
@@ -58,6 +66,70 @@ func TestReadFrame(t *testing.T) {
 			}
 			if err == nil && (op != tt.op || string(payload) != tt.payload) {
 				t.Errorf("got op %#x payload %q, want %#x %q", op, payload, tt.op, tt.payload)
+			}
+		})
+	}
+}
+
+// TestProbeEndlessHeader: a backend answering a probe with a header that
+// never ends fails the probe at the head limit: the prober stops reading
+// there, so the backend gets rid of a few MiB at most (the limit plus the
+// loopback socket buffers), not the 256 MiB it would send.
+func TestProbeEndlessHeader(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	var sent atomic.Int64
+	ended := make(chan struct{}, 64) // a client may retry (fasthttp does)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer func() { ended <- struct{}{} }()
+				defer c.Close()
+				http.ReadRequest(bufio.NewReader(c))
+				io.WriteString(c, "HTTP/1.1 101 Switching Protocols\r\nX-Endless: ")
+				chunk := []byte(strings.Repeat("a", 32<<10))
+				c.SetWriteDeadline(time.Now().Add(20 * time.Second))
+				for range 8 << 10 { // 256 MiB at most; stops when the prober closes
+					n, err := c.Write(chunk)
+					sent.Add(int64(n))
+					if err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	t.Cleanup(func() { ln.Close(); wg.Wait() })
+	for _, tc := range []struct {
+		name string
+		p    prober
+	}{
+		{"websocket", wsProber{path: "/", maxHead: 64 << 10}},
+		{"http", newHTTPProber("/", "", 200, 64<<10)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			start := time.Now()
+			err := tc.p.probe(ctx, ln.Addr().String())
+			if err == nil {
+				t.Fatal("probe passed, want a failure")
+			}
+			if ctx.Err() != nil {
+				t.Fatalf("probe ended by its deadline after %v (%v), not by the head limit", time.Since(start), err)
+			}
+			<-ended
+			if got := sent.Swap(0); got > 32<<20 {
+				t.Fatalf("the prober took %d MiB of the endless header", got>>20)
 			}
 		})
 	}

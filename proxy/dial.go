@@ -2,13 +2,17 @@ package proxy
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/edgelb/edge/balance"
@@ -17,9 +21,13 @@ import (
 
 // backendConn is a backend that answered the upgrade request.
 type backendConn struct {
-	conn      *net.TCPConn
-	resp      *http.Response
-	buffered  []byte // bytes the backend sent after its response, already read
+	conn     *net.TCPConn
+	resp     *http.Response
+	buffered []byte // bytes the backend sent after its response, already read
+	// stream, for a non-101 answer too long to hold, yields its body;
+	// release closes the backend after it was relayed.
+	stream    io.Reader
+	release   func()
 	backend   *balance.Backend
 	setCookie bool
 }
@@ -33,6 +41,10 @@ var errHandshake = errors.New("broken websocket handshake")
 // nothing has reached the client yet, so the next backend is tried (up to
 // Pool.Retries more). The returned backend is Acquired; the caller releases
 // it. status is the answer for the client when err is not nil.
+//
+// Only a failure that is the backend's own counts against it (see
+// handshakeError): edge running out of descriptors or memory, or the
+// client going away, says nothing about the backend and ejects nothing.
 func (s *Server) dialUpgrade(ctx context.Context, x *exchange) (bc *backendConn, status int, err error) {
 	p := x.pool
 	req := balance.Request{Cookie: stickyCookie(x.r, p), ClientIP: x.id.client}
@@ -64,14 +76,32 @@ func (s *Server) dialUpgrade(ctx context.Context, x *exchange) (bc *backendConn,
 			return bc, 0, nil
 		}
 		b.Release()
+		x.backend = b.ID()
 		if ctx.Err() != nil {
 			// The client went away; that says nothing about the backend.
 			return nil, 499, fmt.Errorf("backend %s: %w", b.ID(), ctx.Err())
 		}
-		b.ReportFailure()
+		var he *handshakeError
+		if errors.As(err, &he) && he.fault == "" {
+			if he.local {
+				// Edge itself is short of descriptors or memory: another
+				// backend would fail the same way, and none is to blame.
+				s.log.Warn("backend dial failed on a local resource; not counted against the backend",
+					"route", x.routeName(), "backend", b.ID(), "err", err)
+				return nil, http.StatusServiceUnavailable, err
+			}
+			// The backend answered a complete head, then its body broke:
+			// no failure of the handshake, and nothing to retry.
+			s.log.Debug("backend answer broken after its head", "route", x.routeName(), "backend", b.ID(), "err", err)
+			return nil, http.StatusBadGateway, err
+		}
+		reason := "handshake"
+		if he != nil {
+			reason = he.fault
+		}
+		b.ReportFailureReason(reason)
 		s.obs.DialFailed(x.routeName(), b.ID(), err)
-		s.log.Debug("backend handshake failed", "route", x.routeName(), "backend", b.ID(), "err", err)
-		x.backend = b.ID()
+		s.log.Debug("backend handshake failed", "route", x.routeName(), "backend", b.ID(), "reason", reason, "err", err)
 		req.Tried = append(req.Tried, b)
 	}
 	if isTimeout(err) {
@@ -129,8 +159,11 @@ func (s *Server) upgradeRequest(x *exchange) []byte {
 }
 
 // handshake dials b, writes head and reads the answer with http.ReadResponse
-// (never one fixed-size read). A 101 must carry the right
-// Sec-WebSocket-Accept (RFC 6455 §4.1), otherwise it is a broken handshake.
+// (never one fixed-size read), through a limit of MaxResponseHeaderBytes on
+// everything read before the final head is complete. Interim answers (100,
+// 103) are skipped. A 101 must carry the right Sec-WebSocket-Accept
+// (RFC 6455 §4.1), otherwise it is a broken handshake. Every error is a
+// *handshakeError saying whose fault it is.
 func (s *Server) handshake(ctx context.Context, p *Pool, b *balance.Backend, head []byte, key string) (*backendConn, error) {
 	d := net.Dialer{
 		Timeout: dialTimeout(p),
@@ -142,12 +175,12 @@ func (s *Server) handshake(ctx context.Context, p *Pool, b *balance.Backend, hea
 	}
 	c, err := d.DialContext(ctx, "tcp", b.Addr())
 	if err != nil {
-		return nil, fmt.Errorf("backend %s: dial: %w", b.ID(), err)
+		return nil, dialFault(fmt.Errorf("backend %s: dial: %w", b.ID(), err))
 	}
 	conn, ok := c.(*net.TCPConn)
 	if !ok {
 		c.Close()
-		return nil, fmt.Errorf("backend %s: dial returned %T", b.ID(), c)
+		return nil, &handshakeError{local: true, err: fmt.Errorf("backend %s: dial returned %T", b.ID(), c)}
 	}
 	// The request context ends when the client goes away: stop waiting then.
 	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Unix(1, 0)) })
@@ -155,38 +188,34 @@ func (s *Server) handshake(ctx context.Context, p *Pool, b *balance.Backend, hea
 	conn.SetDeadline(time.Now().Add(handshakeTimeout(p)))
 	if _, err := conn.Write(head); err != nil {
 		conn.Close()
-		return nil, fmt.Errorf("backend %s: write handshake: %w", b.ID(), err)
+		return nil, ioFault(fmt.Errorf("backend %s: write handshake: %w", b.ID(), err))
 	}
-	br := s.getReader(conn)
+	lim := &headLimit{r: conn, n: int64(maxResponseHeaderBytes(p)), hook: s.testReadHook}
 	// Pooled: a fresh 4 KiB reader per connection is garbage the collector
 	// keeps as headroom (see doc.go), and the handshake needs it only here.
-	// Nothing read from br outlives this function (a 101 has no body; a
-	// relayed body is read below).
-	defer s.putReader(br)
-	resp, err := http.ReadResponse(br, nil)
+	// Nothing read from br outlives it (a 101 has no body; a relayed body
+	// holds the reader until it is streamed, see backendConn.release).
+	br := s.getReader(lim)
+	resp, err := readFinalResponse(br)
 	if err != nil {
+		s.putReader(br)
 		conn.Close()
-		return nil, fmt.Errorf("backend %s: read handshake: %w", b.ID(), err)
+		err = fmt.Errorf("backend %s: read handshake: %w", b.ID(), err)
+		if lim.hit {
+			return nil, &handshakeError{fault: "head_too_large", err: fmt.Errorf("%w (limit %d bytes)", err, maxResponseHeaderBytes(p))}
+		}
+		return nil, readFault(err)
 	}
+	lim.n = math.MaxInt64 // the head is complete: what follows is body or frames
 	bc := &backendConn{conn: conn, resp: resp}
 	if resp.StatusCode != http.StatusSwitchingProtocols {
-		// Relayed as an ordinary response; read a bounded body now.
-		body, err := io.ReadAll(io.LimitReader(resp.Body, maxRelayBody+1))
-		conn.Close()
-		if err != nil {
-			return nil, fmt.Errorf("backend %s: read %d body: %w", b.ID(), resp.StatusCode, err)
-		}
-		if len(body) > maxRelayBody {
-			return nil, fmt.Errorf("backend %s: %d body over %d bytes: %w", b.ID(), resp.StatusCode, maxRelayBody, errHandshake)
-		}
-		bc.buffered = body
-		bc.conn = nil
-		return bc, nil
+		return s.relayable(bc, br, p, b)
 	}
+	defer s.putReader(br)
 	if resp.Header.Get("Sec-WebSocket-Accept") != acceptKey(key) ||
 		!httpguts.HeaderValuesContainsToken(resp.Header["Upgrade"], "websocket") {
 		conn.Close()
-		return nil, fmt.Errorf("backend %s: bad Sec-WebSocket-Accept or Upgrade: %w", b.ID(), errHandshake)
+		return nil, &handshakeError{fault: "bad_handshake", err: fmt.Errorf("backend %s: bad Sec-WebSocket-Accept or Upgrade: %w", b.ID(), errHandshake)}
 	}
 	// Frames the backend sent right behind its 101 sit in br: keep them.
 	if n := br.Buffered(); n > 0 {
@@ -194,6 +223,94 @@ func (s *Server) handshake(ctx context.Context, p *Pool, b *balance.Backend, hea
 		bc.buffered = append([]byte(nil), bc.buffered...)
 	}
 	return bc, nil
+}
+
+// relayable prepares a complete non-101 answer for relaying: a body of up
+// to maxRelayBody is read now and the backend closed; a longer one is
+// streamed to the client by relayResponse, so no answer is refused for its
+// size and memory stays bounded. Whatever breaks after the head is not a
+// handshake failure of the backend: it answered.
+func (s *Server) relayable(bc *backendConn, br *bufio.Reader, p *Pool, b *balance.Backend) (*backendConn, error) {
+	resp := bc.resp
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxRelayBody+1))
+	if err != nil {
+		s.putReader(br)
+		bc.conn.Close()
+		return nil, &handshakeError{err: fmt.Errorf("backend %s: read %d body: %w", b.ID(), resp.StatusCode, err)}
+	}
+	if len(body) <= maxRelayBody {
+		s.putReader(br)
+		bc.conn.Close()
+		bc.conn, bc.buffered = nil, body
+		return bc, nil
+	}
+	conn, timeout := bc.conn, handshakeTimeout(p)
+	bc.stream = io.MultiReader(bytes.NewReader(body), &idleReader{conn: conn, r: resp.Body, timeout: timeout})
+	bc.release = func() {
+		conn.Close()
+		s.putReader(br)
+	}
+	bc.conn = nil
+	return bc, nil
+}
+
+// readFinalResponse reads responses until one that is not interim: 1xx
+// answers other than 101 may precede the final one (RFC 9110 §15.2) and are
+// skipped. The reader's limit bounds them all together.
+func readFinalResponse(br *bufio.Reader) (*http.Response, error) {
+	for {
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			return nil, err
+		}
+		if resp.StatusCode < 100 || resp.StatusCode > 199 || resp.StatusCode == http.StatusSwitchingProtocols {
+			return resp, nil
+		}
+	}
+}
+
+// errHeadTooLarge is returned by headLimit past its limit.
+var errHeadTooLarge = errors.New("backend response head over the limit")
+
+// headLimit reads at most n bytes from r, then fails with errHeadTooLarge:
+// http.ReadResponse grows a header line without bound otherwise (a backend
+// sending one endless header takes memory at line rate). Since a
+// bufio.Reader only reads when it needs more, a head of exactly n bytes
+// passes, whatever follows it.
+type headLimit struct {
+	r    io.Reader
+	n    int64
+	hit  bool
+	hook func(int) // tests only
+}
+
+func (l *headLimit) Read(p []byte) (int, error) {
+	if l.n <= 0 {
+		l.hit = true
+		return 0, errHeadTooLarge
+	}
+	if int64(len(p)) > l.n {
+		p = p[:l.n]
+	}
+	n, err := l.r.Read(p)
+	l.n -= int64(n)
+	if l.hook != nil {
+		l.hook(n)
+	}
+	return n, err
+}
+
+// idleReader renews the read deadline before every read, so a relayed body
+// may be long but the backend may not go quiet for longer than timeout.
+type idleReader struct {
+	conn    net.Conn
+	r       io.Reader
+	timeout time.Duration
+}
+
+func (r *idleReader) Read(p []byte) (int, error) {
+	r.conn.SetReadDeadline(time.Now().Add(r.timeout))
+	return r.r.Read(p)
 }
 
 func (s *Server) getReader(r io.Reader) *bufio.Reader {
@@ -210,15 +327,103 @@ func (s *Server) putReader(br *bufio.Reader) {
 }
 
 // relayResponse sends a backend's non-101 answer to an upgrade request to
-// the client as an ordinary response.
-func relayResponse(w http.ResponseWriter, bc *backendConn) {
+// the client as an ordinary response, and returns the body bytes written.
+// An error means a streamed body broke after the status line was sent.
+func relayResponse(w http.ResponseWriter, bc *backendConn) (int64, error) {
 	h := w.Header()
 	for k, vv := range bc.resp.Header {
 		h[k] = vv
 	}
 	removeHopByHop(h)
 	delete(h, "Content-Length")
-	h.Set("Content-Length", fmt.Sprint(len(bc.buffered)))
+	if bc.stream == nil {
+		h.Set("Content-Length", strconv.Itoa(len(bc.buffered)))
+		w.WriteHeader(bc.resp.StatusCode)
+		n, _ := w.Write(bc.buffered)
+		return int64(n), nil
+	}
+	defer bc.release()
+	if bc.resp.ContentLength >= 0 {
+		h.Set("Content-Length", strconv.FormatInt(bc.resp.ContentLength, 10))
+	}
 	w.WriteHeader(bc.resp.StatusCode)
-	w.Write(bc.buffered)
+	return io.Copy(w, bc.stream)
+}
+
+// handshakeError is a failed dial or handshake with whose fault it is.
+// fault names a failure of the backend's own, which counts towards its
+// passive ejection: the connect refused, timed out or unreachable, a reset
+// or an EOF before a complete response head, a head that is malformed, over
+// the limit or too slow (a timeout, as Envoy's outlier detection counts
+// upstream timeouts), a 101 with a wrong Sec-WebSocket-Accept. An empty
+// fault is edge's own trouble or none of the handshake's: local is set for
+// a lack of descriptors, buffers, memory or local ports on edge.
+type handshakeError struct {
+	fault string
+	local bool
+	err   error
+}
+
+func (e *handshakeError) Error() string { return e.err.Error() }
+func (e *handshakeError) Unwrap() error { return e.err }
+
+// localErrnos are the errors a dial or a socket call fails with when edge,
+// not the backend, lacks something: descriptors (EMFILE, ENFILE), socket
+// buffers or memory (ENOBUFS, ENOMEM), an ephemeral port (EADDRNOTAVAIL,
+// EADDRINUSE on an exhausted port range).
+var localErrnos = []syscall.Errno{syscall.EMFILE, syscall.ENFILE, syscall.ENOBUFS, syscall.ENOMEM, syscall.EADDRNOTAVAIL, syscall.EADDRINUSE}
+
+func isLocal(err error) bool {
+	for _, e := range localErrnos {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
+}
+
+// dialFault classifies a failed connect: anything but a local shortage is
+// the backend's (as Envoy's connect failures are).
+func dialFault(err error) error {
+	switch {
+	case isLocal(err):
+		return &handshakeError{local: true, err: err}
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return &handshakeError{fault: "connect_refused", err: err}
+	case isTimeout(err):
+		return &handshakeError{fault: "connect_timeout", err: err}
+	}
+	return &handshakeError{fault: "connect_failed", err: err}
+}
+
+// ioFault classifies a failed write of the request or read of the head,
+// once connected.
+func ioFault(err error) error {
+	switch {
+	case isLocal(err):
+		return &handshakeError{local: true, err: err}
+	case isTimeout(err):
+		return &handshakeError{fault: "timeout", err: err}
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return &handshakeError{fault: "eof", err: err}
+	}
+	return &handshakeError{fault: "reset", err: err}
+}
+
+// readFault classifies a failed read of the response head: an I/O error as
+// ioFault does; anything else http.ReadResponse refused is a malformed head.
+func readFault(err error) error {
+	var ne net.Error
+	if errors.As(err, &ne) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) {
+		return ioFault(err)
+	}
+	return &handshakeError{fault: "malformed_head", err: err}
+}
+
+func maxResponseHeaderBytes(p *Pool) int {
+	if p.MaxResponseHeaderBytes > 0 {
+		return p.MaxResponseHeaderBytes
+	}
+	return defaultMaxResponseHeaderBytes
 }

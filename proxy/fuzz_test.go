@@ -368,3 +368,33 @@ func FuzzPlainRequest(f *testing.F) {
 		}
 	})
 }
+
+// returns only a final (non-interim) response.
+func FuzzBackendResponseHead(f *testing.F) {
+	// A 101, the usual answer.
+	f.Add("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n\r\n\x81\x02hi")
+	// Interim answers before it (RFC 9110 §15.2).
+	f.Add("HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\nHTTP/1.1 101 Switching Protocols\r\n\r\n")
+	// A refusal with a body; a malformed status line; an endless header.
+	f.Add("HTTP/1.1 404 Not Found\r\nContent-Length: 3\r\n\r\nabc")
+	f.Add("HTTP/1.1 abc\r\n\r\n")
+	f.Add("HTTP/1.1 101 OK\r\nX: " + strings.Repeat("a", 600))
+	// Bare LF line endings, and a folded header line.
+	f.Add("HTTP/1.1 101 Switching Protocols\nUpgrade: websocket\n\n")
+	f.Add("HTTP/1.1 200 OK\r\nX: a\r\n b\r\n\r\n")
+	const limit = 512
+	f.Fuzz(func(t *testing.T, raw string) {
+		var read int
+		lim := &headLimit{r: strings.NewReader(raw), n: limit, hook: func(n int) { read += n }}
+		resp, err := readFinalResponse(bufio.NewReaderSize(lim, 4096))
+		if read > limit {
+			t.Fatalf("read %d bytes, limit %d", read, limit)
+		}
+		if err != nil {
+			return
+		}
+		if c := resp.StatusCode; c >= 100 && c < 200 && c != http.StatusSwitchingProtocols {
+			t.Fatalf("interim status %d returned as final", c)
+		}
+	})
+}

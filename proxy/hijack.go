@@ -25,9 +25,17 @@ func (s *Server) serveWebSocket(w http.ResponseWriter, x *exchange) {
 		bc.backend.Release()
 		x.release()
 		x.status, x.reason = bc.resp.StatusCode, "backend_refused"
-		relayResponse(w, bc)
-		x.out = int64(len(bc.buffered))
+		n, err := relayResponse(w, bc)
+		x.out = n
+		if err != nil {
+			x.reason = "backend_body_broken"
+		}
 		x.logAccess()
+		if err != nil {
+			// The status line is out: only closing the connection tells
+			// the client the body is incomplete.
+			panic(http.ErrAbortHandler)
+		}
 		return
 	}
 	x.status = http.StatusSwitchingProtocols

@@ -26,6 +26,9 @@ const (
 	defaultRequestTimeout   = 60 * time.Second
 	defaultMaxBodyBytes     = 10 << 20
 	defaultCookieName       = "edge_sticky"
+	// defaultMaxResponseHeaderBytes bounds a backend's response head
+	// (status line and fields) during the upgrade.
+	defaultMaxResponseHeaderBytes = 64 << 10
 	// maxRelayBody bounds the body of a non-101 answer to an upgrade.
 	maxRelayBody = 64 << 10
 	// retryAfterBusy is the Retry-After sent with 503 for concurrency caps.
@@ -77,7 +80,11 @@ type Pool struct {
 	IdleTimeout      time.Duration // no bytes either way; 0 means none
 	WriteTimeout     time.Duration // one write to either side; 0 means none
 	Retries          int           // further backends tried after a dial or handshake failure
-	Cookie           CookieSettings
+	// MaxResponseHeaderBytes bounds the backend's answer to the upgrade
+	// request before its final head is complete (interim answers included);
+	// 0 means 64 KiB. More is that backend's failure.
+	MaxResponseHeaderBytes int
+	Cookie                 CookieSettings
 	// RequestTimeout bounds a whole plain HTTP exchange; 0 means 60s.
 	RequestTimeout time.Duration
 	// MaxBodyBytes bounds plain HTTP request and response bodies; 0 means 10 MiB.
@@ -143,6 +150,10 @@ type Server struct {
 	bufs    sync.Pool // *[]byte of bufSize
 	small   sync.Pool // *[]byte of smallBufSize
 	readers sync.Pool // *bufio.Reader for backend handshakes
+
+	// testReadHook, when set by a test, sees every read of a backend's
+	// handshake answer.
+	testReadHook func(n int)
 
 	reg      registry
 	draining atomic.Bool

@@ -47,6 +47,13 @@ func checkUpgrade(r *http.Request) *upgradeError {
 	if k := r.Header["Sec-Websocket-Key"]; len(k) != 1 || !validKey(k[0]) {
 		return &upgradeError{http.StatusBadRequest, "upgrade_key"}
 	}
+	// A body would reach the backend only after its 101 (the request is
+	// forwarded head first, then spliced), so a backend waiting for it
+	// stalls until the handshake timeout. RFC 6455 §4.1 gives the opening
+	// handshake no body: refuse one.
+	if r.ContentLength != 0 || len(r.TransferEncoding) > 0 {
+		return &upgradeError{http.StatusBadRequest, "upgrade_body"}
+	}
 	return nil
 }
 
@@ -79,6 +86,10 @@ func writeUpgradeError(w http.ResponseWriter, e *upgradeError) {
 		h.Set("Connection", "Upgrade")
 	case http.StatusMethodNotAllowed:
 		h.Set("Allow", http.MethodGet)
+	}
+	if e.reason == "upgrade_body" {
+		// The body is not read: the connection cannot carry another request.
+		h.Set("Connection", "close")
 	}
 	http.Error(w, http.StatusText(e.status), e.status)
 }

@@ -153,6 +153,9 @@ func (e *edge) startDynamic(ctx context.Context, g *errgroup.Group) {
 				ExpectStatus: pc.Health.ExpectStatus,
 				Logger:       e.log.With("pool", pc.Name),
 				Observer:     e.metrics,
+
+				// Bounds the backend's response head, as on the upgrade.
+				MaxHeaderBytes: pc.MaxResponseHeaderBytes,
 			})
 			if err != nil {
 				e.log.Error("health checks not started", "pool", pc.Name, "err", err)
@@ -328,6 +331,9 @@ func (d *dynamic) startDeclared(ctx context.Context, dc discovery.RouteDecl) (*d
 		Name:  name,
 		Mode:  mode,
 		Eject: balance.EjectOptions{Failures: 5, Window: 30 * time.Second, Cooldown: 30 * time.Second},
+
+		// Every ejection is logged, as for the file's pools.
+		OnEject: d.e.logEjection,
 	})
 	if err != nil {
 		return nil, err

@@ -316,10 +316,12 @@ func (e *edge) buildPool(pc *conf.Pool) (*poolEntry, error) {
 			MinExcess:          minExcess(pc.ClientIP.MinExcess),
 			MaxConnsPerBackend: pc.Limits.MaxConnectionsPerBackend,
 			Eject: balance.EjectOptions{
-				Failures: pc.PassiveEjection.Failures,
-				Window:   pc.PassiveEjection.Window.Std(),
-				Cooldown: pc.PassiveEjection.Cooldown.Std(),
+				Failures:   pc.PassiveEjection.Failures,
+				Window:     pc.PassiveEjection.Window.Std(),
+				Cooldown:   pc.PassiveEjection.Cooldown.Std(),
+				MaxPercent: pc.PassiveEjection.MaxEjectionPercent,
 			},
+			OnEject:        e.logEjection,
 			Cookie:         balance.CookieOptions{Keys: keys},
 			StartUnhealthy: pc.Health.Type != conf.HealthNone,
 		})
@@ -362,8 +364,25 @@ func (e *edge) buildPool(pc *conf.Pool) (*poolEntry, error) {
 			MaxAge:   pc.Cookie.MaxAge.Std(),
 			SameSite: sameSiteOf(pc.Cookie.SameSite),
 		},
+
+		// Bounds the backend's answer to the upgrade.
+		MaxResponseHeaderBytes: pc.MaxResponseHeaderBytes,
 	}
 	return ent, nil
+}
+
+// logEjection writes one line per ejection, and one when the cap (or the
+// rule that the last available backend stays) first keeps a failing
+// backend in.
+func (e *edge) logEjection(ev balance.EjectEvent) {
+	if ev.Refused {
+		e.log.Warn("backend failing but not ejected: ejection cap reached or last available backend",
+			"pool", ev.Pool, "backend", ev.Backend.ID(), "address", ev.Backend.Addr(), "reason", ev.Reason,
+			"ejected", ev.Ejected, "max_ejected", ev.Max)
+		return
+	}
+	e.log.Warn("backend ejected", "pool", ev.Pool, "backend", ev.Backend.ID(), "address", ev.Backend.Addr(),
+		"reason", ev.Reason, "until", ev.Until.UTC().Format(time.RFC3339), "ejected", ev.Ejected, "max_ejected", ev.Max)
 }
 
 func routesFor(cfg *conf.Config, pools map[string]*poolEntry) []proxy.Route {
@@ -636,8 +655,13 @@ func sameListeners(a, b *conf.Config) bool {
 // status is the admin /status document.
 func (e *edge) status() any {
 	type poolStatus struct {
-		Name     string           `json:"name"`
-		Backends []map[string]any `json:"backends"`
+		Name string `json:"name"`
+		// The ejection cap: the configured share, what it allows now, and
+		// how many members are out.
+		MaxEjectionPercent int              `json:"max_ejection_percent"`
+		MaxEjected         int              `json:"max_ejected"`
+		Ejected            int              `json:"ejected"`
+		Backends           []map[string]any `json:"backends"`
 	}
 	out := struct {
 		Version   string         `json:"version"`
@@ -651,11 +675,12 @@ func (e *edge) status() any {
 	bi := currentBuild()
 	out.Version, out.Revision, out.GoVersion = bi.Version, bi.Revision, bi.GoVersion
 	for _, p := range e.allPools() {
-		ps := poolStatus{Name: p.Name()}
+		ps := poolStatus{Name: p.Name(), MaxEjectionPercent: p.MaxEjectionPercent(), MaxEjected: p.MaxEjected(), Ejected: p.Ejected()}
 		for _, b := range p.Snapshot().Backends {
 			ps.Backends = append(ps.Backends, map[string]any{
 				"id": b.ID(), "address": b.Addr(), "weight": b.Weight(), "active": b.Active(),
 				"healthy": b.Healthy(), "ejected": b.Ejected(), "available": b.Available(), "state": "member",
+				"ejections": b.Ejections(), "ejections_refused": b.EjectionsRefused(),
 			})
 		}
 		// Backends that left but still hold connections: "draining" while

@@ -27,6 +27,12 @@ type poolCollector struct {
 	weight   *prometheus.Desc
 	size     *prometheus.Desc
 	draining *prometheus.Desc
+	// Passive ejection: every ejection, those the cap refused, and per pool
+	// how many are out against how many may be.
+	ejections *prometheus.Desc
+	refused   *prometheus.Desc
+	ejected   *prometheus.Desc
+	maxEject  *prometheus.Desc
 }
 
 func newPoolCollector(pools func() []*balance.Pool) *poolCollector {
@@ -40,6 +46,11 @@ func newPoolCollector(pools func() []*balance.Pool) *poolCollector {
 		size:   prometheus.NewDesc("edge_pool_backends", "Members of the pool.", []string{"pool"}, nil),
 		draining: prometheus.NewDesc("edge_backend_draining",
 			"1 while the backend has left its pool and its connections are being sent close 1012; they count in edge_backend_active_connections until they close.", l, nil),
+
+		ejections: prometheus.NewDesc("edge_backend_ejections_total", "Passive ejections of the backend.", l, nil),
+		refused:   prometheus.NewDesc("edge_backend_ejections_refused_total", "Ejections due on the backend's failures but refused by the pool's ejection cap or because it was the last available backend.", l, nil),
+		ejected:   prometheus.NewDesc("edge_pool_ejected_backends", "Members of the pool passive ejection keeps out now.", []string{"pool"}, nil),
+		maxEject:  prometheus.NewDesc("edge_pool_max_ejected_backends", "Members of the pool the ejection cap allows out at once.", []string{"pool"}, nil),
 	}
 }
 
@@ -51,6 +62,10 @@ func (c *poolCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.weight
 	ch <- c.size
 	ch <- c.draining
+	ch <- c.ejections
+	ch <- c.refused
+	ch <- c.ejected
+	ch <- c.maxEject
 }
 
 // Collect implements prometheus.Collector.
@@ -58,6 +73,8 @@ func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, p := range c.pools() {
 		s := p.Snapshot()
 		ch <- prometheus.MustNewConstMetric(c.size, prometheus.GaugeValue, float64(len(s.Backends)), p.Name())
+		ch <- prometheus.MustNewConstMetric(c.ejected, prometheus.GaugeValue, float64(p.Ejected()), p.Name())
+		ch <- prometheus.MustNewConstMetric(c.maxEject, prometheus.GaugeValue, float64(p.MaxEjected()), p.Name())
 		for _, b := range s.Backends {
 			lv := []string{p.Name(), b.ID(), b.Addr()}
 			ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, b2f(b.Available()), lv...)
@@ -65,6 +82,8 @@ func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(c.eject, prometheus.GaugeValue, b2f(b.Ejected()), lv...)
 			ch <- prometheus.MustNewConstMetric(c.weight, prometheus.GaugeValue, float64(b.Weight()), lv...)
 			ch <- prometheus.MustNewConstMetric(c.draining, prometheus.GaugeValue, 0, lv...)
+			ch <- prometheus.MustNewConstMetric(c.ejections, prometheus.CounterValue, float64(b.Ejections()), lv...)
+			ch <- prometheus.MustNewConstMetric(c.refused, prometheus.CounterValue, float64(b.EjectionsRefused()), lv...)
 		}
 		for _, b := range p.Retired() {
 			lv := []string{p.Name(), b.ID(), b.Addr()}
@@ -133,7 +152,7 @@ func newMetrics(pools func() []*balance.Pool) *metrics {
 	m.closed = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "edge_connections_closed_total", Help: "WebSocket connections ended, by reason."}, []string{"route", "reason"})
 	m.duration = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "edge_connection_duration_seconds", Help: "Lifetime of WebSocket connections.", Buckets: durationBuckets}, []string{"route"})
 	m.bytes = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "edge_bytes_total", Help: "Bytes spliced, by direction (in: client to backend)."}, []string{"route", "direction"})
-	m.dialFail = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "edge_dial_failures_total", Help: "Failed dials or broken backend handshakes (each one is a passive failure)."}, []string{"route", "backend"})
+	m.dialFail = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "edge_dial_failures_total", Help: "Failed dials or broken backend handshakes that are the backend's own failure (each one is a passive failure)."}, []string{"route", "backend"})
 	m.rejected = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "edge_rejected_total", Help: "Requests answered by the edge itself, by status and reason."}, []string{"route", "code", "reason"})
 	m.requests = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "edge_http_requests_total", Help: "Plain HTTP requests proxied."}, []string{"route", "backend", "code"})
 	m.reqDur = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "edge_http_request_duration_seconds", Help: "Plain HTTP request latency.", Buckets: prometheus.DefBuckets}, []string{"route"})
