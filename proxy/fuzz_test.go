@@ -369,6 +369,8 @@ func FuzzPlainRequest(f *testing.F) {
 	})
 }
 
+// FuzzBackendResponseHead: the reader of a backend's answer to the upgrade
+// never panics, never reads more than its limit before the final head, and
 // returns only a final (non-interim) response.
 func FuzzBackendResponseHead(f *testing.F) {
 	// A 101, the usual answer.
