@@ -41,12 +41,16 @@ func run(args []string, stdout, stderr io.Writer) int {
 	path := fs.String("config", "", "configuration file (YAML)")
 	check := fs.Bool("check", false, "validate the configuration and exit")
 	showVersion := fs.Bool("version", false, "print the version and exit")
+	probeURL := fs.String("probe", "", "GET this URL (e.g. http://127.0.0.1:9901/healthz) and exit 0 on a 2xx answer; for container health checks")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
 	if *showVersion {
 		fmt.Fprintln(stdout, "edge", currentBuild())
 		return 0
+	}
+	if *probeURL != "" {
+		return probe(*probeURL, stderr)
 	}
 	if *path == "" {
 		fmt.Fprintln(stderr, "edge: -config FILE is required")

@@ -3,6 +3,7 @@ package main
 import (
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -97,5 +98,28 @@ func TestSystemdNotify(t *testing.T) {
 	}
 	if msg := sd.next(t); !hasLine(msg, "STOPPING=1") {
 		t.Fatalf("on SIGTERM got %q, want STOPPING=1", msg)
+	}
+}
+
+// TestProbe is the container health check: `edge -probe URL` exits 0 while
+// the admin listener answers /healthz, and 1 once nothing listens there.
+func TestProbe(t *testing.T) {
+	bs := backends(t, "b1")
+	s := newSetup(t, bs, "least_conn", "")
+	p := startEdge(t, s.cfg)
+	url := "http://" + s.admin + "/healthz"
+	if out, err := exec.Command(edgeBin, "-probe", url).CombinedOutput(); err != nil {
+		t.Fatalf("edge -probe %s on a running edge: %v\n%s", url, err, out)
+	}
+	if out, err := exec.Command(edgeBin, "-probe", "http://"+s.admin+"/nothing-here").CombinedOutput(); err == nil {
+		t.Fatalf("edge -probe of a 404 exited 0:\n%s", out)
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	<-p.done
+	p.done <- nil // for the cleanup's wait
+	if out, err := exec.Command(edgeBin, "-probe", url).CombinedOutput(); err == nil {
+		t.Fatalf("edge -probe exited 0 with edge stopped:\n%s", out)
 	}
 }
