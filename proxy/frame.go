@@ -90,6 +90,14 @@ type frameTracker struct {
 	limit  uint64
 	tooBig bool
 	split  bool
+
+	// msgLimit bounds the sum of the payload lengths of one message's
+	// data frames, continuation frames included (0: none); msgLen is that
+	// sum so far. A header taking it over msgLimit stops the tracker like
+	// one over limit, with tooBigMsg set.
+	msgLimit  uint64
+	msgLen    uint64
+	tooBigMsg bool
 }
 
 // atBoundary reports whether the stream is between two frames.
@@ -136,7 +144,20 @@ func (t *frameTracker) feed(p []byte, stop bool) int {
 			i += k
 			continue
 		}
-		if t.limit > 0 && h.length > t.limit {
+		over := t.limit > 0 && h.length > t.limit
+		if !over && t.msgLimit > 0 && h.opcode < opClose {
+			// A data frame (control opcodes have the high bit, RFC 6455
+			// §5.5): a non-continuation opcode starts a new message.
+			if h.opcode != 0 {
+				t.msgLen = 0
+			}
+			if h.length > t.msgLimit-t.msgLen {
+				over, t.tooBigMsg = true, true
+			} else {
+				t.msgLen += h.length
+			}
+		}
+		if over {
 			t.tooBig, t.split = true, before > 0
 			t.hn = 0
 			return i
