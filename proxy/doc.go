@@ -109,14 +109,15 @@
 // payload lengths of one client message's data frames (continuation
 // frames included, control frames excluded) and is answered the same way
 // with the access reason "message_too_big". Both count wire bytes: edge
-// never inflates, so permessage-deflate payloads count compressed. Client frames are tracked only when it
-// or MaxMessageBytes is set (RFC 6455 §5.3 masked frames: the tracker
-// honours the mask bit).
+// never inflates, so permessage-deflate payloads count compressed. Client
+// frames are tracked only when one of the two is set (RFC 6455 §5.3 masked
+// frames: the tracker honours the mask bit).
 // At the header of a client frame over the limit, nothing more goes to the
 // backend: it gets a masked close 1001 if its stream is between two
 // frames, the client gets a close 1009 (message too big, RFC 6455 §7.4.1)
-// at the next boundary of the backend->client stream, and both sockets
-// close once that frame is out; the access reason is "frame_too_big". A
+// at the next boundary of the backend->client stream, and the connection
+// ends with a lingering close once that frame is out; the access reason is
+// "frame_too_big". A
 // client stream whose framing is lost is ended the same way, since its
 // frames can no longer be measured. A backend frame over the limit closes
 // both sockets at once (no boundary is left to send a close at), logs a
