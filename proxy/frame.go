@@ -144,20 +144,7 @@ func (t *frameTracker) feed(p []byte, stop bool) int {
 			i += k
 			continue
 		}
-		over := t.limit > 0 && h.length > t.limit
-		if !over && t.msgLimit > 0 && h.opcode < opClose {
-			// A data frame (control opcodes have the high bit, RFC 6455
-			// §5.5): a non-continuation opcode starts a new message.
-			if h.opcode != 0 {
-				t.msgLen = 0
-			}
-			if h.length > t.msgLimit-t.msgLen {
-				over, t.tooBigMsg = true, true
-			} else {
-				t.msgLen += h.length
-			}
-		}
-		if over {
+		if t.over(h) {
 			t.tooBig, t.split = true, before > 0
 			t.hn = 0
 			return i
@@ -193,4 +180,28 @@ func maskedCloseFrame(code int) []byte {
 	var k [4]byte
 	rand.Read(k[:])
 	return []byte{0x80 | opClose, 0x80 | 2, k[0], k[1], k[2], k[3], byte(code>>8) ^ k[0], byte(code) ^ k[1]}
+}
+
+// over reports whether the frame with header h takes the stream over the
+// frame limit or its message over the message limit, and counts it into
+// the message otherwise.
+func (t *frameTracker) over(h frameHeader) bool {
+	if t.limit > 0 && h.length > t.limit {
+		return true
+	}
+	if t.msgLimit == 0 || h.opcode >= opClose {
+		// Control frames (opcodes with the high bit, RFC 6455 §5.5) are
+		// not part of a message.
+		return false
+	}
+	if h.opcode != 0 {
+		// A non-continuation data frame starts a new message (§5.4).
+		t.msgLen = 0
+	}
+	if h.length > t.msgLimit-t.msgLen {
+		t.tooBigMsg = true
+		return true
+	}
+	t.msgLen += h.length
+	return false
 }
