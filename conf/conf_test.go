@@ -69,6 +69,9 @@ func TestMinimalDefaults(t *testing.T) {
 		{"backend id", p.Backends[0].ID, "127.0.0.1:9001"},
 		{"backend weight", p.Backends[0].Weight, 1},
 		{"cookie.name", p.Cookie.Name, "edge_sticky"},
+		{"websocket.linger", p.WebSocket.Linger.Std(), 5 * time.Second},
+		{"websocket.linger_bytes", p.WebSocket.LingerBytes, int64(16 << 20)},
+		{"websocket.max_message_bytes (opaque pool)", p.WebSocket.MaxMessageBytes, int64(0)},
 		{"cookie.path", p.Cookie.Path, "/"},
 		{"cookie.same_site", p.Cookie.SameSite, SameSiteLax},
 		{"client_ip.bounded_load", p.ClientIP.BoundedLoad, 1.25},
@@ -821,6 +824,27 @@ func TestParseInt(t *testing.T) {
 		got, err := parseInt(tc.in)
 		if (err == nil) != tc.ok || got != tc.want {
 			t.Errorf("parseInt(%q): got %d, %v; want %d, ok=%v", tc.in, got, err, tc.want, tc.ok)
+		}
+	}
+}
+
+// TestMaxMessageBytesDefault: a frame-aware pool bounds messages at 4 MiB
+// (never below its frame limit) unless the file says otherwise, zero
+// included; an opaque pool does not.
+func TestMaxMessageBytesDefault(t *testing.T) {
+	for _, tc := range []struct {
+		ws   string
+		want int64
+	}{
+		{"{max_frame_bytes: 1048576}", 4 << 20},
+		{"{ping_interval: 30s}", 4 << 20},
+		{"{max_frame_bytes: 8388608}", 8 << 20},
+		{"{max_frame_bytes: 1048576, max_message_bytes: 0}", 0},
+		{"{max_message_bytes: 65536}", 65536},
+	} {
+		c := mustParse(t, strings.Replace(minimal, "backends: [{address: 127.0.0.1:9001}]", "backends: [{address: 127.0.0.1:9001}], websocket: "+tc.ws, 1))
+		if got := c.Pools[0].WebSocket.MaxMessageBytes; got != tc.want {
+			t.Errorf("websocket %s: max_message_bytes %d, want %d", tc.ws, got, tc.want)
 		}
 	}
 }

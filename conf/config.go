@@ -348,6 +348,23 @@ type WebSocket struct {
 	// not even the pong, this long after a ping. Needs PingInterval.
 	// Default 0s, never.
 	PingTimeout Duration `yaml:"ping_timeout"`
+	// MaxMessageBytes closes a connection whose client sends a message
+	// whose frames' payloads (continuation frames included, control frames
+	// not) add up to more (close 1009), before the frame that crosses it
+	// reaches the backend. Wire bytes: permessage-deflate payloads count
+	// compressed, edge does not inflate. Default: 4 MiB (at least
+	// MaxFrameBytes) when MaxFrameBytes or PingInterval is set, else 0, no
+	// limit; 0 written in the file keeps it off.
+	MaxMessageBytes int64 `yaml:"max_message_bytes"`
+	// Linger bounds the lingering close (every pool, frame-aware or not):
+	// after edge sent the client a close frame it shuts down its write
+	// half and reads and drops the client's input for at most this long
+	// before closing, so the close frame is not lost to a TCP reset
+	// (RFC 6455 §7.1.1). Default 5s; 0 closes at once.
+	Linger Duration `yaml:"linger" default:"5s"`
+	// LingerBytes bounds what a lingering close reads and drops. Default
+	// 16 MiB.
+	LingerBytes int64 `yaml:"linger_bytes" default:"16777216"`
 }
 
 // Backend is one static pool member.

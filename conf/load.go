@@ -204,6 +204,13 @@ func (c *Config) fill() {
 				b.Weight = 1
 			}
 		}
+		// A frame-aware pool bounds messages too unless told otherwise:
+		// 4 MiB, the usual cap of WebSocket servers, never below the
+		// frame limit.
+		ws := &p.WebSocket
+		if !c.src.has(index("pools", i)+".websocket.max_message_bytes") && (ws.MaxFrameBytes > 0 || ws.PingInterval > 0) {
+			ws.MaxMessageBytes = max(4<<20, ws.MaxFrameBytes)
+		}
 		l := &p.Limits
 		if l.ConnectionBurstPerClientIP == 0 && l.ConnectionRatePerClientIP > 0 && l.ConnectionRatePerClientIP < math.MaxInt32 {
 			l.ConnectionBurstPerClientIP = int(math.Ceil(l.ConnectionRatePerClientIP))

@@ -479,6 +479,11 @@ func (v *validator) pool(path string, p *Pool) {
 	v.nonNegative(wp+".max_frame_bytes", ws.MaxFrameBytes)
 	v.duration(wp+".ping_interval", ws.PingInterval, true)
 	v.duration(wp+".ping_timeout", ws.PingTimeout, true)
+	v.nonNegative(wp+".max_message_bytes", ws.MaxMessageBytes)
+	v.duration(wp+".linger", ws.Linger, true)
+	if ws.LingerBytes <= 0 {
+		v.errf(wp+".linger_bytes", "%d must be > 0", ws.LingerBytes)
+	}
 	if ws.PingTimeout > 0 && ws.PingInterval == 0 {
 		v.errf(wp+".ping_timeout", "needs ping_interval: without pings a silent client is not a dead one")
 	}

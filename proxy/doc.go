@@ -21,7 +21,8 @@
 //	splice_ready_linux.go, sock_linux.go, poll_linux.go
 //	              the readiness-driven splice: no goroutine per idle connection
 //	frame.go      RFC 6455 §5.2 frame-header tracking for boundary-safe closes
-//	frameaware.go frame-size limits and heartbeat pings (opt-in per pool)
+//	frameaware.go frame and message limits, heartbeat pings (opt-in per pool)
+//	linger.go     lingering close after a close frame to the client
 //	conns.go      live-connection registry, Drain, CloseBackend
 //	http.go       plain HTTP leg (long-polling transports) over net/http's
 //	              Transport: both bodies streamed, no replays
@@ -108,19 +109,25 @@
 // By default the splice is opaque: client bytes are copied as they come,
 // and backend bytes are only followed frame by frame (headers, never
 // payloads) so that a drain close lands between two frames. A pool with
-// MaxFrameBytes or PingInterval set turns frame-aware mode on for its
+// MaxFrameBytes, MaxMessageBytes or PingInterval set turns frame-aware mode on for its
 // connections; everything else keeps the opaque path. Nothing is ever
 // buffered beyond the one read in flight: decisions are taken on frame
 // headers.
 //
 // MaxFrameBytes bounds the payload length of one frame (unbounded frames
-// exhaust memory, base/base#2655). Client frames are tracked only when it
-// is set (RFC 6455 §5.3 masked frames: the tracker honours the mask bit).
+// exhaust memory, base/base#2655); MaxMessageBytes bounds the sum of the
+// payload lengths of one client message's data frames (continuation
+// frames included, control frames excluded) and is answered the same way
+// with the access reason "message_too_big". Both count wire bytes: edge
+// never inflates, so permessage-deflate payloads count compressed. Client
+// frames are tracked only when one of the two is set (RFC 6455 §5.3 masked
+// frames: the tracker honours the mask bit).
 // At the header of a client frame over the limit, nothing more goes to the
 // backend: it gets a masked close 1001 if its stream is between two
 // frames, the client gets a close 1009 (message too big, RFC 6455 §7.4.1)
-// at the next boundary of the backend->client stream, and both sockets
-// close once that frame is out; the access reason is "frame_too_big". A
+// at the next boundary of the backend->client stream, and the connection
+// ends with a lingering close once that frame is out; the access reason is
+// "frame_too_big". A
 // client stream whose framing is lost is ended the same way, since its
 // frames can no longer be measured. A backend frame over the limit closes
 // both sockets at once (no boundary is left to send a close at), logs a
@@ -133,7 +140,9 @@
 // a frame. Pings repeat every PingInterval of client silence, which also
 // keeps idle timers of NATs and load balancers in front honest. With
 // PingTimeout, a client that sends nothing at all (any byte counts) within
-// PingTimeout of the first unanswered ping is closed with "ping_timeout":
+// PingTimeout of the first unanswered ping is sent a close 1011 at the next
+// backend->client frame boundary (closed at once when none comes) and
+// ends with "ping_timeout":
 // that reaps half-open sockets, such as a phone that left coverage, which
 // would otherwise pin a backend connection for ever (traefik#10627,
 // traefik#8668). The client's pong is forwarded to the backend like any
@@ -144,4 +153,23 @@
 // period also honours PingInterval and PingTimeout (a quarter of the
 // smallest, at most a second); the goroutine splice bounds its backend
 // read deadline by the next ping or ping timeout instead.
+//
+// # Lingering close
+//
+// linger.go. Once the client was sent a close frame (edge's 1009, 1011,
+// 1001, 1012, or the backend's own) the end of the connection is a
+// lingering close, as RFC 6455 §7.1.1 asks and nginx does: closing a
+// socket whose input is unread makes the kernel answer with a reset, and
+// the client's stack drops the close frame it had received (Node ws and
+// Chromium then report 1006). The backend is closed, the client's write
+// half shut down after its queue (TLS close_notify, then FIN), and the
+// client's input read and dropped until it closes, LingerBytes were
+// dropped or LingerTimeout passed; then the client socket closes. The
+// goroutine splice lingers on its client->backend goroutine (a read
+// deadline at the bound). The readiness-driven splice keeps the client
+// socket in epoll: runs read it raw into the pooled buffer and give the
+// buffer back, and the sweeper ends a linger at its deadline, so a
+// lingering connection holds neither a goroutine nor a buffer. Forced
+// closes (shutdown, idle, write and fin timeouts, a dead client) do not
+// linger.
 package proxy

@@ -21,3 +21,15 @@ func (s *Server) readyConns() int {
 	})
 	return n
 }
+
+// closesSent counts live connections whose client has been sent a close
+// frame.
+func (s *Server) closesSent() int {
+	n := 0
+	s.reg.each(func(c *wsConn) {
+		if c.closeOut.Load() {
+			n++
+		}
+	})
+	return n
+}

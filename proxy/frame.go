@@ -90,6 +90,14 @@ type frameTracker struct {
 	limit  uint64
 	tooBig bool
 	split  bool
+
+	// msgLimit bounds the sum of the payload lengths of one message's
+	// data frames, continuation frames included (0: none); msgLen is that
+	// sum so far. A header taking it over msgLimit stops the tracker like
+	// one over limit, with tooBigMsg set.
+	msgLimit  uint64
+	msgLen    uint64
+	tooBigMsg bool
 }
 
 // atBoundary reports whether the stream is between two frames.
@@ -136,7 +144,7 @@ func (t *frameTracker) feed(p []byte, stop bool) int {
 			i += k
 			continue
 		}
-		if t.limit > 0 && h.length > t.limit {
+		if t.over(h) {
 			t.tooBig, t.split = true, before > 0
 			t.hn = 0
 			return i
@@ -172,4 +180,28 @@ func maskedCloseFrame(code int) []byte {
 	var k [4]byte
 	rand.Read(k[:])
 	return []byte{0x80 | opClose, 0x80 | 2, k[0], k[1], k[2], k[3], byte(code>>8) ^ k[0], byte(code) ^ k[1]}
+}
+
+// over reports whether the frame with header h takes the stream over the
+// frame limit or its message over the message limit, and counts it into
+// the message otherwise.
+func (t *frameTracker) over(h frameHeader) bool {
+	if t.limit > 0 && h.length > t.limit {
+		return true
+	}
+	if t.msgLimit == 0 || h.opcode >= opClose {
+		// Control frames (opcodes with the high bit, RFC 6455 §5.5) are
+		// not part of a message.
+		return false
+	}
+	if h.opcode != 0 {
+		// A non-continuation data frame starts a new message (§5.4).
+		t.msgLen = 0
+	}
+	if h.length > t.msgLimit-t.msgLen {
+		t.tooBigMsg = true
+		return true
+	}
+	t.msgLen += h.length
+	return false
 }

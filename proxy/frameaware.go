@@ -30,11 +30,20 @@ type frameState struct {
 	pingSent   atomic.Int64
 	awaitSince atomic.Int64
 	pingWanted atomic.Bool
+	// pingExpired: the readiness sweeper found the ping timeout passed
+	// and asks the runner for a close 1011 at the next frame boundary.
+	pingExpired atomic.Bool
 }
 
 // frameAware reports whether p asks for frame-aware mode.
 func (p *Pool) frameAware() bool {
-	return p.MaxFrameBytes > 0 || p.PingInterval > 0
+	return p.MaxFrameBytes > 0 || p.MaxMessageBytes > 0 || p.PingInterval > 0
+}
+
+// tracksClient reports whether client frames are followed (a frame or a
+// message limit).
+func (p *Pool) tracksClient() bool {
+	return p.MaxFrameBytes > 0 || p.MaxMessageBytes > 0
 }
 
 // initFrames sets frame-aware mode up for a new connection.
@@ -48,11 +57,15 @@ func (c *wsConn) initFrames() {
 		f.c2b.limit = uint64(m)
 		c.frames.limit = uint64(m)
 	}
+	if m := c.pool.MaxMessageBytes; m > 0 {
+		f.c2b.msgLimit = uint64(m)
+	}
 	c.fw = f
 }
 
 // clientChunk returns the part of the client bytes p that goes on to the
-// backend. At the header of a frame over MaxFrameBytes it asks for a close
+// backend. At the header of a frame over MaxFrameBytes, or of the frame
+// that takes a message over MaxMessageBytes, it asks for a close
 // 1009 (message too big, RFC 6455 §7.4.1) to the client, ends the
 // backend's stream with a masked close 1001 when that falls between two
 // frames, and forwards nothing more: the payload is never buffered, and
@@ -62,7 +75,7 @@ func (c *wsConn) initFrames() {
 func (c *wsConn) clientChunk(p []byte) []byte {
 	f := c.fw
 	f.lastClient.Store(time.Now().UnixNano())
-	if c.pool.MaxFrameBytes <= 0 {
+	if !c.pool.tracksClient() {
 		return p
 	}
 	if f.tooBig {
@@ -82,13 +95,17 @@ func (c *wsConn) clientChunk(p []byte) []byte {
 	}
 	f.tooBig = true
 	f.endAfterClose.Store(true)
-	c.requestClose(CloseMessageTooBig, "frame_too_big")
+	reason := "frame_too_big"
+	if f.c2b.tooBigMsg {
+		reason = "message_too_big"
+	}
+	c.requestClose(CloseMessageTooBig, reason)
 	return p
 }
 
 // pingPending reports a requested ping not yet sent.
 func (c *wsConn) pingPending() bool {
-	return c.fw != nil && c.fw.pingWanted.Load()
+	return c.fw != nil && (c.fw.pingWanted.Load() || c.fw.pingExpired.Load())
 }
 
 // mayPing reports whether a ping can go to the client now: one was asked

@@ -367,3 +367,20 @@ func TestFrameTrackerLimit(t *testing.T) {
 		})
 	}
 }
+
+// TestFrameTrackerMessageLimit: the message limit sums data frames from a
+// non-continuation opcode on, ignores control frames, and trips at the
+// header of the frame that crosses it.
+func TestFrameTrackerMessageLimit(t *testing.T) {
+	var s []byte
+	s = append(s, serverFrame(websocket.TextMessage, false, bytes.Repeat([]byte{'a'}, 40))...)
+	s = append(s, serverFrame(websocket.PingMessage, true, []byte("ping"))...)
+	s = append(s, serverFrame(0, true, bytes.Repeat([]byte{'b'}, 60))...) // 100: at the limit
+	s = append(s, serverFrame(websocket.BinaryMessage, false, bytes.Repeat([]byte{'c'}, 60))...)
+	over := len(s)
+	s = append(s, serverFrame(0, true, bytes.Repeat([]byte{'d'}, 41))...) // 101
+	tr := frameTracker{msgLimit: 100}
+	if n := tr.feed(s, false); n != over || !tr.tooBig || !tr.tooBigMsg {
+		t.Fatalf("feed: %d (tooBig %v, message %v), want %d, true, true", n, tr.tooBig, tr.tooBigMsg, over)
+	}
+}

@@ -400,3 +400,59 @@ func FuzzBackendResponseHead(f *testing.F) {
 		}
 	})
 }
+
+// FuzzMessageLimit: with a frame and a message limit, a random stream cut
+// at random points (cuts gives the chunk lengths) trips at the same header,
+// for the same cause, as the stream fed whole; and a stream that trips
+// for its message holds a message whose data frames sum past the limit.
+func FuzzMessageLimit(f *testing.F) {
+	// Three fragments of 4 (text, continuation, continuation): 12 > 10.
+	f.Add([]byte{0x01, 4, 'a', 'b', 'c', 'd', 0x00, 4, 'e', 'f', 'g', 'h', 0x80, 4, 'i', 'j', 'k', 'l'}, []byte{1, 5, 2}, uint16(0), uint16(10))
+	// A ping between fragments does not count; a new message restarts.
+	f.Add([]byte{0x01, 4, 'a', 'b', 'c', 'd', 0x89, 2, 'p', 'p', 0x80, 4, 'e', 'f', 'g', 'h', 0x81, 8, 1, 2, 3, 4, 5, 6, 7, 8}, []byte{3}, uint16(0), uint16(8))
+	// Masked 16-bit fragments, the frame limit trips first.
+	f.Add([]byte{0x02, 0x80 | 126, 0, 200, 1, 2, 3, 4}, []byte{1, 1, 1}, uint16(100), uint16(1000))
+	f.Fuzz(func(t *testing.T, data, cuts []byte, limit, msgLimit uint16) {
+		type decision struct {
+			at          int
+			big, forMsg bool
+		}
+		run := func(cuts []byte) decision {
+			tr := frameTracker{limit: uint64(limit), msgLimit: uint64(msgLimit)}
+			for pos, i := 0, 0; pos < len(data); i++ {
+				k := len(data)
+				if len(cuts) > 0 {
+					k = int(cuts[i%len(cuts)]%32) + 1
+				}
+				p := data[pos:min(pos+k, len(data))]
+				n := tr.feed(p, false)
+				if n < 0 || n > len(p) {
+					t.Fatalf("feed returned %d for %d bytes", n, len(p))
+				}
+				if tr.tooBig {
+					at := pos + n
+					if tr.split {
+						// The header began in an earlier chunk: find its start.
+						at = -1
+					}
+					return decision{at, true, tr.tooBigMsg}
+				}
+				if tr.broken {
+					return decision{-2, false, false}
+				}
+				pos += len(p)
+			}
+			return decision{len(data), false, false}
+		}
+		whole, split := run(nil), run(cuts)
+		if whole.big != split.big || whole.forMsg != split.forMsg {
+			t.Fatalf("whole %+v, split %+v", whole, split)
+		}
+		if split.at >= 0 && whole.at != split.at {
+			t.Fatalf("stopped at %d split, %d whole", split.at, whole.at)
+		}
+		if whole.forMsg && msgLimit == 0 || whole.big && !whole.forMsg && limit == 0 {
+			t.Fatalf("tripped without the limit: %+v", whole)
+		}
+	})
+}

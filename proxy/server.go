@@ -97,12 +97,25 @@ type Pool struct {
 	// either direction; 0 means no limit. A client frame over it gets the
 	// client a close 1009, a backend frame over it closes both sockets.
 	MaxFrameBytes int64
+	// MaxMessageBytes bounds the sum of the payload lengths of one client
+	// message's frames (continuation frames included, control frames
+	// excluded); 0 means no limit. A message over it gets the client a
+	// close 1009 at the header of the frame that crosses it.
+	MaxMessageBytes int64
 	// PingInterval is how long the client may send nothing before the
 	// proxy sends it a ping; 0 means no pings.
 	PingInterval time.Duration
 	// PingTimeout, with PingInterval, closes a connection whose client
 	// sends nothing at all within it after a ping; 0 means none.
 	PingTimeout time.Duration
+
+	// Lingering close (every pool, frame-aware or not): once the client
+	// was sent a close frame, edge shuts down its write half and reads and
+	// drops the client's input for at most LingerTimeout and LingerBytes
+	// before closing (RFC 6455 §7.1.1). LingerTimeout 0 means 5s, negative
+	// means no lingering; LingerBytes 0 means 16 MiB.
+	LingerTimeout time.Duration
+	LingerBytes   int64
 }
 
 // CookieSettings shape the sticky cookie issued when balance asks for one.

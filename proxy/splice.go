@@ -64,6 +64,15 @@ type wsConn struct {
 
 	fw *frameState // frame-aware mode; nil: opaque
 
+	// Lingering close (linger.go). closeOut: a close frame went to the
+	// client; clientEOF: the client's input ended; c2bGone: the goroutine
+	// splice's client reader returned. lingered is owned by whoever reads
+	// the client.
+	closeOut, clientEOF, c2bGone atomic.Bool
+	linger                       atomic.Int32
+	lingerUntil                  atomic.Int64 // unix nanos
+	lingered                     int64
+
 	rd readyState // readiness-driven splice only
 }
 
@@ -108,8 +117,18 @@ func (c *wsConn) getReason() string {
 }
 
 // closeBoth closes both sockets once; every parked read and write returns.
+// A connection whose client was sent a close frame closes lingering
+// instead, unless reason calls for an immediate close (forcedClose).
 func (c *wsConn) closeBoth(reason string) {
 	c.setReason(reason)
+	if !forcedClose(reason) && c.lingerStart() {
+		return
+	}
+	c.closeNow()
+}
+
+// closeNow closes both sockets once, lingering or not.
+func (c *wsConn) closeNow() {
 	if c.rd.on {
 		c.closeReady()
 		return
@@ -212,6 +231,7 @@ func (c *wsConn) run(head, clientBuffered, backendBuffered []byte) {
 	}
 	go func() {
 		reason, err := c.clientToBackend()
+		c.c2bGone.Store(true)
 		end(reason, err)
 		errc <- struct{}{}
 	}()
@@ -223,7 +243,9 @@ func (c *wsConn) run(head, clientBuffered, backendBuffered []byte) {
 	}
 	end(reason, err)
 	<-errc
-	c.closeBoth("")
+	// Both directions ended, lingering included.
+	c.linger.Store(lingerOver)
+	c.closeNow()
 }
 
 // finish releases everything the connection held and writes its log line.
@@ -274,6 +296,16 @@ func (c *wsConn) clientToBackend() (string, error) {
 	d := newDirection(c, c.client, false)
 	for {
 		bp, n, err := d.read()
+		if c.linger.Load() == lingerOn {
+			// Lingering close: the client's input is read and dropped.
+			if bp != nil {
+				d.put(bp)
+			}
+			if c.lingerDiscard(n, err) {
+				return "", errLingerDone
+			}
+			continue
+		}
 		if err != nil {
 			if isTimeout(err) {
 				if c.idleExpired() {
@@ -286,6 +318,7 @@ func (c *wsConn) clientToBackend() (string, error) {
 				// The reason is recorded first: the FIN may make the other
 				// side end at once.
 				c.setReason("client_closed")
+				c.clientEOF.Store(true)
 				closeWrite(c.backend)
 				return "client_closed", nil
 			}
@@ -301,6 +334,11 @@ func (c *wsConn) clientToBackend() (string, error) {
 		}
 		d.put(bp)
 		if err != nil {
+			if c.linger.Load() == lingerOn || (c.closeOut.Load() && !isTimeout(err) && c.lingerStart()) {
+				// The backend is gone after the client was sent a close
+				// frame (a departing backend): linger, do not reset.
+				continue
+			}
 			return writeReason(err, "backend_closed"), err
 		}
 		c.in.Add(int64(len(p)))
@@ -322,6 +360,7 @@ func (c *wsConn) backendToClient() (string, error) {
 				// The backend is already closing and its close frame has
 				// gone through whole; do not send a second close.
 				c.closeSent = true
+				c.closeOut.Store(true)
 			case c.frames.closeSeen:
 				// The backend's close frame is still passing through: let
 				// it finish before anything else is decided.
@@ -331,6 +370,7 @@ func (c *wsConn) backendToClient() (string, error) {
 				if err != nil {
 					return writeReason(err, "client_closed"), err
 				}
+				c.closeOut.Store(true)
 			}
 			if c.closeSent && c.fw != nil && c.fw.endAfterClose.Load() {
 				// A client frame was over the limit and the client has its
@@ -357,11 +397,18 @@ func (c *wsConn) backendToClient() (string, error) {
 					continue
 				}
 				if due, timedOut := c.pingCheck(time.Now().UnixNano()); timedOut {
+					if c.pingTimeoutClose(func(b []byte) error { return c.write(c.client, b) }) {
+						return "", errWake
+					}
 					return "ping_timeout", err
 				} else if due {
 					c.fw.pingWanted.Store(true)
 				}
 				continue
+			}
+			if c.linger.Load() == lingerOn {
+				// Lingering closed the backend: not a shutdown.
+				return "", err
 			}
 			if errors.Is(err, io.EOF) {
 				c.setReason("backend_closed")
@@ -464,8 +511,16 @@ func (d *direction) read() (*[]byte, int, error) {
 			// The backend->client direction also keeps the heartbeat.
 			dl = d.c.pingDeadline(dl)
 		}
+		lu := d.c.lingerDeadline()
+		if !d.wake && !lu.IsZero() && (dl.IsZero() || lu.Before(dl)) {
+			dl = lu
+		}
 		if err := d.src.SetReadDeadline(dl); err != nil {
 			return nil, 0, err
+		}
+		if !d.wake && lu.IsZero() && !d.c.lingerDeadline().IsZero() {
+			// Lingering began while the deadline was armed: arm again.
+			continue
 		}
 		if d.wake && !d.c.closeNoticed && d.c.closeCode.Load() != 0 {
 			return nil, 0, errWake

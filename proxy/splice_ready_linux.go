@@ -220,6 +220,13 @@ func (c *wsConn) step() {
 		c.finishReady()
 		return
 	}
+	if c.linger.Load() == lingerOn {
+		c.lingerStep()
+		if r.closed.Load() {
+			c.finishReady()
+		}
+		return
+	}
 	if r.bs.queued() {
 		if err := r.bs.flush(); err != nil {
 			c.closeBoth("backend_closed")
@@ -321,6 +328,7 @@ func (c *wsConn) pumpClientToBackend() {
 		case errors.Is(err, io.EOF):
 			// Propagate the half-close; the other direction goes on.
 			c.setReason("client_closed")
+			c.clientEOF.Store(true)
 			r.bs.closeWrite()
 			r.c2bDone = true
 			c.armFin()
@@ -347,6 +355,16 @@ func (c *wsConn) pumpBackendToClient() {
 			c.s.putBuf(bp)
 		}
 	}()
+	if c.fw != nil && c.fw.pingExpired.Load() {
+		// The sweeper found the ping timeout passed: a close 1011 at this
+		// boundary and a lingering close, or the end at once.
+		if c.pingTimeoutClose(func(b []byte) error { _, err := c.client.Write(b); return err }) {
+			r.ending = true
+		} else {
+			c.closeBoth("ping_timeout")
+		}
+		return
+	}
 	moved := 0
 	for {
 		if code := c.closeCode.Load(); code != 0 && !c.closeSent {
@@ -359,6 +377,7 @@ func (c *wsConn) pumpBackendToClient() {
 				// The backend is already closing and its close frame has
 				// gone through whole; do not send a second close.
 				c.closeSent = true
+				c.closeOut.Store(true)
 			case c.frames.closeSeen:
 				// The backend's close frame is still passing through: let
 				// it finish before anything else is decided.
@@ -368,6 +387,7 @@ func (c *wsConn) pumpBackendToClient() {
 					c.closeBoth("client_closed")
 					return
 				}
+				c.closeOut.Store(true)
 			}
 			if c.closeSent && c.fw != nil && c.fw.endAfterClose.Load() {
 				// A client frame was over the limit and the client has its
@@ -502,7 +522,7 @@ func (c *wsConn) finishReady() {
 // noteTimeouts lowers the sweep period to a quarter of the pool's idle,
 // write and ping timeouts, so short timeouts are honoured closely.
 func (s *Server) noteTimeouts(p *Pool) {
-	for _, d := range []time.Duration{p.IdleTimeout, p.WriteTimeout, p.PingInterval, p.PingTimeout} {
+	for _, d := range []time.Duration{p.IdleTimeout, p.WriteTimeout, p.PingInterval, p.PingTimeout, p.lingerTimeout()} {
 		if d <= 0 {
 			continue
 		}
@@ -548,6 +568,12 @@ func (s *Server) sweeper(ctx context.Context, done chan struct{}) {
 			if !c.rd.on {
 				continue
 			}
+			if c.linger.Load() == lingerOn {
+				if now >= c.lingerUntil.Load() {
+					c.lingerEnd()
+				}
+				continue
+			}
 			if it := c.pool.IdleTimeout; it > 0 && now-c.last.Load() >= int64(it) {
 				c.closeBoth("idle_timeout")
 				continue
@@ -567,7 +593,13 @@ func (s *Server) sweeper(ctx context.Context, done chan struct{}) {
 				continue
 			}
 			if due, timedOut := c.pingCheck(now); timedOut {
-				c.closeBoth("ping_timeout")
+				// First a close 1011 at the next frame boundary (the
+				// runner's); still open one sweep later: closed at once.
+				if c.fw.pingExpired.Swap(true) {
+					c.closeBoth("ping_timeout")
+				} else {
+					c.kick()
+				}
 			} else if due {
 				// Injected by the runner at the next frame boundary, the
 				// way Drain's close frames are.
@@ -578,4 +610,60 @@ func (s *Server) sweeper(ctx context.Context, done chan struct{}) {
 		clear(buf)
 		t.Reset(time.Duration(s.sweepEvery.Load()))
 	}
+}
+
+// lingerReady begins a lingering close (linger.go) on the readiness
+// splice: the backend socket closes now, the client's write half after
+// its queue (the close frame, a TLS close_notify), and the runner then
+// discards what the client sends; the sweeper ends it at LingerTimeout.
+// No goroutine and no buffer is held meanwhile.
+func (c *wsConn) lingerReady() {
+	r := &c.rd
+	r.bs.close()
+	closeWrite(c.client)
+	// The client may have sent bytes that epoll reported before.
+	r.c2bReady.Store(true)
+	c.kick()
+}
+
+// lingerStep is a run of a lingering connection: flush the client's
+// queue, read and drop what the client sent, and end at its end of file,
+// an error, or past LingerBytes.
+func (c *wsConn) lingerStep() {
+	r := &c.rd
+	if r.cs.queued() {
+		if err := r.cs.flush(); err != nil {
+			c.lingerEnd()
+			return
+		}
+	}
+	if !r.c2bReady.Swap(false) {
+		return
+	}
+	r.cs.startDrain(r.cHup.Load())
+	bp := c.s.getBuf()
+	defer c.s.putBuf(bp)
+	moved := 0
+	for {
+		if moved >= pumpBudget {
+			r.c2bReady.Store(true)
+			r.yield = true
+			return
+		}
+		n, err := r.cs.read(*bp)
+		moved += n
+		if errors.Is(err, errWouldBlock) {
+			return
+		}
+		if c.lingerDiscard(n, err) || err != nil {
+			c.lingerEnd()
+			return
+		}
+	}
+}
+
+// lingerEnd ends a lingering close: both sockets close now.
+func (c *wsConn) lingerEnd() {
+	c.linger.Store(lingerOver)
+	c.closeNow()
 }

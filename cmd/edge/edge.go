@@ -358,6 +358,9 @@ func (e *edge) buildPool(pc *conf.Pool) (*poolEntry, error) {
 		MaxFrameBytes:    pc.WebSocket.MaxFrameBytes,
 		PingInterval:     pc.WebSocket.PingInterval.Std(),
 		PingTimeout:      pc.WebSocket.PingTimeout.Std(),
+		MaxMessageBytes:  pc.WebSocket.MaxMessageBytes,
+		LingerTimeout:    lingerOf(pc.WebSocket.Linger.Std()),
+		LingerBytes:      pc.WebSocket.LingerBytes,
 		Cookie: proxy.CookieSettings{
 			Name:     pc.Cookie.Name,
 			Path:     pc.Cookie.Path,
@@ -703,4 +706,13 @@ func (e *edge) status() any {
 	}
 	out.Discovery = e.discoveryStatus()
 	return out
+}
+
+// lingerOf maps websocket.linger to proxy.Pool.LingerTimeout, where 0
+// means the default and a negative value no lingering.
+func lingerOf(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
 }
