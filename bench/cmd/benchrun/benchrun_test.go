@@ -225,7 +225,9 @@ func TestEdgeConfigs(t *testing.T) {
 	}
 	opaque, opaqueText := load("edge")
 	framed, framedText := load(edgeFrames)
-	if ws := opaque.Pools[0].WebSocket; ws != (conf.WebSocket{}) {
+	// Opaque: no frame or message limit and no pings (linger settings apply
+	// to any close edge sends and do not make the splice frame-aware).
+	if ws := opaque.Pools[0].WebSocket; ws.MaxFrameBytes != 0 || ws.MaxMessageBytes != 0 || ws.PingInterval != 0 || ws.PingTimeout != 0 {
 		t.Errorf("edge pool websocket = %+v, want opaque mode", ws)
 	}
 	ws := framed.Pools[0].WebSocket
