@@ -184,6 +184,8 @@ type Pool struct {
 	keys    [][]byte   // guarded by mu
 	keyGen  uint64     // guarded by mu; bumped when keys change
 	retired map[retiredKey]*Backend
+	// overrides are the operator's settings by member ID; guarded by mu.
+	overrides map[string]override
 
 	snap atomic.Pointer[Snapshot]
 }
@@ -246,6 +248,7 @@ func NewPool(opts PoolOptions) (*Pool, error) {
 		keys:        keys,
 		keyGen:      1,
 		retired:     map[retiredKey]*Backend{},
+		overrides:   map[string]override{},
 	}
 	p.snap.Store(&Snapshot{byCookie: map[string]cookieEntry{}})
 	return p, nil
@@ -336,7 +339,7 @@ func (p *Pool) Update(members []Member) error {
 				b = newBackend(m.id, m.addr, p.cfg)
 			}
 		}
-		b.weight.Store(m.w)
+		b.applyOverride(p.overrides[m.id], m.w)
 		kept[b] = true
 		backends = append(backends, b)
 	}
