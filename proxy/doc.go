@@ -20,7 +20,7 @@
 //	              the readiness-driven splice: no goroutine per idle connection
 //	frame.go      RFC 6455 §5.2 frame-header tracking for boundary-safe closes
 //	frameaware.go frame-size limits and heartbeat pings (opt-in per pool)
-//	conns.go      live-connection registry, Drain, CloseBackend
+//	conns.go      live-connection registry, Drain, CloseBackend, CloseConnsOn, Connections
 //	http.go       plain HTTP leg (long-polling transports) over fasthttp
 //	proxyproto.go PROXY protocol v1/v2 listener wrapper for trusted peers
 //
