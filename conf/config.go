@@ -67,6 +67,26 @@ type Config struct {
 type Admin struct {
 	// Address is host:port. Default 127.0.0.1:9901 (loopback only).
 	Address string `yaml:"address" default:"127.0.0.1:9901"`
+	// API is the runtime admin API under /api/v1/ (drain, weight, disable,
+	// enable a backend; list its connections).
+	API AdminAPI `yaml:"api"`
+}
+
+// AdminAPI configures the runtime admin API on the admin listener.
+type AdminAPI struct {
+	// Enabled serves /api/v1/ at all; false answers 404 there. Default true.
+	Enabled bool `yaml:"enabled" default:"true"`
+	// Write allows the operations that change state; false answers 403
+	// to them and keeps the reads. Default true.
+	Write bool `yaml:"write" default:"true"`
+	// TokenFile holds the bearer token write operations must present
+	// (Authorization: Bearer ...), at least 16 bytes. With a token set it
+	// is always required; without one, writes are refused unless
+	// admin.address is loopback. Default "" (none).
+	TokenFile string `yaml:"token_file"`
+	// TokenEnv names an environment variable holding the token instead.
+	// Default "" (none).
+	TokenEnv string `yaml:"token_env"`
 }
 
 // Log configures logging.
