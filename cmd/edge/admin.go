@@ -23,6 +23,8 @@ type admin struct {
 	reg      *prometheus.Registry
 	ready    atomic.Bool
 	status   func() any
+	api      *adminAPI // nil: no /api/v1/
+	page     *statusPage
 	log      *slog.Logger
 	listener net.Listener
 }
@@ -48,6 +50,12 @@ func (a *admin) handler() http.Handler {
 		enc.SetIndent("", "  ")
 		_ = enc.Encode(a.status())
 	})
+	if a.api != nil {
+		a.api.register(mux)
+	}
+	if a.page != nil {
+		mux.Handle("GET /{$}", a.page)
+	}
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)

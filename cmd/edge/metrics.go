@@ -23,6 +23,7 @@ type poolCollector struct {
 	eject  *prometheus.Desc
 	weight *prometheus.Desc
 	size   *prometheus.Desc
+	admin  *prometheus.Desc
 }
 
 func newPoolCollector(pools func() []*balance.Pool) *poolCollector {
@@ -34,6 +35,7 @@ func newPoolCollector(pools func() []*balance.Pool) *poolCollector {
 		eject:  prometheus.NewDesc("edge_backend_ejected", "1 while passive ejection keeps the backend out.", l, nil),
 		weight: prometheus.NewDesc("edge_backend_weight", "The backend's balancing weight.", l, nil),
 		size:   prometheus.NewDesc("edge_pool_backends", "Members of the pool.", []string{"pool"}, nil),
+		admin:  prometheus.NewDesc("edge_backend_admin_state", "1 for the state an operator set through the admin API (ready, drain, disabled), 0 for the others.", []string{"pool", "backend", "state"}, nil),
 	}
 }
 
@@ -44,6 +46,7 @@ func (c *poolCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.eject
 	ch <- c.weight
 	ch <- c.size
+	ch <- c.admin
 }
 
 // Collect implements prometheus.Collector.
@@ -57,6 +60,9 @@ func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(c.active, prometheus.GaugeValue, float64(b.Active()), lv...)
 			ch <- prometheus.MustNewConstMetric(c.eject, prometheus.GaugeValue, b2f(b.Ejected()), lv...)
 			ch <- prometheus.MustNewConstMetric(c.weight, prometheus.GaugeValue, float64(b.Weight()), lv...)
+			for _, st := range balance.AdminStates {
+				ch <- prometheus.MustNewConstMetric(c.admin, prometheus.GaugeValue, b2f(b.AdminState() == st), p.Name(), b.ID(), st.String())
+			}
 		}
 	}
 }
