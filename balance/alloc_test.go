@@ -27,6 +27,13 @@ func pickCases(tb testing.TB) []struct {
 	clock := balance.NewFakeClock()
 	ej := newPool(tb, balance.PoolOptions{Eject: balance.EjectOptions{Failures: 1}, Now: clock.Now}, members(10)...)
 	byID(tb, ej, "b02").ReportFailure()
+	adm := newPool(tb, balance.PoolOptions{Mode: balance.ClientIP}, members(10)...)
+	if _, err := adm.SetAdminState("b03", balance.AdminDrain); err != nil {
+		tb.Fatal(err)
+	}
+	if _, err := adm.SetAdminWeight("b04", 5); err != nil {
+		tb.Fatal(err)
+	}
 	v4, v6 := netip.MustParseAddr("192.0.2.1"), netip.MustParseAddr("2001:db8::1")
 	tried := []*balance.Backend{byID(tb, lc, "b00"), byID(tb, lc, "b01")}
 	ipTried := []*balance.Backend{byID(tb, ip, "b00"), byID(tb, ip, "b05")}
@@ -48,6 +55,8 @@ func pickCases(tb testing.TB) []struct {
 		{"client_ip v6", ip, balance.Request{ClientIP: v6}},
 		{"client_ip weighted", wip, balance.Request{ClientIP: v4}},
 		{"client_ip tried", ip, balance.Request{ClientIP: v4, Tried: ipTried}},
+		{"admin drained and weighted", adm, balance.Request{ClientIP: v4}},
+		{"admin drained least_conn", adm, balance.Request{}},
 		{"no backend", newPool(tb, balance.PoolOptions{}), balance.Request{}},
 	}
 }

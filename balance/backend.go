@@ -30,7 +30,10 @@ type Backend struct {
 	idHash   uint64 // hashID(id), for rendezvous hashing
 	cfg      *backendConfig
 
-	weight       atomic.Int64
+	weight       atomic.Int64 // effective: override if set, else declared
+	declared     atomic.Int64 // from the file or discovery
+	override     atomic.Int64 // operator's; 0 when none
+	admin        atomic.Int32 // AdminState
 	active       atomic.Int64
 	healthy      atomic.Bool  // active health; starts true
 	ejectedUntil atomic.Int64 // unix nanoseconds; 0 when not ejected
@@ -57,6 +60,7 @@ func newBackend(id, addr string, cfg *backendConfig) *Backend {
 	b := &Backend{id: id, addr: addr, idHash: hashID(id), cfg: cfg}
 	b.healthy.Store(!cfg.startUnhealthy)
 	b.weight.Store(1)
+	b.declared.Store(1)
 	if cfg.eject.Failures > 0 {
 		b.fails = make([]int64, cfg.eject.Failures)
 	}
@@ -128,10 +132,11 @@ func (b *Backend) SetHealthy(ok bool) (changed bool) { return b.healthy.Swap(ok)
 // Healthy reports the last active health result (true until told otherwise).
 func (b *Backend) Healthy() bool { return b.healthy.Load() }
 
-// Available reports whether new connections may go to the backend: healthy,
-// not ejected by passive failures, and below MaxConnsPerBackend.
+// Available reports whether new connections may go to the backend: not
+// drained or disabled by an operator, healthy, not ejected by passive
+// failures, and below MaxConnsPerBackend.
 func (b *Backend) Available() bool {
-	if !b.healthy.Load() {
+	if b.admin.Load() != int32(AdminReady) || !b.healthy.Load() {
 		return false
 	}
 	if limit := b.limit(); limit > 0 && b.active.Load() >= limit {

@@ -218,6 +218,8 @@ type Pool struct {
 	keys    [][]byte   // guarded by mu
 	keyGen  uint64     // guarded by mu; bumped when keys change
 	retired map[retiredKey]*Backend
+	// overrides are the operator's settings by member ID; guarded by mu.
+	overrides map[string]override
 
 	snap atomic.Pointer[Snapshot]
 }
@@ -287,6 +289,7 @@ func NewPool(opts PoolOptions) (*Pool, error) {
 		keys:        keys,
 		keyGen:      1,
 		retired:     map[retiredKey]*Backend{},
+		overrides:   map[string]override{},
 	}
 	p.cfg.pool = p
 	p.snap.Store(&Snapshot{byCookie: map[string]cookieEntry{}})
@@ -453,7 +456,7 @@ func (p *Pool) UpdateLeft(members []Member) (left []*Backend, err error) {
 				b = newBackend(m.id, m.addr, p.cfg)
 			}
 		}
-		b.weight.Store(m.w)
+		b.applyOverride(p.overrides[m.id], m.w)
 		kept[b] = true
 		backends = append(backends, b)
 	}

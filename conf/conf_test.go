@@ -53,6 +53,9 @@ func TestMinimalDefaults(t *testing.T) {
 		got, want any
 	}{
 		{"admin.address", c.Admin.Address, "127.0.0.1:9901"},
+		{"admin.api.enabled", c.Admin.API.Enabled, true},
+		{"admin.api.write", c.Admin.API.Write, true},
+		{"admin.api.token_file", c.Admin.API.TokenFile, ""},
 		{"log.level", c.Log.Level, "info"},
 		{"log.format", c.Log.Format, "json"},
 		{"log.access_log", c.Log.AccessLog, true},
@@ -252,6 +255,13 @@ func TestFullExample(t *testing.T) {
 	if len(prev) != 1 || string(prev[0]) != "previous-secret-0123456789" {
 		t.Errorf("previous secrets: got %q, want the environment variable's value", prev)
 	}
+	adm, err := c.Admin.API.Token()
+	if err != nil {
+		t.Fatalf("admin token: %v", err)
+	}
+	if got, want := string(adm), "example-admin-token-for-tests"; got != want || !c.Admin.API.Enabled || !c.Admin.API.Write {
+		t.Errorf("admin.api: token %q enabled %v write %v, want %q, true, true", got, c.Admin.API.Enabled, c.Admin.API.Write, want)
+	}
 	tok, err := c.Consul.ACLToken()
 	if err != nil {
 		t.Fatalf("ACLToken: %v", err)
@@ -279,6 +289,29 @@ func TestStringRoundTrip(t *testing.T) {
 	}
 	if got := c2.String(); got != out {
 		t.Errorf("round trip differs:\ngot:\n%s\nwant:\n%s", got, out)
+	}
+}
+
+// TestAdminTokenTooShortOrUnset: a weak or missing token is refused with
+// the file or variable named and the content never shown.
+func TestAdminTokenTooShortOrUnset(t *testing.T) {
+	dir := t.TempDir()
+	short := filepath.Join(dir, "short.token")
+	if err := os.WriteFile(short, []byte("tiny-s3cret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("EDGE_TEST_ADMIN_TOKEN", "")
+	for _, tc := range []struct {
+		api  AdminAPI
+		want string
+	}{
+		{AdminAPI{TokenFile: short}, "short.token: 11 bytes, need at least 16"},
+		{AdminAPI{TokenEnv: "EDGE_TEST_ADMIN_TOKEN"}, "EDGE_TEST_ADMIN_TOKEN is unset or empty"},
+	} {
+		_, err := tc.api.Token()
+		if err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "tiny") {
+			t.Errorf("%+v: got %v, want an error containing %q and not the content", tc.api, err, tc.want)
+		}
 	}
 }
 
@@ -313,6 +346,8 @@ routes: [{default: true, pool: app}]
 			[]string{`edge.yaml:1: listeners[0].read_body_timeout: must be greater than 0`}},
 		{"snake vs camel suggestion", `listeners: [{address: 127.0.0.1:8080, readHeaderTimeout: 1s}]` + "\n" + minimal[len("listeners: [{address: 127.0.0.1:8080}]\n"):],
 			[]string{`edge.yaml:1: listeners[0]: unknown key "readHeaderTimeout" (did you mean "read_header_timeout"?)`}},
+		{"admin token both ways", minimalWith("admin:\n  api: {token_file: nope.token, token_env: EDGE_ADMIN_TOKEN}", ""),
+			[]string{`edge.yaml:5: admin.api.token_env: set only one of token_file and token_env`, `admin.api.token_file: `, `nope.token: no such file`}},
 		{"duplicate key", minimalWith("log:\n  level: info\n  level: debug", ""), []string{`edge.yaml:6: log.level: duplicate key (first at line 5)`}},
 		{"bool for string", minimalWith("log: {level: true}", ""), []string{`edge.yaml:4: log.level: expected a string, got a boolean`}},
 		{"string for bool", minimalWith(`log: {access_log: "yes"}`, ""), []string{`edge.yaml:4: log.access_log: expected true or false, got a string`}},

@@ -78,6 +78,26 @@ type Admin struct {
 	// Pprof serves net/http/pprof under /debug/pprof/ (CPU profiles,
 	// goroutine stacks, heap contents). Default false.
 	Pprof bool `yaml:"pprof"`
+	// API is the runtime admin API under /api/v1/ (drain, weight, disable,
+	// enable a backend; list its connections).
+	API AdminAPI `yaml:"api"`
+}
+
+// AdminAPI configures the runtime admin API on the admin listener.
+type AdminAPI struct {
+	// Enabled serves /api/v1/ at all; false answers 404 there. Default true.
+	Enabled bool `yaml:"enabled" default:"true"`
+	// Write allows the operations that change state; false answers 403
+	// to them and keeps the reads. Default true.
+	Write bool `yaml:"write" default:"true"`
+	// TokenFile holds the bearer token write operations must present
+	// (Authorization: Bearer ...), at least 16 bytes. With a token set it
+	// is always required; without one, writes are refused unless
+	// admin.address is loopback. Default "" (none).
+	TokenFile string `yaml:"token_file"`
+	// TokenEnv names an environment variable holding the token instead.
+	// Default "" (none).
+	TokenEnv string `yaml:"token_env"`
 }
 
 // Log configures logging.

@@ -248,6 +248,7 @@ func (c *Config) resolvePaths(base string) {
 		rel(&k.PreviousSecretFile)
 	}
 	rel(&c.Consul.TokenFile)
+	rel(&c.Admin.API.TokenFile)
 	rel(&c.Consul.CAFile)
 }
 

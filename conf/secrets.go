@@ -161,3 +161,33 @@ func (c *Consul) ACLToken() (Secret, error) {
 	}
 	return Secret(os.Getenv(ConsulTokenEnv)), nil
 }
+
+// Token returns the admin API's bearer token from token_file or token_env,
+// or "" when neither is set. A token shorter than 16 bytes is refused: it
+// guards operations that cut live connections. Errors name the file or
+// variable, never the content.
+func (a *AdminAPI) Token() (Secret, error) {
+	switch {
+	case a.TokenFile != "" && a.TokenEnv != "":
+		return "", errors.New("admin.api: set only one of token_file and token_env")
+	case a.TokenFile != "":
+		b, err := readSecretFile(a.TokenFile)
+		if err != nil {
+			return "", fmt.Errorf("admin.api token_file: %w", err)
+		}
+		if len(b) < minSecretLen {
+			return "", fmt.Errorf("admin.api token_file %s: %d bytes, need at least %d", a.TokenFile, len(b), minSecretLen)
+		}
+		return Secret(b), nil
+	case a.TokenEnv != "":
+		b := bytes.TrimSpace([]byte(os.Getenv(a.TokenEnv)))
+		if len(b) == 0 {
+			return "", fmt.Errorf("admin.api token_env: environment variable %s is unset or empty", a.TokenEnv)
+		}
+		if len(b) < minSecretLen {
+			return "", fmt.Errorf("admin.api token_env: environment variable %s holds %d bytes, need at least %d", a.TokenEnv, len(b), minSecretLen)
+		}
+		return Secret(b), nil
+	}
+	return "", nil
+}

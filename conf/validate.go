@@ -57,6 +57,10 @@ func (v *validator) line(path string) int { return v.c.src.line(path) }
 func (c *Config) validate() (errs, warns []*Error) {
 	v := &validator{c: c}
 	v.admin(&c.Admin)
+	if c.Admin.API.TokenFile != "" && c.Admin.API.TokenEnv != "" {
+		v.errf("admin.api.token_env", "set only one of token_file and token_env")
+	}
+	v.file("admin.api.token_file", c.Admin.API.TokenFile, false)
 	if c.StateDir != "" {
 		if fi, err := os.Stat(c.StateDir); err == nil && !fi.IsDir() {
 			v.errf("state_dir", "%s is not a directory", c.StateDir)

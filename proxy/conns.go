@@ -175,3 +175,48 @@ func (c *wsConn) scheduleCloseLocked(window time.Duration, code int, reason stri
 	}
 	c.timer = time.AfterFunc(d, func() { c.requestClose(code, reason) })
 }
+
+// CloseConnsOn is CloseBackend for one *Backend of one pool: an ID may
+// name members of several pools (a static backend's ID is its address), and
+// an operator drains one of them. The close reason is reason.
+func (s *Server) CloseConnsOn(b *balance.Backend, code int, window time.Duration, reason string) int {
+	n := 0
+	s.reg.each(func(c *wsConn) {
+		if c.be == b {
+			c.scheduleCloseLocked(window, code, reason)
+			n++
+		}
+	})
+	return n
+}
+
+// ConnInfo describes one live WebSocket, for the admin API.
+type ConnInfo struct {
+	Client   string    // the decided client address
+	Listener string    // the listener's name
+	Host     string    // the request's Host
+	Path     string    // the request's path
+	Since    time.Time // when the request arrived
+	In, Out  int64     // bytes so far, client to backend and back
+	Closing  bool      // a close was requested (drain)
+}
+
+// Connections lists the live WebSockets placed on b.
+func (s *Server) Connections(b *balance.Backend) []ConnInfo {
+	var out []ConnInfo
+	s.reg.each(func(c *wsConn) {
+		if c.be != b {
+			return
+		}
+		ci := ConnInfo{Host: c.x.host, Path: c.x.path, Since: c.x.start, In: c.in.Load(), Out: c.out.Load(),
+			Closing: c.timer != nil || c.closeCode.Load() != 0}
+		if c.x.id.client.IsValid() {
+			ci.Client = c.x.id.client.String()
+		}
+		if c.x.lo != nil {
+			ci.Listener = c.x.lo.Name
+		}
+		out = append(out, ci)
+	})
+	return out
+}

@@ -23,7 +23,7 @@
 //	frame.go      RFC 6455 §5.2 frame-header tracking for boundary-safe closes
 //	frameaware.go frame and message limits, heartbeat pings (opt-in per pool)
 //	linger.go     lingering close after a close frame to the client
-//	conns.go      live-connection registry, Drain, CloseBackend
+//	conns.go      live-connection registry, Drain, CloseBackend, CloseConnsOn, Connections
 //	http.go       plain HTTP leg (long-polling transports) over net/http's
 //	              Transport: both bodies streamed, no replays
 //	proxyproto.go PROXY protocol v1/v2 listener wrapper for trusted peers

@@ -297,3 +297,36 @@ func TestCloseBackend(t *testing.T) {
 		}
 	})
 }
+
+// TestCloseConnsOnOnePoolOnly: an operator drain closes (1012) only the
+// connections of the one *Backend, not a member of another pool that has
+// the same ID, and Connections lists what is placed on it.
+func TestCloseConnsOnOnePoolOnly(t *testing.T) {
+	forEachPath(t, func(t *testing.T) {
+		b := startBackend(t, "b1")
+		pa := newPool(t, "a", balance.LeastConn, map[string]string{"b1": b.Addr()})
+		pb := newPool(t, "b", balance.LeastConn, map[string]string{"b1": b.Addr()})
+		cfg := edgeConfig{lo: ListenerOptions{Name: "public"}}
+		cfg.opts.Routes = []Route{{PathPrefix: "/a", Pool: pa}, {Default: true, Pool: pb}}
+		e := startEdge(t, cfg)
+		ca, _ := e.dialWS(t, "/a/chat", nil)
+		cb, _ := e.dialWS(t, "/b", nil)
+		ask(t, ca, "x")
+		ask(t, cb, "x")
+		be := pa.Balancer.Snapshot().ByID("b1")
+		conns := e.srv.Connections(be)
+		if len(conns) != 1 || conns[0].Path != "/a/chat" || conns[0].Listener != "public" || conns[0].Client != "127.0.0.1" || conns[0].Closing {
+			t.Fatalf("Connections: got %+v, want one open /a/chat from 127.0.0.1 on public", conns)
+		}
+		if got := e.srv.CloseConnsOn(be, CloseServiceRestart, 0, "admin_drain"); got != 1 {
+			t.Fatalf("CloseConnsOn: got %d, want 1", got)
+		}
+		ca.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if _, _, err := ca.ReadMessage(); !websocket.IsCloseError(err, CloseServiceRestart) {
+			t.Fatalf("pool a: got %v, want close 1012", err)
+		}
+		if got := ask(t, cb, "still"); got != "still" {
+			t.Errorf("pool b's connection: got %q after draining pool a's b1", got)
+		}
+	})
+}

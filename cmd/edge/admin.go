@@ -25,6 +25,8 @@ type admin struct {
 	reg      *prometheus.Registry
 	ready    atomic.Bool
 	status   func() any
+	api      *adminAPI // nil: no /api/v1/
+	page     *statusPage
 	log      *slog.Logger
 	listener net.Listener
 }
@@ -50,6 +52,12 @@ func (a *admin) handler() http.Handler {
 		enc.SetIndent("", "  ")
 		_ = enc.Encode(a.status())
 	})
+	if a.api != nil {
+		a.api.register(mux)
+	}
+	if a.page != nil {
+		mux.Handle("GET /{$}", a.page)
+	}
 	if a.pprof {
 		// Off by default: profiles and traces cost CPU on demand, and
 		// heap and goroutine dumps show request contents.

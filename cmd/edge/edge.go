@@ -12,6 +12,7 @@ import (
 	"reflect"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -41,6 +42,10 @@ type edge struct {
 	metrics   *metrics
 	dyn       *dynamic
 	notify    *notifier // the service manager (systemd), if any
+
+	// Drain progress for /status: when it began (unix nanoseconds, 0
+	// before) and how many connections were live then.
+	drainStart, drainFrom atomic.Int64
 }
 
 // poolEntry is one configured pool: its balancer survives reloads so that
@@ -117,6 +122,10 @@ func newEdge(cfg *conf.Config, path string, log *slog.Logger) (*edge, error) {
 	e.admin = &admin{addr: cfg.Admin.Address, pprof: cfg.Admin.Pprof, reg: e.metrics.reg, log: log, status: e.status}
 	if err := e.admin.listen(); err != nil {
 		return nil, fmt.Errorf("admin listener %s: %w", cfg.Admin.Address, err)
+	}
+	if err := e.setupAdminAPI(cfg); err != nil {
+		_ = e.admin.listener.Close()
+		return nil, err
 	}
 	for i := range cfg.Listeners {
 		l, err := e.buildListener(cfg, cfg.Listeners[i])
@@ -560,6 +569,8 @@ func (e *edge) drain() {
 	d := e.cfg.Drain
 	e.mu.Unlock()
 	e.admin.ready.Store(false)
+	e.drainFrom.Store(int64(e.proxy.Active()))
+	e.drainStart.Store(time.Now().UnixNano())
 	e.sdNotify(e.notify.stopping())
 	e.log.Info("draining", "connections", e.proxy.Active(), "delay", d.Delay.String(), "window", d.Window.String(), "timeout", d.Timeout.String())
 	if d.Delay > 0 {
@@ -595,6 +606,10 @@ func (e *edge) reload() string {
 	if err != nil {
 		return refuse(err)
 	}
+	api, err := newAPISettings(cfg)
+	if err != nil {
+		return refuse(err)
+	}
 	e.mu.Lock()
 	pools, err := e.buildPools(cfg)
 	if err == nil {
@@ -607,6 +622,7 @@ func (e *edge) reload() string {
 	// Routes now point at the new entries; make their members live.
 	gone, applyErr := applyPools(pools)
 	e.pools = pools
+	e.admin.api.settings.Store(api)
 	old := e.cfg
 	e.cfg = cfg
 	e.mu.Unlock()
@@ -674,17 +690,22 @@ func (e *edge) status() any {
 		Pools     []poolStatus   `json:"pools"`
 		TLS       map[string]any `json:"tls,omitempty"`
 		Discovery any            `json:"discovery,omitempty"`
-	}{Active: e.proxy.Active(), TLS: map[string]any{}}
+		Listeners []listenerDoc  `json:"listeners"`
+		Routes    []routeDoc     `json:"routes"`
+		Drain     drainDoc       `json:"drain"`
+	}{Active: e.proxy.Active(), TLS: map[string]any{}, Listeners: e.listenerDocs(), Routes: e.routeDocs(), Drain: e.drainDoc()}
 	bi := currentBuild()
 	out.Version, out.Revision, out.GoVersion = bi.Version, bi.Revision, bi.GoVersion
 	for _, p := range e.allPools() {
 		ps := poolStatus{Name: p.Name(), MaxEjectionPercent: p.MaxEjectionPercent(), MaxEjected: p.MaxEjected(), Ejected: p.Ejected()}
 		for _, b := range p.Snapshot().Backends {
-			ps.Backends = append(ps.Backends, map[string]any{
+			bs := map[string]any{
 				"id": b.ID(), "address": b.Addr(), "weight": b.Weight(), "active": b.Active(),
 				"healthy": b.Healthy(), "ejected": b.Ejected(), "available": b.Available(), "state": "member",
 				"ejections": b.Ejections(), "ejections_refused": b.EjectionsRefused(),
-			})
+			}
+			addAdminStatus(bs, b)
+			ps.Backends = append(ps.Backends, bs)
 		}
 		// Backends that left but still hold connections: "draining" while
 		// their clients are being sent 1012, "left" when they are kept.

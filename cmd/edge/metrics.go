@@ -33,6 +33,7 @@ type poolCollector struct {
 	refused   *prometheus.Desc
 	ejected   *prometheus.Desc
 	maxEject  *prometheus.Desc
+	admin     *prometheus.Desc
 }
 
 func newPoolCollector(pools func() []*balance.Pool) *poolCollector {
@@ -51,6 +52,7 @@ func newPoolCollector(pools func() []*balance.Pool) *poolCollector {
 		refused:   prometheus.NewDesc("edge_backend_ejections_refused_total", "Ejections due on the backend's failures but refused by the pool's ejection cap or because it was the last available backend.", l, nil),
 		ejected:   prometheus.NewDesc("edge_pool_ejected_backends", "Members of the pool passive ejection keeps out now.", []string{"pool"}, nil),
 		maxEject:  prometheus.NewDesc("edge_pool_max_ejected_backends", "Members of the pool the ejection cap allows out at once.", []string{"pool"}, nil),
+		admin:     prometheus.NewDesc("edge_backend_admin_state", "1 for the state an operator set through the admin API (ready, drain, disabled), 0 for the others.", []string{"pool", "backend", "state"}, nil),
 	}
 }
 
@@ -66,6 +68,7 @@ func (c *poolCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.refused
 	ch <- c.ejected
 	ch <- c.maxEject
+	ch <- c.admin
 }
 
 // Collect implements prometheus.Collector.
@@ -84,6 +87,9 @@ func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(c.draining, prometheus.GaugeValue, 0, lv...)
 			ch <- prometheus.MustNewConstMetric(c.ejections, prometheus.CounterValue, float64(b.Ejections()), lv...)
 			ch <- prometheus.MustNewConstMetric(c.refused, prometheus.CounterValue, float64(b.EjectionsRefused()), lv...)
+			for _, st := range balance.AdminStates {
+				ch <- prometheus.MustNewConstMetric(c.admin, prometheus.GaugeValue, b2f(b.AdminState() == st), p.Name(), b.ID(), st.String())
+			}
 		}
 		for _, b := range p.Retired() {
 			lv := []string{p.Name(), b.ID(), b.Addr()}

@@ -1,0 +1,127 @@
+package balance_test
+
+import (
+	"errors"
+	"net/netip"
+	"testing"
+
+	"github.com/edgelb/edge/balance"
+)
+
+// TestAdminStateKeepsNewConnectionsAway: a drained or disabled backend is
+// never picked, in any mode, and comes back when set ready.
+func TestAdminStateKeepsNewConnectionsAway(t *testing.T) {
+	for _, mode := range []balance.Mode{balance.LeastConn, balance.Cookie, balance.ClientIP} {
+		for _, st := range []balance.AdminState{balance.AdminDrain, balance.AdminDisabled} {
+			t.Run(mode.String()+"/"+st.String(), func(t *testing.T) {
+				p := newPool(t, balance.PoolOptions{Mode: mode}, members(3)...)
+				out := byID(t, p, "b01")
+				cookie := out.CookieValue()
+				if _, err := p.SetAdminState("b01", st); err != nil {
+					t.Fatal(err)
+				}
+				if out.Available() || out.AdminState() != st {
+					t.Fatalf("after %s: available %v, state %v", st, out.Available(), out.AdminState())
+				}
+				for i := range 200 {
+					req := balance.Request{Cookie: cookie, ClientIP: addrN(i)}
+					res, err := p.Pick(&req)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if res.Backend == out {
+						t.Fatalf("pick %d chose the %s backend", i, st)
+					}
+				}
+				if _, err := p.SetAdminState("b01", balance.AdminReady); err != nil {
+					t.Fatal(err)
+				}
+				req := balance.Request{Cookie: cookie}
+				if res, err := p.Pick(&req); mode == balance.Cookie && (err != nil || res.Backend != out) {
+					t.Errorf("ready again: cookie picked %v, %v; want b01", res.Backend, err)
+				}
+				if !out.Available() {
+					t.Error("ready again: not available")
+				}
+			})
+		}
+	}
+}
+
+// TestAdminOverridesSurviveUpdates: operator state and weight outlive
+// membership updates, a changed declared weight, and the member leaving
+// and coming back as a new *Backend.
+func TestAdminOverridesSurviveUpdates(t *testing.T) {
+	p := newPool(t, balance.PoolOptions{}, members(3)...)
+	if _, err := p.SetAdminState("b00", balance.AdminDisabled); err != nil {
+		t.Fatal(err)
+	}
+	b, err := p.SetAdminWeight("b02", 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.Weight() != 7 || b.DeclaredWeight() != 1 || !b.WeightOverridden() {
+		t.Fatalf("after SetAdminWeight: weight %d declared %d overridden %v", b.Weight(), b.DeclaredWeight(), b.WeightOverridden())
+	}
+	ms := members(3)
+	ms[2].Weight = 3
+	if err := p.Update(ms); err != nil {
+		t.Fatal(err)
+	}
+	if b := byID(t, p, "b02"); b.Weight() != 7 || b.DeclaredWeight() != 3 {
+		t.Errorf("after an update declaring 3: weight %d declared %d, want 7 and 3", b.Weight(), b.DeclaredWeight())
+	}
+	if err := p.Update(members(3)[1:]); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Update(members(3)); err != nil {
+		t.Fatal(err)
+	}
+	if b := byID(t, p, "b00"); b.AdminState() != balance.AdminDisabled || b.Available() {
+		t.Errorf("member back after leaving: state %v available %v, want disabled", b.AdminState(), b.Available())
+	}
+	if b, err := p.SetAdminWeight("b02", 0); err != nil || b.Weight() != 1 || b.WeightOverridden() {
+		t.Errorf("clearing the weight: %v, %v; want the declared 1", b, err)
+	}
+}
+
+func TestAdminSettersRefuseUnknownAndOutOfRange(t *testing.T) {
+	p := newPool(t, balance.PoolOptions{}, members(2)...)
+	if _, err := p.SetAdminState("nope", balance.AdminDrain); !errors.Is(err, balance.ErrUnknownBackend) {
+		t.Errorf("unknown id: got %v, want ErrUnknownBackend", err)
+	}
+	if _, err := p.SetAdminWeight("nope", 2); !errors.Is(err, balance.ErrUnknownBackend) {
+		t.Errorf("unknown id: got %v, want ErrUnknownBackend", err)
+	}
+	for _, w := range []int{-1, balance.MaxWeight + 1} {
+		if _, err := p.SetAdminWeight("b00", w); err == nil {
+			t.Errorf("weight %d accepted", w)
+		}
+	}
+	if _, err := p.SetAdminState("b00", balance.AdminState(9)); err == nil {
+		t.Error("state 9 accepted")
+	}
+}
+
+// TestAdminWeightSteersPicks: an operator weight moves the share of new
+// connections as a declared one would.
+func TestAdminWeightSteersPicks(t *testing.T) {
+	p := newPool(t, balance.PoolOptions{}, members(2)...)
+	if _, err := p.SetAdminWeight("b01", 9); err != nil {
+		t.Fatal(err)
+	}
+	for range 100 {
+		res, err := p.Pick(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Backend.Acquire()
+	}
+	a, b := byID(t, p, "b00").Active(), byID(t, p, "b01").Active()
+	if b < 5*a {
+		t.Errorf("weights 1:9: b00 %d, b01 %d connections; want b01 far ahead", a, b)
+	}
+}
+
+// addrN is the i-th of a range of client addresses.
+func addrN(i int) netip.Addr { return netip.AddrFrom4([4]byte{198, 51, byte(i >> 8), byte(i)}) }
