@@ -102,19 +102,20 @@ func newEdge(cfg *conf.Config, path string, log *slog.Logger) (*edge, error) {
 	if err != nil {
 		return nil, fmt.Errorf("routes: %w", err)
 	}
-	e.admin = &admin{addr: cfg.Admin.Address, reg: e.metrics.reg, log: log, status: e.status}
+	e.admin = &admin{addr: cfg.Admin.Address, metricsAddr: cfg.Metrics.Address, reg: e.metrics.reg, log: log, status: e.status}
 	if err := e.admin.listen(); err != nil {
-		return nil, fmt.Errorf("admin listener %s: %w", cfg.Admin.Address, err)
+		return nil, err
 	}
 	for i := range cfg.Listeners {
 		l, err := e.buildListener(cfg, cfg.Listeners[i])
 		if err != nil {
 			e.closeListeners()
-			_ = e.admin.listener.Close()
+			e.admin.close()
 			return nil, err
 		}
 		e.listeners = append(e.listeners, l)
 	}
+	e.metrics.watchState(e.stateGauges())
 	return e, nil
 }
 
@@ -445,7 +446,7 @@ func (e *edge) serve(ctx context.Context, hup <-chan os.Signal) error {
 	e.startDynamic(gctx, g)
 	e.admin.ready.Store(true)
 	e.sdNotify(e.notify.ready("serving"))
-	e.log.Info("edge started", "version", versionString(), "listeners", len(e.listeners), "admin", e.admin.listener.Addr().String())
+	e.log.Info("edge started", "version", versionString(), "listeners", len(e.listeners), "admin", e.admin.listener.Addr().String(), "metrics", e.admin.metricsAddr)
 
 	var failed error
 loop:
@@ -482,6 +483,7 @@ func (e *edge) drain() {
 	d := e.cfg.Drain
 	e.mu.Unlock()
 	e.admin.ready.Store(false)
+	e.admin.draining.Store(true)
 	e.sdNotify(e.notify.stopping())
 	e.log.Info("draining", "connections", e.proxy.Active(), "delay", d.Delay.String(), "window", d.Window.String(), "timeout", d.Timeout.String())
 	if d.Delay > 0 {
