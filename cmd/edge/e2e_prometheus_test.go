@@ -499,3 +499,54 @@ func fleetTraffic(t *testing.T, e *fleetEdge, pki *ocspPKI) {
 	}
 	resp.Body.Close()
 }
+
+// TestMetricsListenerServesOnlyMetricsLintClean: the metrics listener
+// answers /metrics and /healthz and nothing of the admin API, and what it
+// exports passes `promtool check metrics` without a warning (naming,
+// units, _total on counters, help text).
+func TestMetricsListenerServesOnlyMetricsLintClean(t *testing.T) {
+	promtool := promtoolBin(t)
+	bs := backends(t, "b1")
+	s := newSetup(t, bs, "least_conn", "")
+	m := freeAddr(t)
+	writeFile(t, s.cfg, fmt.Sprintf("metrics: {address: %q}\n%s", m, readFile(t, s.cfg)))
+	startEdge(t, s.cfg)
+	for _, u := range []string{"wss://" + s.wss + "/", "ws://" + s.ws + "/"} {
+		c, _, err := s.dialer().Dial(u, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ask(t, c, "x")
+		c.Close()
+	}
+	for path, want := range map[string]int{"/healthz": 200, "/metrics": 200, "/readyz": 404, "/status": 404, "/debug/pprof/": 404} {
+		resp, err := http.Get("http://" + m + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("metrics listener %s: got %d, want %d", path, resp.StatusCode, want)
+		}
+	}
+	resp, err := http.Get("http://" + m + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"edge_ready 1", "edge_draining 0", `edge_tls_certificate_not_after_timestamp_seconds{listener="wss",name="localhost"}`, `edge_tls_ticket_key_rotation_interval_seconds{listener="wss"} 3600`, `edge_connections_opened_total{backend="b1",pool="app"}`} {
+		if !strings.Contains(string(body), name) {
+			t.Errorf("/metrics lacks %s", name)
+		}
+	}
+	cmd := exec.Command(promtool, "check", "metrics")
+	cmd.Stdin = bytes.NewReader(body)
+	out, err := cmd.CombinedOutput()
+	if err != nil || len(bytes.TrimSpace(out)) != 0 {
+		t.Errorf("promtool check metrics: %v\n%s", err, out)
+	}
+}
