@@ -100,6 +100,9 @@ func TestMinimalDefaults(t *testing.T) {
 		{"backend_leave.connections", p.BackendLeave.Connections, LeaveDrain},
 		{"backend_leave.window", p.BackendLeave.Window.Std(), 10 * time.Second},
 		{"consul.register.service", c.Consul.Register.Service, "edge"},
+		{"consul.register.metrics_service", c.Consul.Register.MetricsService, "edge-metrics"},
+		{"consul.register.instance", c.Consul.Register.Instance, ""},
+		{"metrics.address", c.Metrics.Address, ""},
 		{"route default", r.Default, true},
 		{"route path_prefix", r.PathPrefix, ""},
 	} {
@@ -562,6 +565,18 @@ consul:
 			`edge.yaml:8: consul.ca_file: ca.pem: no such file`,
 			`edge.yaml:9: consul.register.service: required when register is enabled`,
 		}},
+		{"metrics listener", `listeners: [{address: 127.0.0.1:8080}]
+pools: [{name: app, backends: [{address: 127.0.0.1:9001}]}]
+routes: [{default: true, pool: app}]
+admin: {address: 127.0.0.1:9901}
+metrics: {address: 127.0.0.1:9901}
+consul:
+  register: {enabled: true, service: edge, metrics_service: edge}
+`, []string{
+			`edge.yaml:5: metrics.address: "127.0.0.1:9901" is the admin listener's address`,
+			`edge.yaml:7: consul.register.metrics_service: "edge" is also consul.register.service`,
+		}},
+		{"metrics address", minimalWith("metrics: {address: nowhere}", ""), []string{`metrics.address: "nowhere" is not host:port`}},
 		{"unknown alias", minimalWith("log: *nope", ""), []string{`edge.yaml: YAML syntax: unknown anchor 'nope' referenced`}},
 		{"bad merge", minimalWith("log:\n  <<: [1]", ""), []string{`edge.yaml:5: log: merge key << takes a mapping or a list of mappings, got an integer`}},
 		{"self merge", minimalWith("log: &l\n  <<: *l", ""), []string{`log: merge keys nested more than 16 deep`}},

@@ -39,6 +39,10 @@ type Config struct {
 	// Admin is the separate listener for /metrics, /healthz, /readyz and
 	// the admin API. It never shares a port with public traffic.
 	Admin Admin `yaml:"admin"`
+	// Metrics is an optional second listener that serves only /metrics
+	// and /healthz, for a Prometheus on another host while the admin API
+	// stays on loopback.
+	Metrics Metrics `yaml:"metrics"`
 	// StateDir holds state that must survive restarts: OCSP staples and the
 	// last good backend set of each discovered pool (so a cold start works
 	// while Consul is down). Optional; a relative path is resolved against
@@ -98,6 +102,15 @@ type AdminAPI struct {
 	// TokenEnv names an environment variable holding the token instead.
 	// Default "" (none).
 	TokenEnv string `yaml:"token_env"`
+}
+
+// Metrics configures the metrics-only listener.
+type Metrics struct {
+	// Address is host:port. Default empty: no such listener, /metrics is
+	// served on the admin listener only. With consul.register, this
+	// address (or the admin listener's without it) is announced as the
+	// service consul.register.metrics_service.
+	Address string `yaml:"address"`
 }
 
 // Log configures logging.
@@ -568,4 +581,14 @@ type ConsulRegister struct {
 	Enabled bool `yaml:"enabled"`
 	// Service name to register under. Default edge.
 	Service string `yaml:"service" default:"edge"`
+	// MetricsService is the service under which the metrics endpoint is
+	// registered, for Prometheus's consul_sd_configs. Default
+	// edge-metrics.
+	MetricsService string `yaml:"metrics_service" default:"edge-metrics"`
+	// Instance names this process in the service IDs ("edge-<instance>",
+	// "edge-metrics-<instance>"), which must differ between the edges
+	// registered through one agent. Default empty: the host name and the
+	// admin listener's address, which no two processes on a host share
+	// (the public port may be: SO_REUSEPORT).
+	Instance string `yaml:"instance"`
 }

@@ -61,6 +61,9 @@ func (c *Config) validate() (errs, warns []*Error) {
 		v.errf("admin.api.token_env", "set only one of token_file and token_env")
 	}
 	v.file("admin.api.token_file", c.Admin.API.TokenFile, false)
+	if c.Metrics.Address != "" && v.hostPort("metrics.address", c.Metrics.Address, true) && c.Metrics.Address == c.Admin.Address {
+		v.errf("metrics.address", "%q is the admin listener's address; leave metrics.address out to serve /metrics there", c.Metrics.Address)
+	}
 	if c.StateDir != "" {
 		if fi, err := os.Stat(c.StateDir); err == nil && !fi.IsDir() {
 			v.errf("state_dir", "%s is not a directory", c.StateDir)
@@ -526,6 +529,12 @@ func (v *validator) consul() {
 	v.file("consul.ca_file", c.CAFile, false)
 	if c.Register.Enabled && c.Register.Service == "" {
 		v.errf("consul.register.service", "required when register is enabled")
+	}
+	if c.Register.Enabled && c.Register.MetricsService == "" {
+		v.errf("consul.register.metrics_service", "required when register is enabled")
+	}
+	if c.Register.Enabled && c.Register.MetricsService == c.Register.Service {
+		v.errf("consul.register.metrics_service", "%q is also consul.register.service; Prometheus would scrape the public port", c.Register.MetricsService)
 	}
 	for i, h := range c.Routes.AllowedHosts {
 		if msg := checkHostPattern(h); msg != "" {

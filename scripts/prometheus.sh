@@ -8,7 +8,7 @@
 # pinned module in deploy/prometheus-build, with only the Consul discoverer
 # (tags remove_all_sd,enable_consul_sd) and without the web UI assets (the
 # tests use the HTTP API). The binary is cached under
-# ${XDG_CACHE_HOME:-$HOME/.cache}/edge/prometheus-3/prometheus and rebuilt
+# ${XDG_CACHE_HOME:-$HOME/.cache}/edge/prometheus-$version/prometheus and rebuilt
 # only when missing. A cold build takes about 3 minutes on 2 cores.
 set -eu
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test of edge on this machine: installs what the tests need
-# (openssl, iproute2's ss, a Consul agent built from the Go module proxy),
+# (openssl, iproute2's ss, a Consul agent and a Prometheus server built from
+# the Go module proxy),
 # then vet, staticcheck and the race-enabled test suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -31,6 +32,10 @@ export EDGE_REQUIRE_INTEROP=1
 echo "== consul (built once per machine from the Go module proxy; a cold build takes about 4 minutes)"
 EDGE_CONSUL_BIN="$(scripts/consul.sh)"
 export EDGE_CONSUL_BIN EDGE_REQUIRE_CONSUL=1
+
+echo "== prometheus 3 with Consul service discovery (built once per machine from the Go module proxy; a cold build takes about 3 minutes)"
+EDGE_PROMETHEUS_BIN="$(scripts/prometheus.sh)"
+export EDGE_PROMETHEUS_BIN
 
 echo "== gofmt"
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './.cache/*'))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
@@ -13,29 +14,48 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"golang.org/x/sync/errgroup"
 )
 
 // admin is the listener for probes, metrics and status, on loopback unless
 // admin.allow_public says otherwise (it has no authentication). It is
 // never the public port: a scrape or a /readyz flip must not compete with
-// client traffic, and status pages must not leak to clients.
+// client traffic, and status pages must not leak to clients. The optional
+// metrics listener serves /metrics and /healthz alone, so it may face the
+// network while the rest stays on loopback.
 type admin struct {
-	addr     string
-	pprof    bool // serve /debug/pprof/ (admin.pprof)
-	reg      *prometheus.Registry
-	ready    atomic.Bool
-	status   func() any
-	api      *adminAPI // nil: no /api/v1/
-	page     *statusPage
-	log      *slog.Logger
-	listener net.Listener
+	addr        string
+	pprof       bool // serve /debug/pprof/ (admin.pprof)
+	reg         *prometheus.Registry
+	ready       atomic.Bool
+	status      func() any
+	api         *adminAPI // nil: no /api/v1/
+	page        *statusPage
+	log         *slog.Logger
+	listener    net.Listener
+	metricsAddr string       // "" = no metrics listener
+	draining    atomic.Bool  // set once drain starts; never cleared
+	metricsLn   net.Listener // nil without metricsAddr
+}
+
+func healthz(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) }
+
+func (a *admin) metricsEndpoint() http.Handler {
+	return promhttp.HandlerFor(a.reg, promhttp.HandlerOpts{Registry: a.reg})
+}
+
+// metricsHandler serves the metrics listener: nothing but the scrape and a
+// liveness probe (Consul's check of the edge-metrics service).
+func (a *admin) metricsHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", healthz)
+	mux.Handle("GET /metrics", a.metricsEndpoint())
+	return mux
 }
 
 func (a *admin) handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		_, _ = w.Write([]byte("ok\n"))
-	})
+	mux.HandleFunc("GET /healthz", healthz)
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if !a.ready.Load() {
 			// During drain the edge answers 503 so load balancers and Consul
@@ -45,7 +65,7 @@ func (a *admin) handler() http.Handler {
 		}
 		_, _ = w.Write([]byte("ready\n"))
 	})
-	mux.Handle("GET /metrics", promhttp.HandlerFor(a.reg, promhttp.HandlerOpts{Registry: a.reg}))
+	mux.Handle("GET /metrics", a.metricsEndpoint())
 	mux.HandleFunc("GET /status", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		enc := json.NewEncoder(w)
@@ -69,21 +89,49 @@ func (a *admin) handler() http.Handler {
 	return mux
 }
 
-// listen binds the admin address early so a port conflict fails startup.
+// listen binds the admin address (and the metrics address) early so a port
+// conflict fails startup.
 func (a *admin) listen() error {
 	l, err := net.Listen("tcp", a.addr)
 	if err != nil {
-		return err
+		return fmt.Errorf("admin listener %s: %w", a.addr, err)
 	}
 	a.listener = l
+	if a.metricsAddr != "" {
+		m, err := net.Listen("tcp", a.metricsAddr)
+		if err != nil {
+			_ = l.Close()
+			return fmt.Errorf("metrics listener %s: %w", a.metricsAddr, err)
+		}
+		a.metricsLn = m
+	}
 	return nil
 }
 
-// Run serves until ctx ends.
+// close releases the listeners of an edge that never started serving.
+func (a *admin) close() {
+	_ = a.listener.Close()
+	if a.metricsLn != nil {
+		_ = a.metricsLn.Close()
+	}
+}
+
+// Run serves the admin listener and the metrics listener until ctx ends.
 func (a *admin) Run(ctx context.Context) error {
-	srv := &http.Server{Handler: a.handler(), ReadHeaderTimeout: 5 * time.Second}
+	if a.metricsLn == nil {
+		return serveHTTP(ctx, a.listener, a.handler())
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return serveHTTP(gctx, a.listener, a.handler()) })
+	g.Go(func() error { return serveHTTP(gctx, a.metricsLn, a.metricsHandler()) })
+	return g.Wait()
+}
+
+// serveHTTP serves h on l until ctx ends.
+func serveHTTP(ctx context.Context, l net.Listener, h http.Handler) error {
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(a.listener) }()
+	go func() { errc <- srv.Serve(l) }()
 	select {
 	case err := <-errc:
 		return err

@@ -4,8 +4,11 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/netip"
+	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -424,46 +427,135 @@ func (e *edge) publishRoutes() {
 	}
 }
 
-// registerSelf registers edge in Consul with a check on /readyz (so a
-// draining edge leaves the catalog before it stops), retrying while the
-// agent is unreachable, and deregisters when ctx ends.
+// registerSelf registers edge in Consul twice: the public listener as
+// consul.register.service with a check on /readyz (so a draining edge
+// leaves the catalog before it stops), and the metrics endpoint as
+// consul.register.metrics_service with a check on /healthz (it stays while
+// the edge drains, so the drain can be watched, and a dead edge shows as
+// down to Prometheus). It retries while the agent is unreachable and
+// deregisters both when ctx ends.
 func (e *edge) registerSelf(ctx context.Context, cfg *conf.Config) error {
-	port := 0
-	if len(e.listeners) > 0 {
-		if _, p, err := net.SplitHostPort(e.listeners[0].ln.Addr().String()); err == nil {
-			port, _ = strconv.Atoi(p)
-		}
-	}
-	admin := e.admin.listener.Addr().String()
-	opts := discovery.RegisterOptions{
-		Service:         cfg.Consul.Register.Service,
-		ID:              fmt.Sprintf("%s-%d", cfg.Consul.Register.Service, port),
-		Port:            port,
-		CheckURL:        "http://" + admin + "/readyz",
-		Interval:        2 * time.Second,
-		DeregisterAfter: time.Minute,
-	}
-	backoff := time.Second
-	for {
-		dereg, err := discovery.Register(ctx, e.dyn.client, opts)
-		if err == nil {
-			e.log.Info("registered in consul", "service", opts.Service, "id", opts.ID)
-			<-ctx.Done()
-			dctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-			defer cancel()
+	regs := selfRegistrations(cfg, e.listeners[0].ln.Addr(), e.admin)
+	var deregs []func(context.Context) error
+	defer func() {
+		dctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		for _, dereg := range deregs {
 			if err := dereg(dctx); err != nil {
 				e.log.Warn("consul deregistration failed", "err", err)
 			}
-			return nil
 		}
-		e.log.Warn("consul registration failed; retrying", "err", err, "in", backoff.String())
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-time.After(backoff):
+	}()
+	for _, opts := range regs {
+		backoff := time.Second
+		for {
+			dereg, err := discovery.Register(ctx, e.dyn.client, opts)
+			if err == nil {
+				e.log.Info("registered in consul", "service", opts.Service, "id", opts.ID, "port", opts.Port)
+				deregs = append(deregs, dereg)
+				break
+			}
+			e.log.Warn("consul registration failed; retrying", "service", opts.Service, "err", err, "in", backoff.String())
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(backoff):
+			}
+			backoff = min(2*backoff, 30*time.Second)
 		}
-		backoff = min(2*backoff, 30*time.Second)
 	}
+	<-ctx.Done()
+	return nil
+}
+
+// selfRegistrations are edge's two registrations: the public listener pub
+// and the metrics endpoint (the metrics listener, else the admin listener).
+func selfRegistrations(cfg *conf.Config, pub net.Addr, a *admin) []discovery.RegisterOptions {
+	r := cfg.Consul.Register
+	instance := r.Instance
+	if instance == "" {
+		// The admin port is the one no two processes on a host share:
+		// the public one may be (SO_REUSEPORT), and several edges
+		// registering one ID overwrite each other in the catalog.
+		host, _ := os.Hostname()
+		instance = host + "-" + a.listener.Addr().String()
+	}
+	instance = serviceIDPart(instance)
+	metricsLn := a.listener
+	if a.metricsLn != nil {
+		metricsLn = a.metricsLn
+	}
+	pubHost, pubPort := advertised(pub)
+	mHost, mPort := advertised(metricsLn.Addr())
+	return []discovery.RegisterOptions{{
+		Service:         r.Service,
+		ID:              r.Service + "-" + instance,
+		Address:         pubHost,
+		Port:            pubPort,
+		Meta:            map[string]string{"instance": instance},
+		CheckURL:        "http://" + checkAddr(a.listener.Addr()) + "/readyz",
+		Interval:        2 * time.Second,
+		DeregisterAfter: time.Minute,
+	}, {
+		Service:  r.MetricsService,
+		ID:       r.MetricsService + "-" + instance,
+		Address:  mHost,
+		Port:     mPort,
+		Meta:     map[string]string{"instance": instance},
+		CheckURL: "http://" + checkAddr(metricsLn.Addr()) + "/healthz",
+		Interval: 10 * time.Second,
+		// Long enough for EdgeDown (up == 0 for 1m) to fire before a
+		// dead edge's target disappears from Prometheus.
+		DeregisterAfter: 10 * time.Minute,
+	}}
+}
+
+// advertised is the address and port to announce for a bound address: a
+// specific IP as is, a wildcard as "" (Consul then announces the node's
+// address).
+func advertised(a net.Addr) (string, int) {
+	ap, err := netip.ParseAddrPort(a.String())
+	if err != nil {
+		return "", 0
+	}
+	if ap.Addr().IsUnspecified() {
+		return "", int(ap.Port())
+	}
+	return ap.Addr().Unmap().String(), int(ap.Port())
+}
+
+// checkAddr is how the local Consul agent reaches a listener: a wildcard
+// bind is reachable on loopback.
+func checkAddr(a net.Addr) string {
+	host, port := advertised(a)
+	if host == "" {
+		host = "127.0.0.1"
+	}
+	return net.JoinHostPort(host, strconv.Itoa(port))
+}
+
+// serviceIDPart keeps what Consul takes in a service ID that travels in
+// URL paths (/v1/agent/service/deregister/<id>): letters, digits, '.',
+// '_' and '-'; anything else becomes '-'.
+func serviceIDPart(s string) string {
+	return strings.Map(func(r rune) rune {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '.', r == '_', r == '-':
+			return r
+		}
+		return '-'
+	}, s)
+}
+
+// watcherStatus is every discovered pool's status, in no order.
+func (d *dynamic) watcherStatus() []discovery.Status {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := make([]discovery.Status, 0, len(d.watchers))
+	for _, w := range d.watchers {
+		out = append(out, w.Status())
+	}
+	return out
 }
 
 // discoveryStatus is the discovery part of /status.

@@ -213,7 +213,7 @@ func TestAdminAPIDrain(t *testing.T) {
 		`edge_backend_admin_state{backend="b1",pool="app",state="drain"} 1`,
 		`edge_backend_admin_state{backend="b1",pool="app",state="ready"} 0`,
 		`edge_backend_admin_state{backend="b2",pool="app",state="ready"} 1`,
-		`edge_connections_closed_total{reason="admin_drain",route="app"}`,
+		`edge_connections_closed_total{pool="app",reason="admin_drain"}`,
 	} {
 		if !strings.Contains(m, want) {
 			t.Errorf("/metrics lacks %s:\n%s", want, grepLines(m, "admin"))

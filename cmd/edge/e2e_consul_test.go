@@ -316,3 +316,46 @@ func TestConsulTicketKeysRefuseBadEntry(t *testing.T) {
 		t.Fatalf("bad entry changed: %v %v", p, err)
 	}
 }
+
+// TestTwoEdgesOnOneHostRegisterApart: two edges sharing their public ports
+// (SO_REUSEPORT) through one Consul agent register two instances of edge
+// and two of edge-metrics, each edge-metrics at its own metrics listener,
+// instead of overwriting one service ID.
+func TestTwoEdgesOnOneHostRegisterApart(t *testing.T) {
+	agent := consultest.Start(t)
+	bs := backends(t, "b1")
+	registerBackend(t, agent.Client, "app", bs[0])
+	s1 := consulSetup(t, agent, ", register: {enabled: true}")
+	s2 := consulSetup(t, agent, ", register: {enabled: true}")
+	metrics := map[string]string{}
+	for _, s := range []*setup{s1, s2} {
+		m := freeAddr(t)
+		body := readFile(t, s.cfg)
+		body = strings.ReplaceAll(body, s.wss, s1.wss)
+		body = strings.ReplaceAll(body, s.ws, s1.ws)
+		writeFile(t, s.cfg, fmt.Sprintf("metrics: {address: %q}\n%s", m, body))
+		p := startEdge(t, s.cfg)
+		p.waitLog(t, `"service":"edge-metrics"`)
+		metrics[m] = s.admin
+	}
+	svcs, err := agent.Client.Agent().Services()
+	if err != nil {
+		t.Fatal(err)
+	}
+	count := map[string]int{}
+	for id, svc := range svcs {
+		count[svc.Service]++
+		if svc.Service == "edge-metrics" {
+			addr := net.JoinHostPort(svc.Address, strconv.Itoa(svc.Port))
+			if _, ok := metrics[addr]; !ok {
+				t.Errorf("edge-metrics %s announces %s, not a metrics listener (%v)", id, addr, metrics)
+			}
+		}
+		if svc.Service == "edge" && strconv.Itoa(svc.Port) != s1.wss[strings.LastIndex(s1.wss, ":")+1:] {
+			t.Errorf("edge %s announces port %d, want the shared public port of %s", id, svc.Port, s1.wss)
+		}
+	}
+	if count["edge"] != 2 || count["edge-metrics"] != 2 {
+		t.Errorf("two edges registered %v, want 2 edge and 2 edge-metrics", count)
+	}
+}

@@ -119,9 +119,9 @@ func newEdge(cfg *conf.Config, path string, log *slog.Logger) (*edge, error) {
 	if err != nil {
 		return nil, fmt.Errorf("routes: %w", err)
 	}
-	e.admin = &admin{addr: cfg.Admin.Address, pprof: cfg.Admin.Pprof, reg: e.metrics.reg, log: log, status: e.status}
+	e.admin = &admin{addr: cfg.Admin.Address, pprof: cfg.Admin.Pprof, metricsAddr: cfg.Metrics.Address, reg: e.metrics.reg, log: log, status: e.status}
 	if err := e.admin.listen(); err != nil {
-		return nil, fmt.Errorf("admin listener %s: %w", cfg.Admin.Address, err)
+		return nil, err
 	}
 	if err := e.setupAdminAPI(cfg); err != nil {
 		_ = e.admin.listener.Close()
@@ -131,11 +131,12 @@ func newEdge(cfg *conf.Config, path string, log *slog.Logger) (*edge, error) {
 		l, err := e.buildListener(cfg, cfg.Listeners[i])
 		if err != nil {
 			e.closeListeners()
-			_ = e.admin.listener.Close()
+			e.admin.close()
 			return nil, err
 		}
 		e.listeners = append(e.listeners, l)
 	}
+	e.metrics.watchState(e.stateGauges())
 	return e, nil
 }
 
@@ -528,7 +529,7 @@ func (e *edge) serve(ctx context.Context, hup <-chan os.Signal) error {
 	e.startDynamic(gctx, g)
 	e.admin.ready.Store(true)
 	e.sdNotify(e.notify.ready("serving"))
-	e.log.Info("edge started", "version", versionString(), "listeners", len(e.listeners), "admin", e.admin.listener.Addr().String())
+	e.log.Info("edge started", "version", versionString(), "listeners", len(e.listeners), "admin", e.admin.listener.Addr().String(), "metrics", e.admin.metricsAddr)
 	if a, ok := e.admin.listener.Addr().(*net.TCPAddr); ok && !a.IP.IsLoopback() {
 		e.log.Warn("admin listener is not on loopback: /metrics, /status and the admin API are open to whoever reaches it",
 			"admin", a.String(), "pprof", e.admin.pprof)
@@ -571,6 +572,7 @@ func (e *edge) drain() {
 	e.admin.ready.Store(false)
 	e.drainFrom.Store(int64(e.proxy.Active()))
 	e.drainStart.Store(time.Now().UnixNano())
+	e.admin.draining.Store(true)
 	e.sdNotify(e.notify.stopping())
 	e.log.Info("draining", "connections", e.proxy.Active(), "delay", d.Delay.String(), "window", d.Window.String(), "timeout", d.Timeout.String())
 	if d.Delay > 0 {

@@ -2,7 +2,9 @@ package main
 
 import (
 	"crypto/tls"
+	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/edgelb/edge/balance"
@@ -154,14 +156,14 @@ type metrics struct {
 func newMetrics(pools func() []*balance.Pool) *metrics {
 	m := &metrics{reg: newRegistry()}
 	f := func(c prometheus.Collector) { m.reg.MustRegister(c) }
-	m.opened = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "edge_connections_opened_total", Help: "WebSocket connections spliced to a backend."}, []string{"route", "backend"})
-	m.closed = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "edge_connections_closed_total", Help: "WebSocket connections ended, by reason."}, []string{"route", "reason"})
-	m.duration = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "edge_connection_duration_seconds", Help: "Lifetime of WebSocket connections.", Buckets: durationBuckets}, []string{"route"})
-	m.bytes = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "edge_bytes_total", Help: "Bytes spliced, by direction (in: client to backend)."}, []string{"route", "direction"})
-	m.dialFail = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "edge_dial_failures_total", Help: "Failed dials or broken backend handshakes that are the backend's own failure (each one is a passive failure)."}, []string{"route", "backend"})
-	m.rejected = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "edge_rejected_total", Help: "Requests answered by the edge itself, by status and reason."}, []string{"route", "code", "reason"})
-	m.requests = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "edge_http_requests_total", Help: "Plain HTTP requests proxied."}, []string{"route", "backend", "code"})
-	m.reqDur = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "edge_http_request_duration_seconds", Help: "Plain HTTP request latency.", Buckets: prometheus.DefBuckets}, []string{"route"})
+	m.opened = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "edge_connections_opened_total", Help: "WebSocket connections spliced to a backend."}, []string{"pool", "backend"})
+	m.closed = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "edge_connections_closed_total", Help: "WebSocket connections ended, by reason."}, []string{"pool", "reason"})
+	m.duration = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "edge_connection_duration_seconds", Help: "Lifetime of WebSocket connections.", Buckets: durationBuckets}, []string{"pool"})
+	m.bytes = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "edge_bytes_total", Help: "Bytes spliced, by direction (in: client to backend)."}, []string{"pool", "direction"})
+	m.dialFail = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "edge_dial_failures_total", Help: "Failed dials or broken backend handshakes that are the backend's own failure (each one is a passive failure)."}, []string{"pool", "backend"})
+	m.rejected = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "edge_rejected_total", Help: "Requests answered by the edge itself, by status and reason."}, []string{"pool", "code", "reason"})
+	m.requests = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "edge_http_requests_total", Help: "Plain HTTP requests proxied."}, []string{"pool", "backend", "code"})
+	m.reqDur = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "edge_http_request_duration_seconds", Help: "Plain HTTP request latency.", Buckets: prometheus.DefBuckets}, []string{"pool"})
 	m.handshakes = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "edge_tls_handshakes_total", Help: "TLS handshakes that reached certificate verification, full or resumed."}, []string{"listener", "kind", "version"})
 	m.certReload = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "edge_tls_certificate_reloads_total", Help: "Certificate reloads, by result."}, []string{"listener", "result"})
 	m.ocsp = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "edge_tls_ocsp_refreshes_total", Help: "OCSP refresh attempts, by status."}, []string{"listener", "status"})
@@ -177,7 +179,8 @@ func newMetrics(pools func() []*balance.Pool) *metrics {
 	return m
 }
 
-// ConnOpened implements proxy.Observer.
+// ConnOpened implements proxy.Observer. The proxy's "route" is the name of
+// the pool it routed to, hence the label pool.
 func (m *metrics) ConnOpened(route, backend string) { m.opened.WithLabelValues(route, backend).Inc() }
 
 // ConnClosed implements proxy.Observer.
@@ -286,5 +289,133 @@ func (m *metrics) countHandshakes(listener string, cfg *tls.Config) {
 			c.Inc()
 		}
 		return nil
+	}
+}
+
+// stateSource is what the state collector reads at scrape time.
+type stateSource struct {
+	ready, draining func() bool
+	discovery       func() []discovery.Status
+	tls             func() []listenerTLS
+	now             func() time.Time
+}
+
+// listenerTLS is one TLS listener's status and its rotation setting.
+type listenerTLS struct {
+	name        string
+	status      edgetls.Status
+	rotateEvery time.Duration
+}
+
+// stateCollector exports the gauges the alert rules in
+// deploy/prometheus/alerts.yml watch, read from the components' own status
+// at scrape time so they can never disagree with /status.
+type stateCollector struct {
+	src                                  stateSource
+	ready, draining, discoveryOK         *prometheus.Desc
+	notAfter, stapleNext, keyAge, keyInt *prometheus.Desc
+}
+
+func newStateCollector(src stateSource) *stateCollector {
+	ln := []string{"listener", "name"}
+	return &stateCollector{
+		src:         src,
+		ready:       prometheus.NewDesc("edge_ready", "1 while /readyz answers 200.", nil, nil),
+		draining:    prometheus.NewDesc("edge_draining", "1 from the start of the drain until the process exits.", nil, nil),
+		discoveryOK: prometheus.NewDesc("edge_discovery_last_success_timestamp_seconds", "When Consul last answered for the pool (for a restored set, when it was saved); 0 before the first answer.", []string{"pool"}, nil),
+		notAfter:    prometheus.NewDesc("edge_tls_certificate_not_after_timestamp_seconds", "NotAfter of the served certificate; the earliest when several share a name.", ln, nil),
+		stapleNext:  prometheus.NewDesc("edge_tls_ocsp_staple_next_update_timestamp_seconds", "nextUpdate of the OCSP staple being served; absent without a staple.", ln, nil),
+		keyAge:      prometheus.NewDesc("edge_tls_ticket_key_age_seconds", "Time since the session-ticket keys last changed.", []string{"listener"}, nil),
+		keyInt:      prometheus.NewDesc("edge_tls_ticket_key_rotation_interval_seconds", "How often the keys are meant to rotate (absent for keys from a file, which edge does not rotate).", []string{"listener"}, nil),
+	}
+}
+
+// Describe implements prometheus.Collector.
+func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.ready, c.draining, c.discoveryOK, c.notAfter, c.stapleNext, c.keyAge, c.keyInt} {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
+	ch <- prometheus.MustNewConstMetric(c.ready, prometheus.GaugeValue, b2f(c.src.ready()))
+	ch <- prometheus.MustNewConstMetric(c.draining, prometheus.GaugeValue, b2f(c.src.draining()))
+	for _, st := range c.src.discovery() {
+		ch <- prometheus.MustNewConstMetric(c.discoveryOK, prometheus.GaugeValue, unixSeconds(st.LastContact), st.Pool)
+	}
+	now := c.src.now()
+	for _, l := range c.src.tls() {
+		c.collectCerts(ch, l)
+		t := l.status.Tickets
+		if !t.Enabled {
+			continue
+		}
+		if !t.LastChange.IsZero() {
+			ch <- prometheus.MustNewConstMetric(c.keyAge, prometheus.GaugeValue, now.Sub(t.LastChange).Seconds(), l.name)
+		}
+		// Keys generated here or shared through Consul rotate every
+		// rotate_every; keys from a file change when the file does.
+		if !strings.HasPrefix(t.Source, "file:") && l.rotateEvery > 0 {
+			ch <- prometheus.MustNewConstMetric(c.keyInt, prometheus.GaugeValue, l.rotateEvery.Seconds(), l.name)
+		}
+	}
+}
+
+// collectCerts reports one listener's certificates by name. An RSA and an
+// ECDSA pair often share a name; the earlier deadline is the one to watch,
+// and a label set may appear only once per scrape.
+func (c *stateCollector) collectCerts(ch chan<- prometheus.Metric, l listenerTLS) {
+	notAfter := map[string]time.Time{}
+	staple := map[string]time.Time{}
+	for _, cs := range l.status.Certificates {
+		name := filepath.Base(cs.CertFile)
+		if len(cs.Names) > 0 {
+			name = cs.Names[0]
+		}
+		if t, ok := notAfter[name]; !ok || cs.NotAfter.Before(t) {
+			notAfter[name] = cs.NotAfter
+		}
+		if o := cs.OCSP; o.Stapled && !o.NextUpdate.IsZero() {
+			if t, ok := staple[name]; !ok || o.NextUpdate.Before(t) {
+				staple[name] = o.NextUpdate
+			}
+		}
+	}
+	for name, t := range notAfter {
+		ch <- prometheus.MustNewConstMetric(c.notAfter, prometheus.GaugeValue, unixSeconds(t), l.name, name)
+	}
+	for name, t := range staple {
+		ch <- prometheus.MustNewConstMetric(c.stapleNext, prometheus.GaugeValue, unixSeconds(t), l.name, name)
+	}
+}
+
+// unixSeconds is t as a Prometheus timestamp gauge; 0 for the zero time.
+func unixSeconds(t time.Time) float64 {
+	if t.IsZero() {
+		return 0
+	}
+	return float64(t.UnixMilli()) / 1000
+}
+
+// watchState registers the state gauges read from src.
+func (m *metrics) watchState(src stateSource) { m.reg.MustRegister(newStateCollector(src)) }
+
+// stateGauges is where the state gauges of e come from.
+func (e *edge) stateGauges() stateSource {
+	return stateSource{
+		ready:     e.admin.ready.Load,
+		draining:  e.admin.draining.Load,
+		discovery: e.dyn.watcherStatus,
+		tls: func() []listenerTLS {
+			var out []listenerTLS
+			for _, l := range e.listeners {
+				if l.term != nil {
+					out = append(out, listenerTLS{name: l.cfg.Name, status: l.term.Status(), rotateEvery: l.cfg.TLS.SessionTickets.RotateEvery.Std()})
+				}
+			}
+			return out
+		},
+		now: time.Now,
 	}
 }

@@ -14,6 +14,7 @@ import (
 // dashboard in deploy/ honest: every edge_* series they query is exported.
 func TestDeployReferencesExistingMetrics(t *testing.T) {
 	m := newMetrics(func() []*balance.Pool { return nil })
+	m.watchState(stateSource{})
 	ch := make(chan *prometheus.Desc, 100)
 	go func() {
 		m.reg.Describe(ch)

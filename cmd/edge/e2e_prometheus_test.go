@@ -1,0 +1,552 @@
+package main
+
+import (
+	"bytes"
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/json"
+	"encoding/pem"
+	"fmt"
+	"io"
+	"math/big"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/edgelb/edge/internal/consultest"
+	"github.com/gorilla/websocket"
+	"golang.org/x/crypto/ocsp"
+)
+
+// prometheusBin is the Prometheus 3 server scripts/prometheus.sh builds
+// (Debian's 2.42 lacks Consul service discovery). Without it the test is
+// skipped, or fails under EDGE_REQUIRE_INTEROP=1 (scripts/test.sh).
+func prometheusBin(t *testing.T) string {
+	t.Helper()
+	bin := os.Getenv("EDGE_PROMETHEUS_BIN")
+	if bin == "" {
+		cache := os.Getenv("XDG_CACHE_HOME")
+		if cache == "" {
+			home, _ := os.UserHomeDir()
+			cache = filepath.Join(home, ".cache")
+		}
+		bin = filepath.Join(cache, "edge", "prometheus-v0.316.0", "prometheus")
+	}
+	if _, err := os.Stat(bin); err != nil {
+		if os.Getenv("EDGE_REQUIRE_INTEROP") == "1" {
+			t.Fatalf("prometheus %s: %v; build it with scripts/prometheus.sh (or set EDGE_PROMETHEUS_BIN)", bin, err)
+		}
+		t.Skipf("prometheus %s: %v; build it with scripts/prometheus.sh (or set EDGE_PROMETHEUS_BIN)", bin, err)
+	}
+	return bin
+}
+
+// promtoolBin is Debian's promtool, skipped or required like prometheusBin.
+func promtoolBin(t *testing.T) string {
+	t.Helper()
+	p, err := exec.LookPath("promtool")
+	if err != nil {
+		if os.Getenv("EDGE_REQUIRE_INTEROP") == "1" {
+			t.Fatal("promtool is missing (Debian package prometheus); scripts/test.sh installs it")
+		}
+		t.Skip("promtool is missing (Debian package prometheus)")
+	}
+	return p
+}
+
+// ocspPKI is a CA whose leaf names an OCSP responder run by the test, so
+// edge staples and the staple gauges have something to report.
+type ocspPKI struct {
+	roots             *x509.CertPool
+	certFile, keyFile string
+	ca                *x509.Certificate
+	caKey             crypto.Signer
+	responder         *httptest.Server
+	nextUpdate        time.Duration
+}
+
+func newOCSPPKI(t *testing.T, dir string) *ocspPKI {
+	t.Helper()
+	p := &ocspPKI{nextUpdate: 4 * 24 * time.Hour}
+	p.responder = httptest.NewServer(http.HandlerFunc(p.answer))
+	t.Cleanup(p.responder.Close)
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caTmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "edge test CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(365 * 24 * time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
+	}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, caKey.Public(), caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.ca, _ = x509.ParseCertificate(caDER)
+	p.caKey = caKey
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leafTmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "localhost"},
+		DNSNames: []string{"localhost"}, IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(30 * 24 * time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		OCSPServer: []string{p.responder.URL},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, leafTmpl, p.ca, key.Public(), caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kder, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	chain := append(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER})...)
+	p.certFile, p.keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	writeFile(t, p.certFile, string(chain))
+	writeFile(t, p.keyFile, string(pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder})))
+	p.roots = x509.NewCertPool()
+	p.roots.AddCert(p.ca)
+	return p
+}
+
+// answer is an OCSP responder (RFC 6960) saying "good" for every serial.
+func (p *ocspPKI) answer(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	req, err := ocsp.ParseRequest(body)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	now := time.Now().Add(-time.Minute)
+	resp, err := ocsp.CreateResponse(p.ca, p.ca, ocsp.Response{
+		Status: ocsp.Good, SerialNumber: req.SerialNumber,
+		ThisUpdate: now, NextUpdate: now.Add(p.nextUpdate),
+	}, p.caKey)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/ocsp-response")
+	_, _ = w.Write(resp)
+}
+
+// fleetEdge is one edge of the monitored fleet.
+type fleetEdge struct {
+	dir, cfg, wss, ws, admin, metrics string
+	p                                 *proc
+}
+
+// writeFleetEdge writes the config of one edge: a pool followed in Consul
+// and health-checked, a pool whose only backend is down (dial failures, a
+// refused request), one whose health checks fail, one whose Consul query
+// always fails (a datacenter that does not exist), self-registration, and
+// extra.
+func writeFleetEdge(t *testing.T, agent *consultest.Agent, pki *ocspPKI, extra string) *fleetEdge {
+	t.Helper()
+	e := &fleetEdge{dir: t.TempDir(), wss: freeAddr(t), ws: freeAddr(t), admin: freeAddr(t), metrics: freeAddr(t)}
+	e.cfg = filepath.Join(e.dir, "edge.yaml")
+	writeFile(t, e.cfg, fmt.Sprintf(`admin: {address: %q}
+metrics: {address: %q}
+listeners:
+  - {name: wss, address: %q, tls: {certificates: [{cert_file: %q, key_file: %q}]}}
+  - {name: ws, address: %q}
+routes:
+  - {default: true, pool: app}
+  - {hosts: [dead.test], pool: dead}
+  - {hosts: [ghost.test], pool: ghost}
+  - {hosts: [sick.test], pool: sick}
+pools:
+  - name: app
+    consul: {service: app}
+    health: {type: websocket, interval: 1s, timeout: 500ms, rise: 1, fall: 1}
+  - name: dead
+    backends: [{id: gone, address: %q}]
+    retries: 0
+  - name: sick
+    backends: [{id: down, address: %q}]
+    health: {type: tcp, interval: 1s, timeout: 500ms, rise: 1, fall: 1}
+  - name: ghost
+    consul: {service: ghost, datacenter: nowhere}
+consul: {address: %q, register: {enabled: true}}
+%s`, e.admin, e.metrics, e.wss, pki.certFile, pki.keyFile, e.ws, freeAddr(t), freeAddr(t), agent.Addr, extra))
+	return e
+}
+
+// prom is a running Prometheus server.
+type prom struct {
+	addr string
+	out  *syncLog
+}
+
+type syncLog struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *syncLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *syncLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// startPrometheus runs bin with the shipped deploy/prometheus/scrape.yml,
+// changing only the Consul address and, so the test takes seconds, the
+// scrape interval (15s to 1s).
+func startPrometheus(t *testing.T, bin, consulAddr string) *prom {
+	t.Helper()
+	shipped := readFile(t, "../../deploy/prometheus/scrape.yml")
+	cfg := shipped
+	for old, repl := range map[string]string{"server: 127.0.0.1:8500": "server: " + consulAddr, "scrape_interval: 15s": "scrape_interval: 1s"} {
+		if strings.Count(cfg, old) != 1 {
+			t.Fatalf("deploy/prometheus/scrape.yml: want exactly one %q to substitute:\n%s", old, shipped)
+		}
+		cfg = strings.Replace(cfg, old, repl, 1)
+	}
+	dir := t.TempDir()
+	file := filepath.Join(dir, "prometheus.yml")
+	writeFile(t, file, cfg)
+	p := &prom{addr: freeAddr(t), out: &syncLog{}}
+	cmd := exec.Command(bin, "--config.file="+file, "--storage.tsdb.path="+filepath.Join(dir, "data"),
+		"--web.listen-address="+p.addr, "--log.level=warn")
+	cmd.Stdout, cmd.Stderr = p.out, p.out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-done
+		if t.Failed() {
+			t.Logf("prometheus log:\n%s", p.out.String())
+		}
+	})
+	eventually(t, 60*time.Second, "prometheus ready", func() (bool, string) {
+		select {
+		case <-done:
+			t.Fatalf("prometheus exited:\n%s", p.out.String())
+		default:
+		}
+		resp, err := http.Get("http://" + p.addr + "/-/ready")
+		if err != nil {
+			return false, err.Error()
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, resp.Status
+	})
+	return p
+}
+
+// series is one sample of an instant query's answer.
+type series struct {
+	Metric map[string]string `json:"metric"`
+	Value  []any             `json:"value"`
+}
+
+// query evaluates expr now through the HTTP API.
+func (p *prom) query(t *testing.T, expr string) ([]series, error) {
+	t.Helper()
+	resp, err := http.Get("http://" + p.addr + "/api/v1/query?query=" + url.QueryEscape(expr))
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	var out struct {
+		Status string `json:"status"`
+		Error  string `json:"error"`
+		Data   struct {
+			ResultType string          `json:"resultType"`
+			Result     json.RawMessage `json:"result"`
+		} `json:"data"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		return nil, err
+	}
+	if out.Status != "success" {
+		return nil, fmt.Errorf("query %s: %s", expr, out.Error)
+	}
+	if out.Data.ResultType != "vector" {
+		return nil, fmt.Errorf("query %s: result type %s, want vector", expr, out.Data.ResultType)
+	}
+	var ss []series
+	err = json.Unmarshal(out.Data.Result, &ss)
+	return ss, err
+}
+
+// eventually polls cond until it holds or the bound passes.
+func eventually(t *testing.T, bound time.Duration, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(bound)
+	last := ""
+	for {
+		ok, why := cond()
+		if ok {
+			return
+		}
+		last = why
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %s; last: %s", what, bound, last)
+		}
+		time.Sleep(200 * time.Millisecond) // polling another process's state over HTTP; there is no event to await
+	}
+}
+
+// panelExpr is one query of the shipped dashboard.
+type panelExpr struct {
+	panel, refID, expr string
+}
+
+// dashboardExprs reads every query of deploy/grafana/edge-dashboard.json
+// with the dashboard variables replaced: the job, every instance, every
+// pool, and a rate interval of 1m (four scrapes at the test's interval).
+func dashboardExprs(t *testing.T) (rows []string, exprs []panelExpr) {
+	t.Helper()
+	var d struct {
+		Panels []struct {
+			Type    string `json:"type"`
+			Title   string `json:"title"`
+			Targets []struct {
+				RefID string `json:"refId"`
+				Expr  string `json:"expr"`
+			} `json:"targets"`
+		} `json:"panels"`
+	}
+	if err := json.Unmarshal([]byte(readFile(t, "../../deploy/grafana/edge-dashboard.json")), &d); err != nil {
+		t.Fatal(err)
+	}
+	vars := strings.NewReplacer(`"$job"`, `"edge"`, `"$instance"`, `".*"`, `"$pool"`, `".*"`, "$__rate_interval", "1m")
+	for _, p := range d.Panels {
+		if p.Type == "row" {
+			rows = append(rows, p.Title)
+			continue
+		}
+		if len(p.Targets) == 0 {
+			t.Errorf("panel %q has no query", p.Title)
+		}
+		for _, tg := range p.Targets {
+			e := vars.Replace(tg.Expr)
+			if strings.Contains(e, "$") {
+				t.Errorf("panel %q: unknown variable in %s", p.Title, tg.Expr)
+			}
+			exprs = append(exprs, panelExpr{panel: p.Title, refID: tg.RefID, expr: e})
+		}
+	}
+	return rows, exprs
+}
+
+// TestPrometheusFindsFleetAndEveryPanelHasData: a real Consul agent, two
+// edge processes registering themselves, and a real Prometheus with the
+// shipped scrape config (only the Consul address substituted, and a 1s
+// scrape interval). Prometheus must find both edges' metrics listeners
+// through Consul and scrape them up; then, after traffic that exercises
+// every panel (connections, closes, full and resumed handshakes, a refused
+// request, failing health checks, a discovery update and a failing
+// discovery query, a drain), every query of the shipped dashboard must
+// return at least one series.
+func TestPrometheusFindsFleetAndEveryPanelHasData(t *testing.T) {
+	bin := prometheusBin(t)
+	agent := consultest.Start(t)
+	pki := newOCSPPKI(t, t.TempDir())
+	bs := backends(t, "b1", "b2")
+	registerBackend(t, agent.Client, "app", bs[0])
+
+	e1 := writeFleetEdge(t, agent, pki, "drain: {window: 0s, timeout: 5s}\n")
+	// The second edge keeps serving for a while once its drain has begun,
+	// so the drain is scraped while it runs.
+	e2 := writeFleetEdge(t, agent, pki, "drain: {delay: 2m, window: 0s, timeout: 5s}\n")
+	fleet := []*fleetEdge{e1, e2}
+	for _, e := range fleet {
+		e.p = startEdge(t, e.cfg)
+		e.p.waitLog(t, `"service":"edge-metrics"`)
+	}
+	ids := map[string]bool{}
+	svcs, err := agent.Client.Agent().Services()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for id, s := range svcs {
+		if s.Service == "edge" || s.Service == "edge-metrics" {
+			ids[id] = true
+		}
+	}
+	if len(ids) != 4 {
+		t.Fatalf("two edges on one host: want 4 distinct service IDs (edge and edge-metrics each), got %v", ids)
+	}
+
+	p := startPrometheus(t, bin, agent.Addr)
+	want := []string{e1.metrics, e2.metrics}
+	slices.Sort(want)
+	eventually(t, 90*time.Second, "both edges up in Prometheus", func() (bool, string) {
+		ss, err := p.query(t, `up{job="edge"} == 1`)
+		if err != nil {
+			return false, err.Error()
+		}
+		var got []string
+		for _, s := range ss {
+			got = append(got, s.Metric["instance"])
+		}
+		slices.Sort(got)
+		return slices.Equal(got, want), fmt.Sprintf("up instances %v, want the metrics listeners %v", got, want)
+	})
+
+	for _, e := range fleet {
+		fleetTraffic(t, e, pki)
+	}
+	// A discovery update: a second backend joins the pool.
+	registerBackend(t, agent.Client, "app", bs[1])
+	eventually(t, 30*time.Second, "discovery update seen by Prometheus", func() (bool, string) {
+		ss, err := p.query(t, `edge_pool_backends{job="edge", pool="app"} == 2`)
+		return err == nil && len(ss) == 2, fmt.Sprintf("%v %v", ss, err)
+	})
+	// A drain, scraped while it runs.
+	if err := e2.p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "drain seen by Prometheus", func() (bool, string) {
+		ss, err := p.query(t, `edge_draining{job="edge"} == 1`)
+		return err == nil && len(ss) == 1 && ss[0].Metric["instance"] == e2.metrics, fmt.Sprintf("%v %v", ss, err)
+	})
+
+	rows, exprs := dashboardExprs(t)
+	if want := []string{"Clients", "Backends", "TLS", "Discovery", "Drain"}; !slices.Equal(rows, want) {
+		t.Errorf("dashboard rows %q, want %q", rows, want)
+	}
+	empty := map[int]string{}
+	eventually(t, 60*time.Second, "every dashboard query returns data", func() (bool, string) {
+		clear(empty)
+		for i, pe := range exprs {
+			ss, err := p.query(t, pe.expr)
+			if err != nil {
+				t.Fatalf("panel %q %s: %v", pe.panel, pe.refID, err)
+			}
+			if len(ss) == 0 {
+				empty[i] = pe.panel + " " + pe.refID + ": " + pe.expr
+			}
+		}
+		return len(empty) == 0, fmt.Sprintf("%d of %d queries without data: %v", len(empty), len(exprs), empty)
+	})
+	panels := map[string]bool{}
+	for _, pe := range exprs {
+		panels[pe.panel] = true
+	}
+	t.Logf("%d of %d panels (%d queries) have data through Prometheus", len(panels), len(panels), len(exprs))
+}
+
+// fleetTraffic drives what the dashboard shows through one edge: a full
+// and a resumed TLS handshake on wss, WebSocket sessions closed with a
+// code, and a request refused because the pool's backend is down.
+func fleetTraffic(t *testing.T, e *fleetEdge, pki *ocspPKI) {
+	t.Helper()
+	// The staple is fetched before the certificate is served (conf:
+	// tls.ocsp), so the first handshake carries it.
+	cache := tls.NewLRUClientSessionCache(4)
+	d := &websocket.Dialer{TLSClientConfig: &tls.Config{RootCAs: pki.roots, ClientSessionCache: cache}, HandshakeTimeout: 5 * time.Second}
+	var resumed []bool
+	for range 2 {
+		c, _, err := d.Dial("wss://"+e.wss+"/", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ask(t, c, "hello")
+		cs := c.UnderlyingConn().(*tls.Conn).ConnectionState()
+		resumed = append(resumed, cs.DidResume)
+		if len(cs.OCSPResponse) == 0 {
+			t.Error("no OCSP staple in the handshake")
+		}
+		_ = c.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseNormalClosure, "bye"), time.Now().Add(time.Second))
+		_, _, _ = c.ReadMessage()
+		c.Close()
+	}
+	if !slices.Equal(resumed, []bool{false, true}) {
+		t.Errorf("handshakes resumed %v, want a full one then a resumed one", resumed)
+	}
+	c, resp, err := websocket.DefaultDialer.Dial("ws://"+e.ws+"/", http.Header{"Host": {"dead.test"}})
+	if err == nil {
+		c.Close()
+		t.Fatal("a pool with no reachable backend accepted a WebSocket")
+	}
+	if resp == nil || resp.StatusCode < 500 {
+		t.Fatalf("dead pool: got %v, %v; want a 5xx from edge", resp, err)
+	}
+	resp.Body.Close()
+}
+
+// TestMetricsListenerServesOnlyMetricsLintClean: the metrics listener
+// answers /metrics and /healthz and nothing of the admin API, and what it
+// exports passes `promtool check metrics` without a warning (naming,
+// units, _total on counters, help text).
+func TestMetricsListenerServesOnlyMetricsLintClean(t *testing.T) {
+	promtool := promtoolBin(t)
+	bs := backends(t, "b1")
+	s := newSetup(t, bs, "least_conn", "")
+	m := freeAddr(t)
+	writeFile(t, s.cfg, fmt.Sprintf("metrics: {address: %q}\n%s", m, readFile(t, s.cfg)))
+	startEdge(t, s.cfg)
+	for _, u := range []string{"wss://" + s.wss + "/", "ws://" + s.ws + "/"} {
+		c, _, err := s.dialer().Dial(u, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ask(t, c, "x")
+		c.Close()
+	}
+	for path, want := range map[string]int{"/healthz": 200, "/metrics": 200, "/readyz": 404, "/status": 404, "/debug/pprof/": 404} {
+		resp, err := http.Get("http://" + m + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("metrics listener %s: got %d, want %d", path, resp.StatusCode, want)
+		}
+	}
+	resp, err := http.Get("http://" + m + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"edge_ready 1", "edge_draining 0", `edge_tls_certificate_not_after_timestamp_seconds{listener="wss",name="localhost"}`, `edge_tls_ticket_key_rotation_interval_seconds{listener="wss"} 3600`, `edge_connections_opened_total{backend="b1",pool="app"}`} {
+		if !strings.Contains(string(body), name) {
+			t.Errorf("/metrics lacks %s", name)
+		}
+	}
+	cmd := exec.Command(promtool, "check", "metrics")
+	cmd.Stdin = bytes.NewReader(body)
+	out, err := cmd.CombinedOutput()
+	if err != nil || len(bytes.TrimSpace(out)) != 0 {
+		t.Errorf("promtool check metrics: %v\n%s", err, out)
+	}
+}
