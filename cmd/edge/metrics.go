@@ -2,7 +2,6 @@ package main
 
 import (
 	"crypto/tls"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -311,19 +310,21 @@ type listenerTLS struct {
 // deploy/prometheus/alerts.yml watch, read from the components' own status
 // at scrape time so they can never disagree with /status.
 type stateCollector struct {
-	src                                  stateSource
-	ready, draining, discoveryOK         *prometheus.Desc
-	notAfter, stapleNext, keyAge, keyInt *prometheus.Desc
+	src                          stateSource
+	ready, draining, discoveryOK *prometheus.Desc
+	stapleNext, keyAge, keyInt   *prometheus.Desc
 }
 
 func newStateCollector(src stateSource) *stateCollector {
-	ln := []string{"listener", "name"}
+	// Certificates are named by their cert_file, as in
+	// edge_tls_certificate_not_after_timestamp_seconds (certCollector):
+	// unique per pair, where a DNS name is shared by an RSA and an ECDSA pair.
+	ln := []string{"listener", "cert_file"}
 	return &stateCollector{
 		src:         src,
 		ready:       prometheus.NewDesc("edge_ready", "1 while /readyz answers 200.", nil, nil),
 		draining:    prometheus.NewDesc("edge_draining", "1 from the start of the drain until the process exits.", nil, nil),
 		discoveryOK: prometheus.NewDesc("edge_discovery_last_success_timestamp_seconds", "When Consul last answered for the pool (for a restored set, when it was saved); 0 before the first answer.", []string{"pool"}, nil),
-		notAfter:    prometheus.NewDesc("edge_tls_certificate_not_after_timestamp_seconds", "NotAfter of the served certificate; the earliest when several share a name.", ln, nil),
 		stapleNext:  prometheus.NewDesc("edge_tls_ocsp_staple_next_update_timestamp_seconds", "nextUpdate of the OCSP staple being served; absent without a staple.", ln, nil),
 		keyAge:      prometheus.NewDesc("edge_tls_ticket_key_age_seconds", "Time since the session-ticket keys last changed.", []string{"listener"}, nil),
 		keyInt:      prometheus.NewDesc("edge_tls_ticket_key_rotation_interval_seconds", "How often the keys are meant to rotate (absent for keys from a file, which edge does not rotate).", []string{"listener"}, nil),
@@ -332,7 +333,7 @@ func newStateCollector(src stateSource) *stateCollector {
 
 // Describe implements prometheus.Collector.
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.ready, c.draining, c.discoveryOK, c.notAfter, c.stapleNext, c.keyAge, c.keyInt} {
+	for _, d := range []*prometheus.Desc{c.ready, c.draining, c.discoveryOK, c.stapleNext, c.keyAge, c.keyInt} {
 		ch <- d
 	}
 }
@@ -362,31 +363,12 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// collectCerts reports one listener's certificates by name. An RSA and an
-// ECDSA pair often share a name; the earlier deadline is the one to watch,
-// and a label set may appear only once per scrape.
+// collectCerts reports the nextUpdate of each certificate's staple.
 func (c *stateCollector) collectCerts(ch chan<- prometheus.Metric, l listenerTLS) {
-	notAfter := map[string]time.Time{}
-	staple := map[string]time.Time{}
 	for _, cs := range l.status.Certificates {
-		name := filepath.Base(cs.CertFile)
-		if len(cs.Names) > 0 {
-			name = cs.Names[0]
-		}
-		if t, ok := notAfter[name]; !ok || cs.NotAfter.Before(t) {
-			notAfter[name] = cs.NotAfter
-		}
 		if o := cs.OCSP; o.Stapled && !o.NextUpdate.IsZero() {
-			if t, ok := staple[name]; !ok || o.NextUpdate.Before(t) {
-				staple[name] = o.NextUpdate
-			}
+			ch <- prometheus.MustNewConstMetric(c.stapleNext, prometheus.GaugeValue, unixSeconds(o.NextUpdate), l.name, cs.CertFile)
 		}
-	}
-	for name, t := range notAfter {
-		ch <- prometheus.MustNewConstMetric(c.notAfter, prometheus.GaugeValue, unixSeconds(t), l.name, name)
-	}
-	for name, t := range staple {
-		ch <- prometheus.MustNewConstMetric(c.stapleNext, prometheus.GaugeValue, unixSeconds(t), l.name, name)
 	}
 }
 
