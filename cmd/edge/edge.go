@@ -11,6 +11,7 @@ import (
 	"os"
 	"reflect"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -147,6 +148,9 @@ func (e *edge) allPools() []*balance.Pool {
 	for _, p := range e.pools {
 		out = append(out, p.bal)
 	}
+	// By name: /status, the status page and the API list pools in one
+	// order, not the map's.
+	slices.SortFunc(out, func(a, b *balance.Pool) int { return strings.Compare(a.Name(), b.Name()) })
 	return append(out, e.dyn.pools()...)
 }
 

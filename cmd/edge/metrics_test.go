@@ -15,6 +15,7 @@ import (
 func TestDeployReferencesExistingMetrics(t *testing.T) {
 	m := newMetrics(func() []*balance.Pool { return nil })
 	m.watchState(stateSource{})
+	m.reg.MustRegister(certCollector{})
 	ch := make(chan *prometheus.Desc, 100)
 	go func() {
 		m.reg.Describe(ch)
