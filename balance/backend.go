@@ -241,6 +241,16 @@ func (b *Backend) countFailure(cfg *backendConfig, reason string) (EjectEvent, b
 	return ev, true
 }
 
+// clearEjection ends an ejection and forgets counted failures.
+func (b *Backend) clearEjection() {
+	b.fmu.Lock()
+	defer b.fmu.Unlock()
+	b.ejectedUntil.Store(0)
+	b.fhead, b.fn = 0, 0
+	b.failing.Store(0)
+	b.capped.Store(false)
+}
+
 // EjectionsRefused returns how many ejections the cap or the
 // last-available rule refused, for metrics.
 func (b *Backend) EjectionsRefused() int64 { return b.ejectRefused.Load() }

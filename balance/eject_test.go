@@ -204,3 +204,36 @@ func TestRefusedEjectionHappensOnceTheCapHasRoom(t *testing.T) {
 		t.Fatalf("b00 ejected again without failing")
 	}
 }
+
+// TestRejoiningBackendKeepsTheCap: a backend that left the pool while still
+// holding connections is ejected freely (it takes nobody's place), but when
+// it comes back it must not bring that ejection with it past the cap: a
+// registry flap would otherwise leave more of the pool ejected than
+// max_ejection_percent allows.
+func TestRejoiningBackendKeepsTheCap(t *testing.T) {
+	clock := balance.NewFakeClock()
+	p := newPool(t, balance.PoolOptions{Eject: balance.EjectOptions{Failures: 2, Cooldown: time.Minute, MaxPercent: 50}, Now: clock.Now}, members(3)...)
+	a := byID(t, p, "b00")
+	a.Acquire() // a live connection keeps it as a retired backend
+	defer a.Release()
+	if err := p.Update(members(3)[1:]); err != nil {
+		t.Fatal(err)
+	}
+	a.ReportFailure() // a handshake that was under way when it left
+	a.ReportFailure()
+	b := byID(t, p, "b01")
+	b.ReportFailure()
+	b.ReportFailure()
+	if !b.Ejected() {
+		t.Fatal("b01 not ejected: the cap has room for one of two")
+	}
+	if err := p.Update(members(3)); err != nil {
+		t.Fatal(err)
+	}
+	if byID(t, p, "b00") != a {
+		t.Fatal("b00 came back as a new backend; want the retired one")
+	}
+	if got, limit := p.Ejected(), p.MaxEjected(); got > limit {
+		t.Fatalf("after b00 rejoined: %d of 3 ejected, cap %d", got, limit)
+	}
+}

@@ -329,7 +329,8 @@ func maxEjected(members, pct int) int {
 // or leave no other member available. The decision and the store happen
 // under ejmu, so two backends failing together cannot both take the last
 // slot of the cap. A backend no longer in the snapshot (removed, still
-// holding connections) takes nobody's place and is ejected freely.
+// holding connections) takes nobody's place and is ejected freely; if it
+// rejoins, Update clears that ejection, so it cannot return past the cap.
 func (p *Pool) tryEject(b *Backend, until int64) (EjectEvent, bool) {
 	p.ejmu.Lock()
 	defer p.ejmu.Unlock()
@@ -452,6 +453,9 @@ func (p *Pool) UpdateLeft(members []Member) (left []*Backend, err error) {
 			if b = p.retired[rk]; b != nil {
 				delete(p.retired, rk)
 				b.drainBy.Store(0) // back before its clients were all closed
+				// Ejected while it was out, it took nobody's place under
+				// the cap (tryEject); it returns as a new member would.
+				b.clearEjection()
 			} else {
 				b = newBackend(m.id, m.addr, p.cfg)
 			}

@@ -328,26 +328,73 @@ func (s *Server) putReader(br *bufio.Reader) {
 
 // relayResponse sends a backend's non-101 answer to an upgrade request to
 // the client as an ordinary response, and returns the body bytes written.
-// An error means a streamed body broke after the status line was sent.
-func relayResponse(w http.ResponseWriter, bc *backendConn) (int64, error) {
+// Each write to the client has the pool's write timeout wt, as on the plain
+// leg, so a client that stops reading cannot hold the relay (and a streamed
+// answer's backend connection) for ever. An error means the body broke, or
+// the client stopped reading, after the status line was sent.
+func relayResponse(w http.ResponseWriter, bc *backendConn, wt time.Duration) (int64, error) {
+	if bc.release != nil {
+		defer bc.release()
+	}
 	h := w.Header()
 	for k, vv := range bc.resp.Header {
 		h[k] = vv
 	}
 	removeHopByHop(h)
 	delete(h, "Content-Length")
+	dw := &deadlineWriter{w: w, rc: http.NewResponseController(w), timeout: wt}
+	// A later request on this connection must not inherit the deadline.
+	defer dw.clear()
 	if bc.stream == nil {
 		h.Set("Content-Length", strconv.Itoa(len(bc.buffered)))
+		dw.renew()
 		w.WriteHeader(bc.resp.StatusCode)
-		n, _ := w.Write(bc.buffered)
-		return int64(n), nil
+		n, err := dw.Write(bc.buffered)
+		return int64(n), dw.flush(err)
 	}
-	defer bc.release()
 	if bc.resp.ContentLength >= 0 {
 		h.Set("Content-Length", strconv.FormatInt(bc.resp.ContentLength, 10))
 	}
+	dw.renew()
 	w.WriteHeader(bc.resp.StatusCode)
-	return io.Copy(w, bc.stream)
+	n, err := io.Copy(dw, bc.stream)
+	return n, dw.flush(err)
+}
+
+// deadlineWriter gives each write to the client its own deadline, timeout
+// from now; a zero timeout sets none.
+type deadlineWriter struct {
+	w       io.Writer
+	rc      *http.ResponseController
+	timeout time.Duration
+}
+
+func (d *deadlineWriter) renew() {
+	if d.timeout > 0 {
+		_ = d.rc.SetWriteDeadline(time.Now().Add(d.timeout))
+	}
+}
+
+func (d *deadlineWriter) clear() {
+	if d.timeout > 0 {
+		_ = d.rc.SetWriteDeadline(time.Time{})
+	}
+}
+
+// flush sends what net/http still buffers, under the deadline: after the
+// handler returns it would be flushed with none. err is a write error
+// already seen, returned as it is.
+func (d *deadlineWriter) flush(err error) error {
+	if err != nil {
+		return err
+	}
+	d.renew()
+	return d.rc.Flush()
+}
+
+func (d *deadlineWriter) Write(p []byte) (int, error) {
+	d.renew()
+	return d.w.Write(p)
 }
 
 // handshakeError is a failed dial or handshake with whose fault it is.

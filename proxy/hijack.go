@@ -22,10 +22,13 @@ func (s *Server) serveWebSocket(w http.ResponseWriter, x *exchange) {
 		return
 	}
 	if bc.resp.StatusCode != http.StatusSwitchingProtocols {
+		x.status, x.reason = bc.resp.StatusCode, "backend_refused"
+		// The slots are held until the answer is relayed: a streamed one
+		// keeps its backend connection open, and relays stalled by clients
+		// that do not read must not add up past the pool's limits.
+		n, err := relayResponse(w, bc, x.pool.WriteTimeout)
 		bc.backend.Release()
 		x.release()
-		x.status, x.reason = bc.resp.StatusCode, "backend_refused"
-		n, err := relayResponse(w, bc)
 		x.out = n
 		if err != nil {
 			x.reason = "backend_body_broken"
