@@ -263,7 +263,7 @@ func TestAccessLogOneLine(t *testing.T) {
 		}
 		attrs := map[string]string{}
 		lc.recs[0].Attrs(func(a slog.Attr) bool { attrs[a.Key] = a.Value.String(); return true })
-		for _, k := range []string{"client", "route", "backend", "status", "dur", "bytes_in", "bytes_out", "reason"} {
+		for _, k := range []string{"client", "route", "backend", "status", "dur_s", "bytes_in", "bytes_out", "reason"} {
 			if _, ok := attrs[k]; !ok {
 				t.Errorf("access line lacks %q: %v", k, attrs)
 			}
