@@ -237,7 +237,7 @@ func (s *Server) Close() error {
 	// Readiness-driven connections have no goroutine watching s.ctx.
 	for _, c := range s.reg.appendAll(nil) {
 		if c.rd.on {
-			c.closeBoth("shutdown")
+			c.closeBoth(ReasonShutdown)
 		}
 	}
 	s.reg.wait(context.Background())

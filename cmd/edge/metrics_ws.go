@@ -218,10 +218,15 @@ func (m *metrics) httpErrorLog(listener string, logger *slog.Logger) *log.Logger
 
 const tlsHandshakePrefix = "http: TLS handshake error from "
 
+// cutTLSLine returns what follows net/http's TLS handshake error prefix.
+func cutTLSLine(line string) (string, bool) {
+	return strings.CutPrefix(strings.TrimSuffix(line, "\n"), tlsHandshakePrefix)
+}
+
 // Write implements io.Writer for log.Logger: one call per line.
 func (h *httpErrorLog) Write(p []byte) (int, error) {
 	line := strings.TrimSuffix(string(p), "\n")
-	rest, ok := strings.CutPrefix(line, tlsHandshakePrefix)
+	rest, ok := cutTLSLine(line)
 	if !ok {
 		h.log.Debug(line)
 		return len(p), nil
