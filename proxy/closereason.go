@@ -126,7 +126,7 @@ func Rejections() []Rejection {
 		{http.StatusMisdirectedRequest, "sni_mismatch", false},
 		{http.StatusMisdirectedRequest, "no_route", false},
 	}
-	for _, x := range []Rejection{
+	return append(r, []Rejection{
 		{http.StatusMethodNotAllowed, "upgrade_method", true},
 		{http.StatusBadRequest, "upgrade_protocol", true},
 		{http.StatusBadRequest, "upgrade_connection", true},
@@ -150,8 +150,5 @@ func Rejections() []Rejection {
 		{http.StatusGatewayTimeout, "timeout", true},
 		{http.StatusBadGateway, "body_too_large", true},
 		{http.StatusBadGateway, "error", true},
-	} {
-		r = append(r, x)
-	}
-	return r
+	}...)
 }

@@ -18,8 +18,8 @@ import (
 	"net/http"
 	"net/netip"
 	"runtime"
-	"strings"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -106,7 +106,11 @@ func (r *recorder) ConnCloseCode(_ string, side CloseSide, code int) {
 func (r *recorder) Upgraded(string, time.Duration) {}
 func (r *recorder) PingSent(string)                { r.mu.Lock(); r.pings++; r.mu.Unlock() }
 func (r *recorder) CloseSent(string, int)          {}
-func (r *recorder) Retried(_, leg string)          { r.mu.Lock(); r.retries = append(r.retries, leg); r.mu.Unlock() }
+func (r *recorder) Retried(_, leg string) {
+	r.mu.Lock()
+	r.retries = append(r.retries, leg)
+	r.mu.Unlock()
+}
 
 // closedCount reports how many connections have closed so far.
 func (r *recorder) closedCount() int {
