@@ -43,7 +43,7 @@ func (g *registry) add(c *wsConn) bool {
 	g.conns[c] = struct{}{}
 	if g.draining {
 		// Registered while a drain is under way: schedule it like the rest.
-		c.scheduleCloseLocked(g.window, CloseGoingAway, "drain")
+		c.scheduleCloseLocked(g.window, CloseGoingAway, ReasonDrain)
 	}
 	if until, ok := c.be.Draining(); ok {
 		// Its backend left while this connection was being set up (it was
@@ -115,6 +115,21 @@ func (s *Server) Active() int {
 	return len(s.reg.conns)
 }
 
+// ClosePending returns the number of live WebSockets that were asked to
+// close (a drain's 1001, a departed backend's 1012) and have not ended
+// yet: a drain's progress.
+func (s *Server) ClosePending() int {
+	s.reg.mu.Lock()
+	defer s.reg.mu.Unlock()
+	n := 0
+	for c := range s.reg.conns {
+		if c.timer != nil || c.closeCode.Load() != 0 {
+			n++
+		}
+	}
+	return n
+}
+
 // Drain stops the Server gracefully. New requests get 503 with
 // "Connection: close" at once. Every live WebSocket is sent a close frame
 // with status 1001 (going away) after a random delay in [0, window), so
@@ -129,20 +144,20 @@ func (s *Server) Drain(ctx context.Context, window time.Duration) {
 	s.reg.draining = true
 	s.reg.window = window
 	for c := range s.reg.conns {
-		c.scheduleCloseLocked(window, CloseGoingAway, "drain")
+		c.scheduleCloseLocked(window, CloseGoingAway, ReasonDrain)
 	}
 	s.reg.mu.Unlock()
 	if s.reg.wait(ctx) == nil {
 		return
 	}
 	for _, c := range s.reg.appendAll(nil) {
-		c.closeBoth("shutdown")
+		c.closeBoth(ReasonShutdown)
 	}
 	s.reg.wait(context.Background())
 }
 
 // reasonBackendGone is the close reason of a connection whose backend left.
-const reasonBackendGone = "backend_gone"
+const reasonBackendGone = ReasonBackendGone
 
 // CloseBackend sends close 1012 (service restart) to every connection
 // placed on be, each after a random delay in [0, window) like Drain, so the
@@ -165,7 +180,7 @@ func (s *Server) CloseBackend(be *balance.Backend, window time.Duration) int {
 }
 
 // scheduleCloseLocked arms the jittered close request; the registry lock is held.
-func (c *wsConn) scheduleCloseLocked(window time.Duration, code int, reason string) {
+func (c *wsConn) scheduleCloseLocked(window time.Duration, code int, reason CloseReason) {
 	if c.timer != nil {
 		return
 	}
@@ -179,7 +194,7 @@ func (c *wsConn) scheduleCloseLocked(window time.Duration, code int, reason stri
 // CloseConnsOn is CloseBackend for one *Backend of one pool: an ID may
 // name members of several pools (a static backend's ID is its address), and
 // an operator drains one of them. The close reason is reason.
-func (s *Server) CloseConnsOn(b *balance.Backend, code int, window time.Duration, reason string) int {
+func (s *Server) CloseConnsOn(b *balance.Backend, code int, window time.Duration, reason CloseReason) int {
 	n := 0
 	s.reg.each(func(c *wsConn) {
 		if c.be == b {

@@ -52,6 +52,9 @@ func (s *Server) dialUpgrade(ctx context.Context, x *exchange) (bc *backendConn,
 	req.Tried = triedArr[:0]
 	head := s.upgradeRequest(x)
 	for attempt := 0; attempt <= p.Retries; attempt++ {
+		if attempt > 0 {
+			s.obs.Retried(x.routeName(), LegUpgrade)
+		}
 		res, perr := p.Balancer.Pick(&req)
 		if perr != nil {
 			if attempt == 0 {
@@ -144,6 +147,7 @@ var errBackendFull = errors.New("backend at its connection limit")
 func (s *Server) upgradeRequest(x *exchange) []byte {
 	r := x.r
 	h := backendHeader(r, x.lo, x.id)
+	h.Set("X-Request-Id", x.reqID)
 	uri := r.RequestURI
 	if uri == "" || !strings.HasPrefix(uri, "/") {
 		uri = r.URL.RequestURI()

@@ -24,6 +24,9 @@
 //	frameaware.go frame and message limits, heartbeat pings (opt-in per pool)
 //	linger.go     lingering close after a close frame to the client
 //	conns.go      live-connection registry, Drain, CloseBackend, CloseConnsOn, Connections
+//	closereason.go close reasons, close sides and codes, refusals: the
+//	              lists metrics are zero-initialised from
+//	requestid.go  X-Request-Id kept or made up, for the log and backends
 //	http.go       plain HTTP leg (long-polling transports) over net/http's
 //	              Transport: both bodies streamed, no replays
 //	proxyproto.go PROXY protocol v1/v2 listener wrapper for trusted peers
@@ -153,6 +156,15 @@
 // period also honours PingInterval and PingTimeout (a quarter of the
 // smallest, at most a second); the goroutine splice bounds its backend
 // read deadline by the next ping or ping timeout instead.
+//
+// # Close side and code
+//
+// Each WebSocket's access line and Observer.ConnCloseCode say who closed
+// first and with which code: the first close frame edge saw (the
+// backend's, always followed; the client's, followed only with a frame
+// or message limit) or sent itself, else whose stream ended first. The
+// trackers read a close frame's code from its first two payload bytes
+// (RFC 6455 §5.5.1), unmasking a client's; nothing is buffered.
 //
 // # Lingering close
 //

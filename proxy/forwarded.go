@@ -135,7 +135,7 @@ func removeHopByHop(h http.Header) {
 // listener's client-certificate header.
 var managedHeaders = [...]string{
 	"X-Forwarded-For", "X-Forwarded-Proto", "X-Forwarded-Host", "X-Forwarded-Port",
-	"X-Real-Ip", "Forwarded",
+	"X-Real-Ip", "Forwarded", "X-Request-Id",
 }
 
 // dropLookalikes deletes every header whose name folds (ASCII case, '_'

@@ -98,6 +98,17 @@ type frameTracker struct {
 	msgLimit  uint64
 	msgLen    uint64
 	tooBigMsg bool
+
+	// onClose, when set, learns the status code of the first close frame
+	// (RFC 6455 §5.5.1: its first two payload bytes, unmasked;
+	// closeNoStatus when it has none) as soon as the code has gone by.
+	onClose   func(code int)
+	closing   bool // reading the first close frame's code
+	closeDone bool // the first close frame's code was reported
+	masked    bool
+	closeN    int
+	closeMask [4]byte
+	closeBuf  [2]byte
 }
 
 // atBoundary reports whether the stream is between two frames.
@@ -122,6 +133,9 @@ func (t *frameTracker) feed(p []byte, stop bool) int {
 			k := uint64(len(p) - i)
 			if k > t.remaining {
 				k = t.remaining
+			}
+			if t.closing {
+				t.closeBytes(p[i : i+int(k)])
 			}
 			i += int(k)
 			t.remaining -= k
@@ -154,6 +168,7 @@ func (t *frameTracker) feed(p []byte, stop bool) int {
 		t.remaining = h.length
 		if h.opcode == opClose {
 			t.closeSeen = true
+			t.closeStart(h, t.hdr[:h.size])
 		}
 		if t.remaining == 0 && stop {
 			return i
@@ -204,4 +219,45 @@ func (t *frameTracker) over(h frameHeader) bool {
 	}
 	t.msgLen += h.length
 	return false
+}
+
+// closeStart begins reading the code of the first close frame, whose
+// header is h with its bytes hdr.
+func (t *frameTracker) closeStart(h frameHeader, hdr []byte) {
+	if t.onClose == nil || t.closeDone {
+		return
+	}
+	switch h.length {
+	case 0:
+		t.closeReport(closeNoStatus)
+		return
+	case 1:
+		// A one-byte body is no status code (RFC 6455 §5.5.1): protocol error.
+		t.closeReport(1002)
+		return
+	}
+	t.closing, t.closeN, t.masked = true, 0, h.masked
+	if h.masked {
+		copy(t.closeMask[:], hdr[len(hdr)-4:])
+	}
+}
+
+// closeBytes takes payload bytes of the close frame whose code is read.
+func (t *frameTracker) closeBytes(b []byte) {
+	for _, v := range b {
+		if t.masked {
+			v ^= t.closeMask[t.closeN]
+		}
+		t.closeBuf[t.closeN] = v
+		t.closeN++
+		if t.closeN == 2 {
+			t.closeReport(int(t.closeBuf[0])<<8 | int(t.closeBuf[1]))
+			return
+		}
+	}
+}
+
+func (t *frameTracker) closeReport(code int) {
+	t.closing, t.closeDone = false, true
+	t.onClose(code)
 }

@@ -60,6 +60,7 @@ func (c *wsConn) initFrames() {
 	if m := c.pool.MaxMessageBytes; m > 0 {
 		f.c2b.msgLimit = uint64(m)
 	}
+	f.c2b.onClose = func(code int) { c.noteClose(SideClient, code) }
 	c.fw = f
 }
 
@@ -95,9 +96,9 @@ func (c *wsConn) clientChunk(p []byte) []byte {
 	}
 	f.tooBig = true
 	f.endAfterClose.Store(true)
-	reason := "frame_too_big"
+	reason := ReasonFrameTooBig
 	if f.c2b.tooBigMsg {
-		reason = "message_too_big"
+		reason = ReasonMessageTooBig
 	}
 	c.requestClose(CloseMessageTooBig, reason)
 	return p
@@ -120,6 +121,7 @@ func (c *wsConn) mayPing() bool {
 func (c *wsConn) pinged() {
 	f := c.fw
 	now := time.Now().UnixNano()
+	c.s.obs.PingSent(c.x.routeName())
 	f.pingWanted.Store(false)
 	f.pingSent.Store(now)
 	if a := f.awaitSince.Load(); a <= f.lastClient.Load() {

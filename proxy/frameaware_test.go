@@ -244,6 +244,12 @@ func TestPingKeepsAnsweringClient(t *testing.T) {
 			t.Fatalf("connection closed with reason %q", r)
 		default:
 		}
+		e.obs.mu.Lock()
+		sent := e.obs.pings
+		e.obs.mu.Unlock()
+		if sent < 60 {
+			t.Fatalf("Observer pings: got %d, want at least the 60 received", sent)
+		}
 	})
 }
 

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -236,8 +237,11 @@ func FuzzLookalikeHeaders(f *testing.F) {
 	f.Add("X_Forwarded_For", "6.6.6.6")
 	f.Add("x_client-CERT", "admin")
 	f.Add("X_Real_IP", "1.2.3.4")
-	// A header edge does not manage passes.
+	// X-Request-Id is edge's to write (kept from a valid client value):
+	// its lookalikes are dropped.
 	f.Add("X_Request_Id", "abc")
+	// A header edge does not manage passes.
+	f.Add("X_Trace_Id", "abc")
 	f.Fuzz(func(t *testing.T, name, value string) {
 		r, err := http.NewRequest(http.MethodGet, "http://example.com/", nil)
 		if err != nil {
@@ -453,6 +457,57 @@ func FuzzMessageLimit(f *testing.F) {
 		}
 		if whole.forMsg && msgLimit == 0 || whole.big && !whole.forMsg && limit == 0 {
 			t.Fatalf("tripped without the limit: %+v", whole)
+		}
+	})
+}
+
+// FuzzCloseCode: the close code the frame tracker reports for the first
+// close frame of a stream is the same however the stream is chunked, is
+// reported at most once, and equals the frame's first two (unmasked)
+// payload bytes.
+func FuzzCloseCode(f *testing.F) {
+	// A text frame, then close 1000.
+	f.Add([]byte{0x81, 2, 'h', 'i', 0x88, 2, 0x03, 0xe8}, uint8(1))
+	// A masked client close 4001 with a reason.
+	f.Add(append([]byte{0x88, 0x85, 1, 2, 3, 4}, 0x0f^1, 0xa1^2, 'b'^3, 'y'^4, 'e'^1), uint8(2))
+	// A close without a status (1005), then another close ignored.
+	f.Add([]byte{0x88, 0, 0x88, 2, 0x03, 0xe9}, uint8(3))
+	// A one-byte close body: a protocol error.
+	f.Add([]byte{0x88, 1, 7}, uint8(1))
+	f.Fuzz(func(t *testing.T, data []byte, split uint8) {
+		codes := func(chunk int) []int {
+			var got []int
+			tr := frameTracker{onClose: func(c int) { got = append(got, c) }}
+			for pos := 0; pos < len(data); pos += chunk {
+				tr.feed(data[pos:min(pos+chunk, len(data))], false)
+			}
+			return got
+		}
+		whole, parts := codes(len(data)+1), codes(int(split%16)+1)
+		if len(whole) > 1 || !slices.Equal(whole, parts) {
+			t.Fatalf("codes: whole %v, split %v", whole, parts)
+		}
+		if len(whole) == 1 && (whole[0] < 0 || whole[0] > 0xffff) {
+			t.Fatalf("code %d out of range", whole[0])
+		}
+	})
+}
+
+// FuzzRequestID: the id edge logs and forwards is always one bounded
+// token of visible ASCII; a valid client id is kept as it is.
+func FuzzRequestID(f *testing.F) {
+	f.Add("abc-123")
+	f.Add("")
+	f.Add("has space")
+	f.Add("caf\xc3\xa9")
+	f.Add(strings.Repeat("a", 129))
+	f.Fuzz(func(t *testing.T, in string) {
+		id := requestID(http.Header{"X-Request-Id": {in}})
+		if !validRequestID(id) {
+			t.Fatalf("id %q for %q is not a valid id", id, in)
+		}
+		if validRequestID(in) && id != in {
+			t.Fatalf("valid id %q replaced by %q", in, id)
 		}
 	})
 }

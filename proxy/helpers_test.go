@@ -18,6 +18,7 @@ import (
 	"net/http"
 	"net/netip"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -69,6 +70,9 @@ type recorder struct {
 	// unpaired counts ConnClosed calls beyond the ConnOpened ones.
 	unpaired int
 	closeCh  chan string
+	closes   []string // "side code" of each ConnCloseCode
+	pings    int
+	retries  []string // legs
 }
 
 func newRecorder() *recorder { return &recorder{closeCh: make(chan string, 100)} }
@@ -94,6 +98,19 @@ func (r *recorder) Rejected(_ string, status int, _ string) {
 	r.mu.Unlock()
 }
 func (r *recorder) HTTPRequest(string, string, int, time.Duration) {}
+func (r *recorder) ConnCloseCode(_ string, side CloseSide, code int) {
+	r.mu.Lock()
+	r.closes = append(r.closes, string(side)+" "+strconv.Itoa(code))
+	r.mu.Unlock()
+}
+func (r *recorder) Upgraded(string, time.Duration) {}
+func (r *recorder) PingSent(string)                { r.mu.Lock(); r.pings++; r.mu.Unlock() }
+func (r *recorder) CloseSent(string, int)          {}
+func (r *recorder) Retried(_, leg string) {
+	r.mu.Lock()
+	r.retries = append(r.retries, leg)
+	r.mu.Unlock()
+}
 
 // closedCount reports how many connections have closed so far.
 func (r *recorder) closedCount() int {

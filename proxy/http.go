@@ -335,6 +335,7 @@ func outRequest(ctx context.Context, r *http.Request, addr string, hdr http.Head
 // plainHeader is the header sent to backends.
 func plainHeader(x *exchange) http.Header {
 	h := backendHeader(x.r, x.lo, x.id)
+	h.Set("X-Request-Id", x.reqID)
 	delete(h, "Host")
 	if _, ok := h["User-Agent"]; !ok {
 		// An empty value keeps the Transport from adding its own.
@@ -368,6 +369,9 @@ func (s *Server) servePlain(w http.ResponseWriter, x *exchange) {
 	preq.Tried = triedArr[:0]
 	var lastErr error
 	for i := 0; i <= p.Retries; i++ {
+		if i > 0 {
+			s.obs.Retried(x.routeName(), LegPlain)
+		}
 		res, perr := p.Balancer.Pick(&preq)
 		if perr != nil {
 			if i == 0 {

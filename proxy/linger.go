@@ -49,9 +49,9 @@ func (p *Pool) lingerBytes() int64 {
 // forcedClose reports reasons that close both sockets at once: the
 // server stopping, a timeout, a dead client. Every other close of a
 // connection whose client was sent a close frame lingers.
-func forcedClose(reason string) bool {
+func forcedClose(reason CloseReason) bool {
 	switch reason {
-	case "shutdown", "idle_timeout", "write_timeout", "fin_timeout", "ping_timeout", "client_closed", "error":
+	case ReasonShutdown, ReasonIdleTimeout, ReasonWriteTimeout, ReasonFinTimeout, ReasonPingTimeout, ReasonClientClosed, ReasonError:
 		return true
 	}
 	return false
@@ -125,11 +125,12 @@ func (c *wsConn) pingTimeoutClose(write func([]byte) error) bool {
 	if c.closeSent || c.frames.closeSeen || !c.frames.atBoundary() {
 		return false
 	}
-	c.setReason("ping_timeout")
+	c.setReason(ReasonPingTimeout)
 	c.closeSent = true
 	if err := write(closeFrame(closePingTimeout)); err != nil {
 		return false
 	}
+	c.closeWritten(closePingTimeout)
 	c.closeOut.Store(true)
 	return true
 }

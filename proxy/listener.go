@@ -28,7 +28,22 @@ func WrapListener(l net.Listener) net.Listener { return &readyListener{Listener:
 
 type readyListener struct {
 	net.Listener
-	lim *AcceptLimit // nil: no cap
+	lim *AcceptLimit   // nil: no cap
+	cnt *ListenerConns // nil: not counted
+}
+
+// ListenerConns counts the open client sockets of one listener, from
+// accept until their descriptor is closed (after a takeover, when the
+// splice closes its duplicate).
+type ListenerConns struct{ open atomic.Int64 }
+
+// Open returns the number of open client sockets.
+func (n *ListenerConns) Open() int64 { return n.open.Load() }
+
+// WrapListenerCount is WrapListenerLimit with the listener's own sockets
+// also counted in n, for a per-listener gauge.
+func WrapListenerCount(l net.Listener, lim *AcceptLimit, n *ListenerConns) net.Listener {
+	return &readyListener{Listener: l, lim: lim, cnt: n}
 }
 
 func (l *readyListener) Accept() (net.Conn, error) {
@@ -42,7 +57,10 @@ func (l *readyListener) Accept() (net.Conn, error) {
 			c.Close()
 			continue
 		}
-		return &edgeConn{Conn: c, lim: l.lim}, nil
+		if l.cnt != nil {
+			l.cnt.open.Add(1)
+		}
+		return &edgeConn{Conn: c, lim: l.lim, cnt: l.cnt}, nil
 	}
 }
 
@@ -57,14 +75,20 @@ type edgeConn struct {
 	pre   []byte   // bytes a layer below (PROXY reader) still held at takeover
 	raddr net.Addr // kept for logs; the local address is asked of the socket
 
-	lim      *AcceptLimit // counts this socket until its descriptor closes
+	lim      *AcceptLimit   // counts this socket until its descriptor closes
+	cnt      *ListenerConns // likewise, per listener
 	released atomic.Bool
 }
 
 // release gives the socket's place under the AcceptLimit back, once.
 func (c *edgeConn) release() {
-	if c.lim != nil && c.released.CompareAndSwap(false, true) {
-		c.lim.done()
+	if (c.lim != nil || c.cnt != nil) && c.released.CompareAndSwap(false, true) {
+		if c.lim != nil {
+			c.lim.done()
+		}
+		if c.cnt != nil {
+			c.cnt.open.Add(-1)
+		}
 	}
 }
 

@@ -4,21 +4,45 @@ import "time"
 
 // Observer receives connection events; cmd/edge turns them into metrics.
 // Methods are called on the connection's goroutine and must not block.
+// The pool or route argument is the pool's name ("" before routing).
 type Observer interface {
 	// ConnOpened is called once a WebSocket connection is spliced, before
 	// the 101 goes to the client; exactly one ConnClosed follows it.
 	ConnOpened(route, backend string)
 	// ConnClosed is called when a spliced connection ends; reason is the
-	// access-log reason, in and out count client->backend and
-	// backend->client bytes.
+	// access-log reason (a CloseReason), in and out count client->backend
+	// and backend->client bytes.
 	ConnClosed(route, backend, reason string, dur time.Duration, in, out int64)
 	// DialFailed is called for every failed dial or broken backend handshake.
 	DialFailed(route, backend string, err error)
-	// Rejected is called when a request is answered by the proxy itself.
+	// Rejected is called when a request is answered by the proxy itself;
+	// Rejections lists every status and reason.
 	Rejected(route string, status int, reason string)
 	// HTTPRequest is called when a plain HTTP request ends.
 	HTTPRequest(route, backend string, status int, dur time.Duration)
+
+	// Upgraded is called with the time from the request to the 101, once
+	// per spliced connection, right after ConnOpened.
+	Upgraded(pool string, d time.Duration)
+	// ConnCloseCode is called once per spliced connection, right before
+	// its ConnClosed: who closed first and with which close code, 0 when
+	// no close frame was seen (see the README for what opaque mode sees).
+	ConnCloseCode(pool string, side CloseSide, code int)
+	// CloseSent is called for every close frame edge itself sent to a
+	// client (1001 drain, 1009 limit, 1011 ping timeout, 1012 backend gone).
+	CloseSent(pool string, code int)
+	// PingSent is called for every heartbeat ping sent to a client.
+	PingSent(pool string)
+	// Retried is called for every further backend tried for one request
+	// after a dial or handshake failure; leg is LegUpgrade or LegPlain.
+	Retried(pool, leg string)
 }
+
+// Legs of a request, for Observer.Retried.
+const (
+	LegUpgrade = "upgrade" // a WebSocket upgrade
+	LegPlain   = "plain"   // a plain HTTP request
+)
 
 // NopObserver ignores every event. It is the default Observer.
 type NopObserver struct{}
@@ -39,3 +63,18 @@ func (NopObserver) Rejected(string, int, string) {}
 
 // HTTPRequest implements Observer.
 func (NopObserver) HTTPRequest(string, string, int, time.Duration) {}
+
+// Upgraded implements Observer.
+func (NopObserver) Upgraded(string, time.Duration) {}
+
+// ConnCloseCode implements Observer.
+func (NopObserver) ConnCloseCode(string, CloseSide, int) {}
+
+// CloseSent implements Observer.
+func (NopObserver) CloseSent(string, int) {}
+
+// PingSent implements Observer.
+func (NopObserver) PingSent(string) {}
+
+// Retried implements Observer.
+func (NopObserver) Retried(string, string) {}

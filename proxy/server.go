@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -236,7 +237,7 @@ func (s *Server) Close() error {
 	// Readiness-driven connections have no goroutine watching s.ctx.
 	for _, c := range s.reg.appendAll(nil) {
 		if c.rd.on {
-			c.closeBoth("shutdown")
+			c.closeBoth(ReasonShutdown)
 		}
 	}
 	s.reg.wait(context.Background())
@@ -287,6 +288,13 @@ type exchange struct {
 	// Copied from r for the access log, so a long-lived connection can
 	// drop the request (and its header map) after the handshake.
 	method, host, path string
+	tls                string // TLS version name; "" on a plain listener
+	reqID              string // X-Request-Id, the client's or made up
+	// WebSocket only: time from the request to the 101, and who closed
+	// first with which code (0: no close frame seen).
+	upgrade   time.Duration
+	closeSide CloseSide
+	closeCode int
 }
 
 func (x *exchange) routeName() string {
@@ -296,26 +304,38 @@ func (x *exchange) routeName() string {
 	return x.pool.Name
 }
 
+// logAccess writes the access line; README's "Log fields" lists them.
+// Durations are seconds as floats, like Prometheus's base unit.
 func (x *exchange) logAccess() {
 	client := ""
 	if x.id.client.IsValid() {
 		client = x.id.client.String()
 	}
-	x.s.access.LogAttrs(context.Background(), slog.LevelInfo, "access",
+	attrs := [20]slog.Attr{
 		slog.String("listener", x.lo.Name),
 		slog.String("kind", x.kind),
+		slog.String("request_id", x.reqID),
 		slog.String("client", client),
+		slog.String("tls", x.tls),
 		slog.String("method", x.method),
 		slog.String("host", x.host),
 		slog.String("path", x.path),
 		slog.String("route", x.routeName()),
 		slog.String("backend", x.backend),
 		slog.Int("status", x.status),
-		slog.Duration("dur", x.s.now().Sub(x.start)),
+		slog.Float64("dur_s", x.s.now().Sub(x.start).Seconds()),
 		slog.Int64("bytes_in", x.in),
 		slog.Int64("bytes_out", x.out),
 		slog.String("reason", x.reason),
-	)
+	}
+	n := 15
+	if x.kind == "ws" && x.status == http.StatusSwitchingProtocols {
+		attrs[n] = slog.Float64("upgrade_s", x.upgrade.Seconds())
+		attrs[n+1] = slog.String("close_side", string(x.closeSide))
+		attrs[n+2] = slog.Int("close_code", x.closeCode)
+		n += 3
+	}
+	x.s.access.LogAttrs(context.Background(), slog.LevelInfo, "access", attrs[:n]...)
 }
 
 // reject answers the request from the proxy itself.
@@ -338,7 +358,10 @@ func spreadRetryAfter(after time.Duration) string {
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s := h.s
 	x := &exchange{s: s, lo: &h.lo, r: r, start: s.now(), kind: "http",
-		method: r.Method, host: r.Host, path: r.URL.Path}
+		method: r.Method, host: r.Host, path: r.URL.Path, reqID: requestID(r.Header)}
+	if r.TLS != nil {
+		x.tls = tls.VersionName(r.TLS.Version)
+	}
 	ws := wantsUpgrade(r.Header)
 	if ws {
 		x.kind = "ws"

@@ -51,7 +51,12 @@ type wsConn struct {
 	timer     *time.Timer  // jittered close request; guarded by the registry lock
 
 	reasonMu sync.Mutex
-	reason   string
+	reason   CloseReason
+	// The first close edge saw: a close frame from either side or one
+	// edge sent (closeAt > 0 has its code), guarded by reasonMu.
+	closeBy   CloseSide
+	closeAt   int
+	closeSeen bool
 
 	closeOnce sync.Once
 	last      atomic.Int64 // unix nanos of the last byte read either way
@@ -80,8 +85,37 @@ func newWSConn(s *Server, x *exchange, client net.Conn, bc *backendConn) *wsConn
 	c := &wsConn{s: s, x: x, client: client, backend: bc.conn, be: bc.backend, pool: x.pool}
 	c.ctx, c.cancel = context.WithCancel(s.ctx)
 	c.touch()
+	c.frames.onClose = func(code int) { c.noteClose(SideBackend, code) }
 	c.initFrames()
 	return c
+}
+
+// noteClose records the first close frame edge saw or sent; later ones
+// (the other side's answer) do not count.
+func (c *wsConn) noteClose(side CloseSide, code int) {
+	c.reasonMu.Lock()
+	if !c.closeSeen {
+		c.closeSeen, c.closeBy, c.closeAt = true, side, code
+	}
+	c.reasonMu.Unlock()
+}
+
+// closeWritten records a close frame edge itself wrote to the client.
+func (c *wsConn) closeWritten(code int) {
+	c.noteClose(SideEdge, code)
+	c.s.obs.CloseSent(c.x.routeName(), code)
+}
+
+// closedBy says who closed first and with which code (0: no close frame
+// was seen, then the side whose stream ended first, edge for its own
+// timeouts and shutdown).
+func (c *wsConn) closedBy(reason CloseReason) (CloseSide, int) {
+	c.reasonMu.Lock()
+	defer c.reasonMu.Unlock()
+	if c.closeSeen {
+		return c.closeBy, c.closeAt
+	}
+	return reason.side(), 0
 }
 
 // start registers the connection and runs it on its own goroutines, so the
@@ -90,11 +124,14 @@ func (c *wsConn) start(head, clientBuffered []byte, backendBuffered []byte) {
 	// Opened before anything can fail: every path from here ends in finish
 	// (or finishReady), whose ConnClosed must follow a ConnOpened.
 	c.s.obs.ConnOpened(c.x.routeName(), c.be.ID())
+	// The 101 goes out next, on this goroutine or the splice's first run.
+	c.x.upgrade = c.s.now().Sub(c.x.start)
+	c.s.obs.Upgraded(c.x.routeName(), c.x.upgrade)
 	if c.startReady(head, clientBuffered, backendBuffered) {
 		return
 	}
 	if !c.s.reg.add(c) {
-		c.closeBoth("shutdown")
+		c.closeBoth(ReasonShutdown)
 		c.finish()
 		return
 	}
@@ -102,7 +139,7 @@ func (c *wsConn) start(head, clientBuffered []byte, backendBuffered []byte) {
 }
 
 // setReason records why the connection ends; the first reason wins.
-func (c *wsConn) setReason(r string) {
+func (c *wsConn) setReason(r CloseReason) {
 	c.reasonMu.Lock()
 	if c.reason == "" {
 		c.reason = r
@@ -110,7 +147,7 @@ func (c *wsConn) setReason(r string) {
 	c.reasonMu.Unlock()
 }
 
-func (c *wsConn) getReason() string {
+func (c *wsConn) getReason() CloseReason {
 	c.reasonMu.Lock()
 	defer c.reasonMu.Unlock()
 	return c.reason
@@ -119,7 +156,7 @@ func (c *wsConn) getReason() string {
 // closeBoth closes both sockets once; every parked read and write returns.
 // A connection whose client was sent a close frame closes lingering
 // instead, unless reason calls for an immediate close (forcedClose).
-func (c *wsConn) closeBoth(reason string) {
+func (c *wsConn) closeBoth(reason CloseReason) {
 	c.setReason(reason)
 	if !forcedClose(reason) && c.lingerStart() {
 		return
@@ -143,7 +180,7 @@ func (c *wsConn) closeNow() {
 // with code at the next frame boundary. The past read deadline wakes a
 // parked wait; the direction re-checks closeCode after re-arming its own
 // deadline, so the wake-up cannot be lost.
-func (c *wsConn) requestClose(code int, reason string) {
+func (c *wsConn) requestClose(code int, reason CloseReason) {
 	if c.closeCode.CompareAndSwap(0, int32(code)) {
 		c.setReason(reason)
 		if c.rd.on {
@@ -172,7 +209,7 @@ func (c *wsConn) idleExpired() bool {
 // splices until both directions end.
 func (c *wsConn) run(head, clientBuffered, backendBuffered []byte) {
 	defer c.finish()
-	stop := context.AfterFunc(c.ctx, func() { c.closeBoth("shutdown") })
+	stop := context.AfterFunc(c.ctx, func() { c.closeBoth(ReasonShutdown) })
 	defer stop()
 
 	// The 101 and any frames the backend sent behind it, in one write.
@@ -186,7 +223,7 @@ func (c *wsConn) run(head, clientBuffered, backendBuffered []byte) {
 	}
 	c.client.SetWriteDeadline(time.Now().Add(wt))
 	if _, err := c.client.Write(append(head, backendBuffered...)); err != nil {
-		c.closeBoth(writeReason(err, "client_closed"))
+		c.closeBoth(writeReason(err, ReasonClientClosed))
 		return
 	}
 	c.out.Add(int64(len(backendBuffered)))
@@ -194,13 +231,13 @@ func (c *wsConn) run(head, clientBuffered, backendBuffered []byte) {
 	if c.frames.tooBig {
 		// A frame over the limit came right behind the 101.
 		c.backendTooBig()
-		c.closeBoth("backend_frame_too_big")
+		c.closeBoth(ReasonBackendFrameTooBig)
 		return
 	}
 	if len(clientBuffered) > 0 {
 		c.backend.SetWriteDeadline(time.Now().Add(wt))
 		if _, err := c.backend.Write(clientBuffered); err != nil {
-			c.closeBoth(writeReason(err, "backend_closed"))
+			c.closeBoth(writeReason(err, ReasonBackendClosed))
 			return
 		}
 		c.in.Add(int64(len(clientBuffered)))
@@ -218,7 +255,7 @@ func (c *wsConn) run(head, clientBuffered, backendBuffered []byte) {
 			t.Stop()
 		}
 	}()
-	end := func(reason string, err error) {
+	end := func(reason CloseReason, err error) {
 		if err != nil {
 			c.closeBoth(reason)
 			return
@@ -227,7 +264,7 @@ func (c *wsConn) run(head, clientBuffered, backendBuffered []byte) {
 		// One side finished cleanly and its FIN went on; the other side
 		// gets finTimeout to finish too, so a peer that never closes its
 		// half cannot pin the connection (HAProxy's "timeout client-fin").
-		fin.CompareAndSwap(nil, time.AfterFunc(finTimeout, func() { c.closeBoth("fin_timeout") }))
+		fin.CompareAndSwap(nil, time.AfterFunc(finTimeout, func() { c.closeBoth(ReasonFinTimeout) }))
 	}
 	go func() {
 		reason, err := c.clientToBackend()
@@ -257,25 +294,28 @@ func (c *wsConn) finish() {
 	c.be.Release()
 	x := c.x
 	x.release()
-	x.reason = c.getReason()
+	reason := c.getReason()
+	x.reason = string(reason)
 	x.in, x.out = c.in.Load(), c.out.Load()
+	x.closeSide, x.closeCode = c.closedBy(reason)
 	// The access line goes first: whoever waits for ConnClosed then finds it.
 	x.logAccess()
+	c.s.obs.ConnCloseCode(x.routeName(), x.closeSide, x.closeCode)
 	c.s.obs.ConnClosed(x.routeName(), c.be.ID(), x.reason, c.s.now().Sub(x.start), x.in, x.out)
 }
 
 // writeReason names a failed write.
-func writeReason(err error, closed string) string {
+func writeReason(err error, closed CloseReason) CloseReason {
 	if isTimeout(err) {
-		return "write_timeout"
+		return ReasonWriteTimeout
 	}
 	return closed
 }
 
 // readReason names a failed read.
-func readReason(err error, closed string) string {
+func readReason(err error, closed CloseReason) CloseReason {
 	if errors.Is(err, net.ErrClosed) {
-		return "shutdown"
+		return ReasonShutdown
 	}
 	return closed
 }
@@ -292,7 +332,7 @@ func (c *wsConn) write(dst net.Conn, p []byte) error {
 }
 
 // clientToBackend copies client bytes to the backend (opaque).
-func (c *wsConn) clientToBackend() (string, error) {
+func (c *wsConn) clientToBackend() (CloseReason, error) {
 	d := newDirection(c, c.client, false)
 	for {
 		bp, n, err := d.read()
@@ -309,7 +349,7 @@ func (c *wsConn) clientToBackend() (string, error) {
 		if err != nil {
 			if isTimeout(err) {
 				if c.idleExpired() {
-					return "idle_timeout", err
+					return ReasonIdleTimeout, err
 				}
 				continue
 			}
@@ -317,12 +357,12 @@ func (c *wsConn) clientToBackend() (string, error) {
 				// Propagate the half-close; the other direction goes on.
 				// The reason is recorded first: the FIN may make the other
 				// side end at once.
-				c.setReason("client_closed")
+				c.setReason(ReasonClientClosed)
 				c.clientEOF.Store(true)
 				closeWrite(c.backend)
-				return "client_closed", nil
+				return ReasonClientClosed, nil
 			}
-			return readReason(err, "client_closed"), err
+			return readReason(err, ReasonClientClosed), err
 		}
 		c.touch()
 		p := (*bp)[:n]
@@ -339,7 +379,7 @@ func (c *wsConn) clientToBackend() (string, error) {
 				// frame (a departing backend): linger, do not reset.
 				continue
 			}
-			return writeReason(err, "backend_closed"), err
+			return writeReason(err, ReasonBackendClosed), err
 		}
 		c.in.Add(int64(len(p)))
 	}
@@ -347,7 +387,7 @@ func (c *wsConn) clientToBackend() (string, error) {
 
 // backendToClient copies backend frames to the client, tracking frame
 // boundaries so a requested close frame goes between two frames.
-func (c *wsConn) backendToClient() (string, error) {
+func (c *wsConn) backendToClient() (CloseReason, error) {
 	d := newDirection(c, c.backend, true)
 	for {
 		if code := c.closeCode.Load(); code != 0 && !c.closeSent {
@@ -368,8 +408,9 @@ func (c *wsConn) backendToClient() (string, error) {
 				err := c.write(c.client, closeFrame(int(code)))
 				c.closeSent = true
 				if err != nil {
-					return writeReason(err, "client_closed"), err
+					return writeReason(err, ReasonClientClosed), err
 				}
+				c.closeWritten(int(code))
 				c.closeOut.Store(true)
 			}
 			if c.closeSent && c.fw != nil && c.fw.endAfterClose.Load() {
@@ -380,7 +421,7 @@ func (c *wsConn) backendToClient() (string, error) {
 		}
 		if c.fw != nil && c.mayPing() {
 			if err := c.write(c.client, pingFrame()); err != nil {
-				return writeReason(err, "client_closed"), err
+				return writeReason(err, ReasonClientClosed), err
 			}
 			c.pinged()
 		}
@@ -391,7 +432,7 @@ func (c *wsConn) backendToClient() (string, error) {
 					continue
 				}
 				if c.idleExpired() {
-					return "idle_timeout", err
+					return ReasonIdleTimeout, err
 				}
 				if c.fw == nil {
 					continue
@@ -400,7 +441,7 @@ func (c *wsConn) backendToClient() (string, error) {
 					if c.pingTimeoutClose(func(b []byte) error { return c.write(c.client, b) }) {
 						return "", errWake
 					}
-					return "ping_timeout", err
+					return ReasonPingTimeout, err
 				} else if due {
 					c.fw.pingWanted.Store(true)
 				}
@@ -411,11 +452,11 @@ func (c *wsConn) backendToClient() (string, error) {
 				return "", err
 			}
 			if errors.Is(err, io.EOF) {
-				c.setReason("backend_closed")
+				c.setReason(ReasonBackendClosed)
 				closeWrite(c.client)
-				return "backend_closed", nil
+				return ReasonBackendClosed, nil
 			}
-			return readReason(err, "backend_closed"), err
+			return readReason(err, ReasonBackendClosed), err
 		}
 		c.touch()
 		p := (*bp)[:n]
@@ -434,17 +475,17 @@ func (c *wsConn) backendToClient() (string, error) {
 					}
 				}
 				d.put(bp)
-				return "backend_frame_too_big", c.backendTooBig()
+				return ReasonBackendFrameTooBig, c.backendTooBig()
 			}
 		case c.fw != nil:
 			n, err := c.relayFrames(p, func(b []byte) error { return c.write(c.client, b) })
 			d.put(bp)
 			c.out.Add(int64(n))
 			if errors.Is(err, errBackendFrameTooBig) {
-				return "backend_frame_too_big", err
+				return ReasonBackendFrameTooBig, err
 			}
 			if err != nil {
-				return writeReason(err, "client_closed"), err
+				return writeReason(err, ReasonClientClosed), err
 			}
 			continue
 		default:
@@ -455,7 +496,7 @@ func (c *wsConn) backendToClient() (string, error) {
 		}
 		d.put(bp)
 		if err != nil {
-			return writeReason(err, "client_closed"), err
+			return writeReason(err, ReasonClientClosed), err
 		}
 		c.out.Add(int64(len(p)))
 	}

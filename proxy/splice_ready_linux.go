@@ -72,7 +72,7 @@ func (c *wsConn) startReady(head, clientBuffered, backendBuffered []byte) bool {
 	c.ctx, c.cancel = nil, nil
 	r.state.Store(runBusy)
 	if !c.s.reg.add(c) {
-		c.closeBoth("shutdown")
+		c.closeBoth(ReasonShutdown)
 		c.finishReady()
 		return true
 	}
@@ -86,7 +86,7 @@ func (c *wsConn) startReady(head, clientBuffered, backendBuffered []byte) bool {
 		clientBuffered = c.clientChunk(clientBuffered)
 	}
 	if _, err := c.client.Write(append(head, backendBuffered...)); err != nil {
-		c.closeBoth("client_closed")
+		c.closeBoth(ReasonClientClosed)
 		c.runReady()
 		return true
 	}
@@ -94,13 +94,13 @@ func (c *wsConn) startReady(head, clientBuffered, backendBuffered []byte) bool {
 	if c.frames.tooBig {
 		// A frame over the limit came right behind the 101.
 		c.backendTooBig()
-		c.closeBoth("backend_frame_too_big")
+		c.closeBoth(ReasonBackendFrameTooBig)
 		c.runReady()
 		return true
 	}
 	if len(clientBuffered) > 0 {
 		if _, err := bs.write(clientBuffered); err != nil {
-			c.closeBoth("backend_closed")
+			c.closeBoth(ReasonBackendClosed)
 			c.runReady()
 			return true
 		}
@@ -114,9 +114,9 @@ func (c *wsConn) startReady(head, clientBuffered, backendBuffered []byte) bool {
 		// before the id existed.
 		p.forget(id)
 	} else if err := cs.watch(p, id); err != nil {
-		c.closeBoth("shutdown")
+		c.closeBoth(ReasonShutdown)
 	} else if err := bs.watch(p, id|1); err != nil {
-		c.closeBoth("shutdown")
+		c.closeBoth(ReasonShutdown)
 	}
 	// crypto/tls (the upgrade request's record may have carried a frame)
 	// and the sockets may already hold bytes that epoll will not report:
@@ -187,7 +187,7 @@ func (c *wsConn) runReady() {
 		// its descriptors and registry entry held.
 		if v := recover(); v != nil {
 			c.s.log.Error("splice panicked; closing the connection", "panic", v, "stack", string(debug.Stack()))
-			c.closeBoth("error")
+			c.closeBoth(ReasonError)
 			if !r.finished {
 				c.finishReady()
 			}
@@ -229,12 +229,12 @@ func (c *wsConn) step() {
 	}
 	if r.bs.queued() {
 		if err := r.bs.flush(); err != nil {
-			c.closeBoth("backend_closed")
+			c.closeBoth(ReasonBackendClosed)
 		}
 	}
 	if r.cs.queued() {
 		if err := r.cs.flush(); err != nil {
-			c.closeBoth("client_closed")
+			c.closeBoth(ReasonClientClosed)
 		}
 	}
 	if !r.closed.Load() && !r.c2bDone && !r.bs.queued() && r.cs.queuedBytes() <= clientQueueCap && r.c2bReady.Swap(false) {
@@ -244,7 +244,7 @@ func (c *wsConn) step() {
 		c.pumpBackendToClient()
 	}
 	if !r.closed.Load() && (r.ending || r.c2bDone && r.b2cDone) && !r.cs.queued() && !r.bs.queued() {
-		c.closeBoth("")
+		c.closeBoth(reasonKeep)
 	}
 	if r.closed.Load() {
 		c.finishReady()
@@ -314,7 +314,7 @@ func (c *wsConn) pumpClientToBackend() {
 			}
 			if len(p) > 0 {
 				if _, werr := r.bs.write(p); werr != nil {
-					c.closeBoth("backend_closed")
+					c.closeBoth(ReasonBackendClosed)
 					return
 				}
 			}
@@ -327,14 +327,14 @@ func (c *wsConn) pumpClientToBackend() {
 			return
 		case errors.Is(err, io.EOF):
 			// Propagate the half-close; the other direction goes on.
-			c.setReason("client_closed")
+			c.setReason(ReasonClientClosed)
 			c.clientEOF.Store(true)
 			r.bs.closeWrite()
 			r.c2bDone = true
 			c.armFin()
 			return
 		default:
-			c.closeBoth(readReason(err, "client_closed"))
+			c.closeBoth(readReason(err, ReasonClientClosed))
 			return
 		}
 		if r.bs.queued() || r.cs.queuedBytes() > clientQueueCap {
@@ -361,7 +361,7 @@ func (c *wsConn) pumpBackendToClient() {
 		if c.pingTimeoutClose(func(b []byte) error { _, err := c.client.Write(b); return err }) {
 			r.ending = true
 		} else {
-			c.closeBoth("ping_timeout")
+			c.closeBoth(ReasonPingTimeout)
 		}
 		return
 	}
@@ -371,7 +371,7 @@ func (c *wsConn) pumpBackendToClient() {
 			switch {
 			case c.frames.broken:
 				// No known boundary: closing is the only safe move.
-				c.closeBoth("")
+				c.closeBoth(reasonKeep)
 				return
 			case c.frames.closeSeen && c.frames.atBoundary():
 				// The backend is already closing and its close frame has
@@ -384,9 +384,10 @@ func (c *wsConn) pumpBackendToClient() {
 			case c.frames.atBoundary():
 				c.closeSent = true
 				if _, err := c.client.Write(closeFrame(int(code))); err != nil {
-					c.closeBoth("client_closed")
+					c.closeBoth(ReasonClientClosed)
 					return
 				}
+				c.closeWritten(int(code))
 				c.closeOut.Store(true)
 			}
 			if c.closeSent && c.fw != nil && c.fw.endAfterClose.Load() {
@@ -398,7 +399,7 @@ func (c *wsConn) pumpBackendToClient() {
 		}
 		if c.fw != nil && c.mayPing() {
 			if _, err := c.client.Write(pingFrame()); err != nil {
-				c.closeBoth("client_closed")
+				c.closeBoth(ReasonClientClosed)
 				return
 			}
 			c.pinged()
@@ -421,7 +422,7 @@ func (c *wsConn) pumpBackendToClient() {
 		case errors.Is(err, errWouldBlock):
 			return
 		case errors.Is(err, io.EOF):
-			c.setReason("backend_closed")
+			c.setReason(ReasonBackendClosed)
 			r.b2cDone = true
 			if c.closeSent {
 				// Close handshake done on our side: the server closes TCP
@@ -434,7 +435,7 @@ func (c *wsConn) pumpBackendToClient() {
 			c.armFin()
 			return
 		default:
-			c.closeBoth(readReason(err, "backend_closed"))
+			c.closeBoth(readReason(err, ReasonBackendClosed))
 			return
 		}
 		c.touch()
@@ -452,7 +453,7 @@ func (c *wsConn) pumpBackendToClient() {
 					c.out.Add(int64(len(p)))
 				}
 				c.backendTooBig()
-				c.closeBoth("backend_frame_too_big")
+				c.closeBoth(ReasonBackendFrameTooBig)
 				return
 			}
 		case c.fw != nil:
@@ -463,10 +464,10 @@ func (c *wsConn) pumpBackendToClient() {
 			c.out.Add(int64(n))
 			switch {
 			case errors.Is(err, errBackendFrameTooBig):
-				c.closeBoth("backend_frame_too_big")
+				c.closeBoth(ReasonBackendFrameTooBig)
 				return
 			case err != nil:
-				c.closeBoth("client_closed")
+				c.closeBoth(ReasonClientClosed)
 				return
 			}
 			continue
@@ -475,7 +476,7 @@ func (c *wsConn) pumpBackendToClient() {
 		}
 		if len(p) > 0 {
 			if _, err := c.client.Write(p); err != nil {
-				c.closeBoth("client_closed")
+				c.closeBoth(ReasonClientClosed)
 				return
 			}
 			c.out.Add(int64(len(p)))
@@ -487,7 +488,7 @@ func (c *wsConn) pumpBackendToClient() {
 // cleanly (HAProxy's "timeout client-fin").
 func (c *wsConn) armFin() {
 	if c.rd.fin == nil {
-		c.rd.fin = time.AfterFunc(finTimeout, func() { c.closeBoth("fin_timeout") })
+		c.rd.fin = time.AfterFunc(finTimeout, func() { c.closeBoth(ReasonFinTimeout) })
 	}
 }
 
@@ -575,7 +576,7 @@ func (s *Server) sweeper(ctx context.Context, done chan struct{}) {
 				continue
 			}
 			if it := c.pool.IdleTimeout; it > 0 && now-c.last.Load() >= int64(it) {
-				c.closeBoth("idle_timeout")
+				c.closeBoth(ReasonIdleTimeout)
 				continue
 			}
 			wt := c.pool.WriteTimeout
@@ -586,7 +587,7 @@ func (s *Server) sweeper(ctx context.Context, done chan struct{}) {
 				wt = handshakeTimeout(c.pool)
 			}
 			if c.rd.cs.stuck(now, wt) || c.rd.bs.stuck(now, wt) {
-				c.closeBoth("write_timeout")
+				c.closeBoth(ReasonWriteTimeout)
 				continue
 			}
 			if c.fw == nil {
@@ -596,7 +597,7 @@ func (s *Server) sweeper(ctx context.Context, done chan struct{}) {
 				// First a close 1011 at the next frame boundary (the
 				// runner's); still open one sweep later: closed at once.
 				if c.fw.pingExpired.Swap(true) {
-					c.closeBoth("ping_timeout")
+					c.closeBoth(ReasonPingTimeout)
 				} else {
 					c.kick()
 				}

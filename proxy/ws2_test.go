@@ -263,7 +263,7 @@ func TestAccessLogOneLine(t *testing.T) {
 		}
 		attrs := map[string]string{}
 		lc.recs[0].Attrs(func(a slog.Attr) bool { attrs[a.Key] = a.Value.String(); return true })
-		for _, k := range []string{"client", "route", "backend", "status", "dur", "bytes_in", "bytes_out", "reason"} {
+		for _, k := range []string{"client", "route", "backend", "status", "dur_s", "bytes_in", "bytes_out", "reason"} {
 			if _, ok := attrs[k]; !ok {
 				t.Errorf("access line lacks %q: %v", k, attrs)
 			}
@@ -318,7 +318,7 @@ func TestCloseConnsOnOnePoolOnly(t *testing.T) {
 		if len(conns) != 1 || conns[0].Path != "/a/chat" || conns[0].Listener != "public" || conns[0].Client != "127.0.0.1" || conns[0].Closing {
 			t.Fatalf("Connections: got %+v, want one open /a/chat from 127.0.0.1 on public", conns)
 		}
-		if got := e.srv.CloseConnsOn(be, CloseServiceRestart, 0, "admin_drain"); got != 1 {
+		if got := e.srv.CloseConnsOn(be, CloseServiceRestart, 0, ReasonAdminDrain); got != 1 {
 			t.Fatalf("CloseConnsOn: got %d, want 1", got)
 		}
 		ca.SetReadDeadline(time.Now().Add(5 * time.Second))

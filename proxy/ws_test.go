@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -324,6 +325,12 @@ func TestRetryOnDialFailure(t *testing.T) {
 		resp.Body.Close()
 		if string(b) != "live" {
 			t.Fatalf("plain retry: got %q, want live", b)
+		}
+		e.obs.mu.Lock()
+		retries := append([]string(nil), e.obs.retries...)
+		e.obs.mu.Unlock()
+		if !slices.Equal(retries, []string{LegUpgrade, LegPlain}) {
+			t.Fatalf("Observer retries: got %q, want [upgrade plain]", retries)
 		}
 
 		// No retries and only a dead backend: 502, nothing upgraded.

@@ -41,7 +41,7 @@ type adminAPI struct {
 
 // connLister is what the API needs of the proxy.
 type connLister interface {
-	CloseConnsOn(b *balance.Backend, code int, window time.Duration, reason string) int
+	CloseConnsOn(b *balance.Backend, code int, window time.Duration, reason proxy.CloseReason) int
 	Connections(b *balance.Backend) []proxy.ConnInfo
 }
 
@@ -379,7 +379,7 @@ func (a *adminAPI) drain(r *http.Request) (any, error) {
 	}
 	// RFC 6455 §7.4.1 / IANA: 1012 "service restart" tells clients to
 	// reconnect, which lands them on another backend.
-	n := a.conns.CloseConnsOn(b, proxy.CloseServiceRestart, window, "admin_drain")
+	n := a.conns.CloseConnsOn(b, proxy.CloseServiceRestart, window, proxy.ReasonAdminDrain)
 	return struct {
 		backendDoc
 		Closing int     `json:"closing"`

@@ -15,7 +15,7 @@ import (
 // noConns is the proxy side of the API for tests without connections.
 type noConns struct{}
 
-func (noConns) CloseConnsOn(*balance.Backend, int, time.Duration, string) int { return 0 }
+func (noConns) CloseConnsOn(*balance.Backend, int, time.Duration, proxy.CloseReason) int { return 0 }
 func (noConns) Connections(*balance.Backend) []proxy.ConnInfo                 { return nil }
 
 func testAPI(t testing.TB, s apiSettings, loopback bool) (*adminAPI, *balance.Pool) {

@@ -315,6 +315,7 @@ func (d *dynamic) reconcile() {
 		d.mu.Unlock()
 	}
 	d.e.publishRoutes()
+	d.e.initMetrics() // a declared pool's series exist before its first event
 }
 
 // declaredPoolName names the pool made for a service; the prefix keeps it

@@ -266,14 +266,14 @@ func startPrometheus(t *testing.T, bin, consulAddr string) *prom {
 	return p
 }
 
-// series is one sample of an instant query's answer.
-type series struct {
+// promSample is one sample of an instant query's answer.
+type promSample struct {
 	Metric map[string]string `json:"metric"`
 	Value  []any             `json:"value"`
 }
 
 // query evaluates expr now through the HTTP API.
-func (p *prom) query(t *testing.T, expr string) ([]series, error) {
+func (p *prom) query(t *testing.T, expr string) ([]promSample, error) {
 	t.Helper()
 	resp, err := http.Get("http://" + p.addr + "/api/v1/query?query=" + url.QueryEscape(expr))
 	if err != nil {
@@ -297,7 +297,7 @@ func (p *prom) query(t *testing.T, expr string) ([]series, error) {
 	if out.Data.ResultType != "vector" {
 		return nil, fmt.Errorf("query %s: result type %s, want vector", expr, out.Data.ResultType)
 	}
-	var ss []series
+	var ss []promSample
 	err = json.Unmarshal(out.Data.Result, &ss)
 	return ss, err
 }

@@ -76,6 +76,8 @@ type listener struct {
 	ln   net.Listener
 	srv  *http.Server
 	term *edgetls.Terminator // nil for plain ws://
+	// conns counts the listener's open client sockets.
+	conns proxy.ListenerConns
 }
 
 func newEdge(cfg *conf.Config, path string, log *slog.Logger) (*edge, error) {
@@ -138,6 +140,8 @@ func newEdge(cfg *conf.Config, path string, log *slog.Logger) (*edge, error) {
 		e.listeners = append(e.listeners, l)
 	}
 	e.metrics.watchState(e.stateGauges())
+	e.initMetrics()
+	e.metrics.reg.MustRegister(connCollector{e})
 	return e, nil
 }
 
@@ -480,7 +484,7 @@ func (e *edge) buildListener(cfg *conf.Config, lc conf.Listener) (*listener, err
 	if lc.ProxyProtocol.Enabled {
 		ln = proxy.ListenProxyProtocol(ln, lc.ProxyProtocol.Trusted, lc.ProxyProtocol.Timeout.Std())
 	}
-	ln = proxy.WrapListenerLimit(ln, e.accept)
+	ln = proxy.WrapListenerCount(ln, e.accept, &l.conns)
 	var tlsCfg *tls.Config
 	if l.term != nil {
 		tlsCfg = l.term.TLSConfig()
@@ -501,7 +505,7 @@ func (e *edge) buildListener(cfg *conf.Config, lc conf.Listener) (*listener, err
 		ReadHeaderTimeout: rht,
 		MaxHeaderBytes:    lc.MaxHeaderBytes,
 		IdleTimeout:       2 * time.Minute,
-		ErrorLog:          slog.NewLogLogger(e.log.With("listener", lc.Name).Handler(), slog.LevelDebug),
+		ErrorLog:          e.metrics.httpErrorLog(lc.Name, e.log.With("listener", lc.Name)),
 	}
 	return l, nil
 }
@@ -653,6 +657,7 @@ func (e *edge) reload() string {
 	}
 	// The new file may allow or keep for itself other hosts than the old.
 	e.dyn.reconcile()
+	e.initMetrics()
 	e.metrics.reloads.WithLabelValues(result).Inc()
 	e.log.Info("configuration reloaded", "result", result)
 	return "serving; last reload " + result

@@ -150,6 +150,8 @@ type metrics struct {
 	discovery  *prometheus.CounterVec
 	discErrors *prometheus.CounterVec
 	probes     *prometheus.CounterVec
+
+	*wsMetrics // metrics_ws.go
 }
 
 func newMetrics(pools func() []*balance.Pool) *metrics {
@@ -175,6 +177,7 @@ func newMetrics(pools func() []*balance.Pool) *metrics {
 		f(c)
 	}
 	f(newPoolCollector(pools))
+	m.wsMetrics = newWSMetrics(m.reg)
 	return m
 }
 
@@ -185,6 +188,7 @@ func (m *metrics) ConnOpened(route, backend string) { m.opened.WithLabelValues(r
 // ConnClosed implements proxy.Observer.
 func (m *metrics) ConnClosed(route, _ string, reason string, dur time.Duration, in, out int64) {
 	m.closed.WithLabelValues(route, reason).Inc()
+	m.closedFor(route, reason)
 	m.duration.WithLabelValues(route).Observe(dur.Seconds())
 	m.bytes.WithLabelValues(route, "in").Add(float64(in))
 	m.bytes.WithLabelValues(route, "out").Add(float64(out))
@@ -228,6 +232,7 @@ func (m *metrics) forgetPool(p *balance.Pool) {
 	m.discovery.DeleteLabelValues(p.Name())
 	m.discErrors.DeleteLabelValues(p.Name())
 	m.probes.DeletePartialMatch(prometheus.Labels{"pool": p.Name()})
+	m.forgetPoolSeries(p.Name())
 }
 
 var (

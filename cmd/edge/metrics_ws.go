@@ -1,0 +1,298 @@
+package main
+
+import (
+	"log"
+	"log/slog"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/edgelb/edge/proxy"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// upgradeBuckets suit the time from a request to its 101: a dial and one
+// round trip to a backend on the same network, up to a handshake timeout.
+var upgradeBuckets = []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}
+
+// TLS handshake failure reasons (edge_tls_handshake_failures_total).
+var tlsFailureReasons = []string{"protocol_version", "no_shared_cipher", "bad_certificate", "no_certificate", "not_tls", "eof", "timeout", "other"}
+
+// frameRefusedReasons are the close reasons that refuse a frame or a message.
+var frameRefusedReasons = []proxy.CloseReason{proxy.ReasonFrameTooBig, proxy.ReasonMessageTooBig, proxy.ReasonBackendFrameTooBig}
+
+// wsMetrics are the WebSocket-native series: closes by side and code,
+// time to 101, closes edge sent, heartbeats, retries, refused frames and
+// TLS handshake failures. Every known label set is created at zero for
+// each pool and listener (initSeries), so rate() and alerts see a series
+// before its first event.
+type wsMetrics struct {
+	closes      *prometheus.CounterVec
+	upgrade     *prometheus.HistogramVec
+	closeSent   *prometheus.CounterVec
+	pings       *prometheus.CounterVec
+	pingTimeout *prometheus.CounterVec
+	refused     *prometheus.CounterVec
+	retries     *prometheus.CounterVec
+	tlsFail     *prometheus.CounterVec
+}
+
+func newWSMetrics(reg *prometheus.Registry) *wsMetrics {
+	w := &wsMetrics{
+		closes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "edge_websocket_closes_total",
+			Help: "WebSocket connections ended, by the side that closed first (client, backend, edge) and its close code (none: no close frame seen; other: an application or invalid code)."},
+			[]string{"pool", "side", "code"}),
+		upgrade: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "edge_websocket_upgrade_duration_seconds",
+			Help: "Time from the upgrade request to the 101 sent to the client, backend dial and handshake included.", Buckets: upgradeBuckets},
+			[]string{"pool"}),
+		closeSent: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "edge_websocket_close_frames_sent_total",
+			Help: "Close frames edge sent to clients itself: 1001 drain, 1009 frame or message too big, 1011 ping timeout, 1012 backend gone."},
+			[]string{"pool", "code"}),
+		pings: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "edge_websocket_pings_sent_total",
+			Help: "Heartbeat pings sent to clients (pool ping_interval)."}, []string{"pool"}),
+		pingTimeout: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "edge_websocket_ping_timeouts_total",
+			Help: "Clients reaped for sending nothing within ping_timeout of a ping."}, []string{"pool"}),
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "edge_websocket_frames_refused_total",
+			Help: "Connections ended for a frame or message over the pool's limit, by reason."}, []string{"pool", "reason"}),
+		retries: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "edge_backend_retries_total",
+			Help: "Further backends tried after a dial or handshake failure, by leg (upgrade, plain)."}, []string{"pool", "leg"}),
+		tlsFail: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "edge_tls_handshake_failures_total",
+			Help: "TLS handshakes that failed, by reason."}, []string{"listener", "reason"}),
+	}
+	reg.MustRegister(w.closes, w.upgrade, w.closeSent, w.pings, w.pingTimeout, w.refused, w.retries, w.tlsFail)
+	return w
+}
+
+// Upgraded implements proxy.Observer.
+func (w *wsMetrics) Upgraded(pool string, d time.Duration) {
+	w.upgrade.WithLabelValues(pool).Observe(d.Seconds())
+}
+
+// ConnCloseCode implements proxy.Observer.
+func (w *wsMetrics) ConnCloseCode(pool string, side proxy.CloseSide, code int) {
+	w.closes.WithLabelValues(pool, string(side), proxy.CloseCodeLabel(code)).Inc()
+}
+
+// CloseSent implements proxy.Observer.
+func (w *wsMetrics) CloseSent(pool string, code int) {
+	w.closeSent.WithLabelValues(pool, proxy.CloseCodeLabel(code)).Inc()
+}
+
+// PingSent implements proxy.Observer.
+func (w *wsMetrics) PingSent(pool string) { w.pings.WithLabelValues(pool).Inc() }
+
+// Retried implements proxy.Observer.
+func (w *wsMetrics) Retried(pool, leg string) { w.retries.WithLabelValues(pool, leg).Inc() }
+
+// closedFor counts the reasons that have a series of their own.
+func (w *wsMetrics) closedFor(pool, reason string) {
+	switch proxy.CloseReason(reason) {
+	case proxy.ReasonPingTimeout:
+		w.pingTimeout.WithLabelValues(pool).Inc()
+	case proxy.ReasonFrameTooBig, proxy.ReasonMessageTooBig, proxy.ReasonBackendFrameTooBig:
+		w.refused.WithLabelValues(pool, reason).Inc()
+	}
+}
+
+// initSeries creates every known label set at zero for the pools and
+// TLS listeners, at start and on every
+// reload, the new series of metrics.go included.
+func (m *metrics) initSeries(pools, tlsListeners []string) {
+	w := m.wsMetrics
+	codes := map[proxy.CloseSide][]string{}
+	for _, s := range []proxy.CloseSide{proxy.SideClient, proxy.SideBackend} {
+		codes[s] = []string{"none", "other"}
+		for _, c := range proxy.KnownCloseCodes() {
+			codes[s] = append(codes[s], strconv.Itoa(c))
+		}
+	}
+	codes[proxy.SideEdge] = []string{"none"}
+	for _, c := range proxy.EdgeCloseCodes() {
+		codes[proxy.SideEdge] = append(codes[proxy.SideEdge], strconv.Itoa(c))
+	}
+	for _, r := range proxy.Rejections() {
+		if !r.Routed {
+			m.rejected.WithLabelValues("", strconv.Itoa(r.Status), r.Reason).Add(0)
+		}
+	}
+	for _, p := range pools {
+		for side, cs := range codes {
+			for _, c := range cs {
+				w.closes.WithLabelValues(p, string(side), c).Add(0)
+			}
+		}
+		w.upgrade.WithLabelValues(p)
+		for _, c := range proxy.EdgeCloseCodes() {
+			w.closeSent.WithLabelValues(p, strconv.Itoa(c)).Add(0)
+		}
+		w.pings.WithLabelValues(p).Add(0)
+		w.pingTimeout.WithLabelValues(p).Add(0)
+		for _, r := range frameRefusedReasons {
+			w.refused.WithLabelValues(p, string(r)).Add(0)
+		}
+		for _, leg := range []string{proxy.LegUpgrade, proxy.LegPlain} {
+			w.retries.WithLabelValues(p, leg).Add(0)
+		}
+		for _, r := range proxy.CloseReasons() {
+			m.closed.WithLabelValues(p, string(r)).Add(0)
+		}
+		for _, r := range proxy.Rejections() {
+			m.rejected.WithLabelValues(p, strconv.Itoa(r.Status), r.Reason).Add(0)
+		}
+		m.duration.WithLabelValues(p)
+		m.reqDur.WithLabelValues(p)
+		m.bytes.WithLabelValues(p, "in").Add(0)
+		m.bytes.WithLabelValues(p, "out").Add(0)
+		m.discovery.WithLabelValues(p).Add(0)
+		m.discErrors.WithLabelValues(p).Add(0)
+	}
+	for _, l := range tlsListeners {
+		for _, r := range tlsFailureReasons {
+			w.tlsFail.WithLabelValues(l, r).Add(0)
+		}
+		for _, r := range []string{"ok", "error"} {
+			m.certReload.WithLabelValues(l, r).Add(0)
+		}
+		m.tickets.WithLabelValues(l).Add(0)
+	}
+	for _, r := range []string{"ok", "partial", "error"} {
+		m.reloads.WithLabelValues(r).Add(0)
+	}
+}
+
+// forgetPoolSeries drops the series of a pool that no longer exists.
+func (w *wsMetrics) forgetPoolSeries(pool string) {
+	for _, v := range []*prometheus.CounterVec{w.closes, w.closeSent, w.pings, w.pingTimeout, w.refused, w.retries} {
+		v.DeletePartialMatch(prometheus.Labels{"pool": pool})
+	}
+	w.upgrade.DeletePartialMatch(prometheus.Labels{"pool": pool})
+}
+
+// tlsFailure classifies a crypto/tls server handshake error by its text:
+// crypto/tls exports no error types for these, and net/http hands the
+// error only to its ErrorLog.
+func tlsFailure(msg string) string {
+	switch {
+	case strings.Contains(msg, "unsupported versions"), strings.Contains(msg, "protocol version"):
+		return "protocol_version"
+	case strings.Contains(msg, "no cipher suite supported"), strings.Contains(msg, "no ECDHE curve"),
+		strings.Contains(msg, "no mutually supported"), strings.Contains(msg, "insufficient security"):
+		return "no_shared_cipher"
+	case strings.Contains(msg, "certificate required"), strings.Contains(msg, "didn't provide a certificate"),
+		strings.Contains(msg, "failed to verify"), strings.Contains(msg, "bad certificate"),
+		strings.Contains(msg, "unknown certificate"), strings.Contains(msg, "certificate has expired"):
+		return "bad_certificate"
+	case strings.Contains(msg, "no certificate available"), strings.Contains(msg, "must-staple"),
+		strings.Contains(msg, "unrecognized name"):
+		return "no_certificate"
+	case strings.Contains(msg, "does not look like a TLS handshake"):
+		return "not_tls"
+	case strings.Contains(msg, "timeout"), strings.Contains(msg, "deadline exceeded"):
+		return "timeout"
+	case strings.HasSuffix(msg, "EOF"), strings.Contains(msg, "connection reset"), strings.Contains(msg, "broken pipe"):
+		return "eof"
+	}
+	return "other"
+}
+
+// httpErrorLog is what net/http writes its errors to: a TLS handshake
+// error ("http: TLS handshake error from ADDR: ERR") is counted by reason
+// and logged at debug, with a warning at most once a minute per listener
+// so a fleet of TLS 1.1 clients is visible at the default level without
+// flooding it; every other line goes to the log at debug as before.
+type httpErrorLog struct {
+	w        *wsMetrics
+	listener string
+	log      *slog.Logger
+
+	mu         sync.Mutex
+	lastWarn   time.Time
+	suppressed int
+}
+
+func (m *metrics) httpErrorLog(listener string, logger *slog.Logger) *log.Logger {
+	return log.New(&httpErrorLog{w: m.wsMetrics, listener: listener, log: logger}, "", 0)
+}
+
+const tlsHandshakePrefix = "http: TLS handshake error from "
+
+// cutTLSLine returns what follows net/http's TLS handshake error prefix.
+func cutTLSLine(line string) (string, bool) {
+	return strings.CutPrefix(strings.TrimSuffix(line, "\n"), tlsHandshakePrefix)
+}
+
+// Write implements io.Writer for log.Logger: one call per line.
+func (h *httpErrorLog) Write(p []byte) (int, error) {
+	line := strings.TrimSuffix(string(p), "\n")
+	rest, ok := cutTLSLine(line)
+	if !ok {
+		h.log.Debug(line)
+		return len(p), nil
+	}
+	client, err := rest, ""
+	if host, port, found := strings.Cut(rest, ": "); found {
+		client, err = host, port
+		if _, _, serr := net.SplitHostPort(client); serr != nil {
+			client = ""
+		}
+	}
+	reason := tlsFailure(err)
+	h.w.tlsFail.WithLabelValues(h.listener, reason).Inc()
+	h.log.Debug("TLS handshake failed", "client", client, "reason", reason, "err", err)
+	h.mu.Lock()
+	now := time.Now()
+	if now.Sub(h.lastWarn) < time.Minute {
+		h.suppressed++
+		h.mu.Unlock()
+		return len(p), nil
+	}
+	n := h.suppressed
+	h.lastWarn, h.suppressed = now, 0
+	h.mu.Unlock()
+	h.log.Warn("TLS handshake failed", "client", client, "reason", reason, "err", err, "suppressed", n)
+	return len(p), nil
+}
+
+var (
+	listenerConnsDesc = prometheus.NewDesc("edge_listener_active_connections",
+		"Client sockets open on the listener, from accept until closed (WebSockets, plain keep-alive connections, handshakes in progress).",
+		[]string{"listener"}, nil)
+	closePendingDesc = prometheus.NewDesc("edge_drain_connections_pending",
+		"WebSockets asked to close (drain 1001, backend gone 1012) that have not ended yet.", nil, nil)
+)
+
+// connCollector reports per-listener sockets and drain progress at scrape
+// time.
+type connCollector struct{ e *edge }
+
+// Describe implements prometheus.Collector.
+func (c connCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- listenerConnsDesc
+	ch <- closePendingDesc
+}
+
+// Collect implements prometheus.Collector.
+func (c connCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, l := range c.e.listeners {
+		ch <- prometheus.MustNewConstMetric(listenerConnsDesc, prometheus.GaugeValue, float64(l.conns.Open()), l.cfg.Name)
+	}
+	if c.e.proxy != nil {
+		ch <- prometheus.MustNewConstMetric(closePendingDesc, prometheus.GaugeValue, float64(c.e.proxy.ClosePending()))
+	}
+}
+
+// initMetrics creates the known series of every pool and listener.
+func (e *edge) initMetrics() {
+	var pools, tlsListeners []string
+	for _, p := range e.allPools() {
+		pools = append(pools, p.Name())
+	}
+	for _, l := range e.listeners {
+		if l.term != nil {
+			tlsListeners = append(tlsListeners, l.cfg.Name)
+		}
+	}
+	e.metrics.initSeries(pools, tlsListeners)
+}

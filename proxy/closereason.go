@@ -1,0 +1,155 @@
+package proxy
+
+import (
+	"net/http"
+	"strconv"
+)
+
+// CloseReason says why a WebSocket connection ended: the access log's
+// "reason" and Observer.ConnClosed's reason. The first reason recorded
+// for a connection wins.
+type CloseReason string
+
+// Close reasons of spliced connections.
+const (
+	ReasonClientClosed       CloseReason = "client_closed"         // the client ended its stream (FIN, reset, failed write)
+	ReasonBackendClosed      CloseReason = "backend_closed"        // the backend ended its stream
+	ReasonShutdown           CloseReason = "shutdown"              // edge stopped, or a drain ran out of time
+	ReasonDrain              CloseReason = "drain"                 // edge drained: close 1001 to the client
+	ReasonBackendGone        CloseReason = "backend_gone"          // the backend left its pool: close 1012
+	ReasonAdminDrain         CloseReason = "admin_drain"           // an operator drained the backend: close 1012
+	ReasonIdleTimeout        CloseReason = "idle_timeout"          // nothing moved for the pool's idle timeout
+	ReasonWriteTimeout       CloseReason = "write_timeout"         // a write did not complete in the write timeout
+	ReasonFinTimeout         CloseReason = "fin_timeout"           // one side closed, the other did not within 10 s
+	ReasonPingTimeout        CloseReason = "ping_timeout"          // the client answered no ping: close 1011
+	ReasonFrameTooBig        CloseReason = "frame_too_big"         // a client frame over max_frame_bytes: close 1009
+	ReasonMessageTooBig      CloseReason = "message_too_big"       // a client message over max_message_bytes: close 1009
+	ReasonBackendFrameTooBig CloseReason = "backend_frame_too_big" // a backend frame over max_frame_bytes
+	ReasonError              CloseReason = "error"                 // a socket error the splice could not attribute
+)
+
+// reasonKeep closes without recording a reason of its own: the one
+// already recorded stands.
+const reasonKeep CloseReason = ""
+
+// CloseReasons lists every CloseReason, for metrics that must exist at
+// zero before the first connection ends.
+func CloseReasons() []CloseReason {
+	return []CloseReason{
+		ReasonClientClosed, ReasonBackendClosed, ReasonShutdown, ReasonDrain,
+		ReasonBackendGone, ReasonAdminDrain, ReasonIdleTimeout, ReasonWriteTimeout, ReasonFinTimeout,
+		ReasonPingTimeout, ReasonFrameTooBig, ReasonMessageTooBig,
+		ReasonBackendFrameTooBig, ReasonError,
+	}
+}
+
+// CloseSide says who closed a WebSocket first: the side whose close frame
+// edge saw first or, with no close frame seen, whose stream ended first.
+type CloseSide string
+
+// Close sides.
+const (
+	SideClient  CloseSide = "client"
+	SideBackend CloseSide = "backend"
+	SideEdge    CloseSide = "edge"
+)
+
+// CloseSides lists every CloseSide.
+func CloseSides() []CloseSide { return []CloseSide{SideClient, SideBackend, SideEdge} }
+
+// side is the CloseSide of a connection that ended for r without any
+// close frame seen.
+func (r CloseReason) side() CloseSide {
+	switch r {
+	case ReasonClientClosed:
+		return SideClient
+	case ReasonBackendClosed:
+		return SideBackend
+	}
+	return SideEdge
+}
+
+// closeNoStatus is the code reported for a close frame without a status
+// code (RFC 6455 §7.1.5).
+const closeNoStatus = 1005
+
+// edgeCloseCodes are the close codes edge itself sends to
+// clients: drain, a frame or message over the limit, a missed ping, a
+// backend that left.
+var edgeCloseCodes = []int{CloseGoingAway, CloseMessageTooBig, closePingTimeout, CloseServiceRestart}
+
+// EdgeCloseCodes lists the close codes edge sends to clients itself.
+func EdgeCloseCodes() []int { return append([]int(nil), edgeCloseCodes...) }
+
+// KnownCloseCodes lists the close codes of the IANA registry that
+// CloseCodeLabel reports by number (RFC 6455 §7.4.1, RFC 6455 §11.7).
+func KnownCloseCodes() []int {
+	return []int{1000, 1001, 1002, 1003, 1005, 1007, 1008, 1009, 1010, 1011, 1012, 1013, 1014}
+}
+
+// CloseCodeLabel is the bounded metric label of a close code: the number
+// for a registered code, "none" for no close frame (0), "other" for
+// application codes (3000-4999) and anything invalid, so a backend cannot
+// make up label values.
+func CloseCodeLabel(code int) string {
+	if code == 0 {
+		return "none"
+	}
+	for _, k := range KnownCloseCodes() {
+		if k == code {
+			return strconv.Itoa(code)
+		}
+	}
+	return "other"
+}
+
+// Rejection is a status and reason edge answers a request with itself
+// (Observer.Rejected).
+type Rejection struct {
+	Status int
+	Reason string
+	// Routed: refused after routing, so it carries a pool; otherwise the
+	// pool is empty.
+	Routed bool
+}
+
+// Rejections lists every answer edge gives by itself, for metrics that
+// must exist at zero before the first refusal: malformed requests, the
+// drain, routing, upgrade validation, every admission limit, and backend
+// failures.
+func Rejections() []Rejection {
+	r := []Rejection{
+		{http.StatusBadRequest, "bad_method", false},
+		{http.StatusBadRequest, "bad_target", false},
+		{http.StatusBadRequest, "bad_host", false},
+		{http.StatusBadRequest, "bad_path", false},
+		{http.StatusServiceUnavailable, "drain", false},
+		{http.StatusMisdirectedRequest, "sni_mismatch", false},
+		{http.StatusMisdirectedRequest, "no_route", false},
+	}
+	return append(r, []Rejection{
+		{http.StatusMethodNotAllowed, "upgrade_method", true},
+		{http.StatusBadRequest, "upgrade_protocol", true},
+		{http.StatusBadRequest, "upgrade_connection", true},
+		{http.StatusUpgradeRequired, "upgrade_version", true},
+		{http.StatusBadRequest, "upgrade_key", true},
+		{http.StatusBadRequest, "upgrade_body", true},
+		// Admission limits (admit, narrowest first).
+		{http.StatusTooManyRequests, "rate_limit", true},
+		{http.StatusServiceUnavailable, "client_max_conns", true},
+		{http.StatusServiceUnavailable, "pool_max_conns", true},
+		{http.StatusServiceUnavailable, "max_conns", true},
+		{http.StatusServiceUnavailable, "pool_rate_limit", true},
+		// Backends.
+		{http.StatusServiceUnavailable, "dial_failed", true},
+		{http.StatusBadGateway, "dial_failed", true},
+		{http.StatusGatewayTimeout, "dial_failed", true},
+		{http.StatusServiceUnavailable, "no_backend", true},
+		{http.StatusRequestEntityTooLarge, "body_too_large", true},
+		{http.StatusRequestTimeout, "body_timeout", true},
+		{http.StatusBadRequest, "client_closed", true},
+		{http.StatusGatewayTimeout, "timeout", true},
+		{http.StatusBadGateway, "body_too_large", true},
+		{http.StatusBadGateway, "error", true},
+	}...)
+}

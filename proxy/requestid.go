@@ -1,0 +1,43 @@
+package proxy
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"net/http"
+)
+
+// maxRequestIDLen bounds a client's X-Request-Id: longer ones are
+// replaced, so a client cannot make every log line and backend header
+// carry kilobytes of its choosing. 128 holds any UUID, ULID or trace id.
+const maxRequestIDLen = 128
+
+// requestID returns the request's id for the access log and the
+// backends: the client's X-Request-Id when there is exactly one, 1 to
+// maxRequestIDLen bytes of visible ASCII (no space: it must be one token
+// in a log line), otherwise a new one.
+func requestID(h http.Header) string {
+	if v := h["X-Request-Id"]; len(v) == 1 && validRequestID(v[0]) {
+		return v[0]
+	}
+	return newRequestID()
+}
+
+func validRequestID(s string) bool {
+	if s == "" || len(s) > maxRequestIDLen {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x21 || s[i] > 0x7e {
+			return false
+		}
+	}
+	return true
+}
+
+// newRequestID returns 16 random bytes in hex (32 digits). crypto/rand
+// never fails on Linux since Go 1.24 (getrandom).
+func newRequestID() string {
+	var b [16]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
