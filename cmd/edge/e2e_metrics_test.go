@@ -236,6 +236,7 @@ func describedNames(t *testing.T) map[string]bool {
 	t.Helper()
 	m := newMetrics(func() []*balance.Pool { return nil })
 	m.reg.MustRegister(certCollector{}, connCollector{})
+	m.watchState(stateSource{})
 	ch := make(chan *prometheus.Desc, 200)
 	go func() {
 		m.reg.Describe(ch)
