@@ -16,7 +16,7 @@ import (
 type noConns struct{}
 
 func (noConns) CloseConnsOn(*balance.Backend, int, time.Duration, proxy.CloseReason) int { return 0 }
-func (noConns) Connections(*balance.Backend) []proxy.ConnInfo                 { return nil }
+func (noConns) Connections(*balance.Backend) []proxy.ConnInfo                            { return nil }
 
 func testAPI(t testing.TB, s apiSettings, loopback bool) (*adminAPI, *balance.Pool) {
 	t.Helper()
