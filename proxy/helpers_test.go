@@ -202,6 +202,8 @@ func startEdge(t testing.TB, cfg edgeConfig) *edge {
 		ReadHeaderTimeout: cfg.readHeaderTimeout,
 		MaxHeaderBytes:    cfg.maxHeaderBytes,
 		ErrorLog:          nil,
+		// As cmd/edge runs it: OPTIONS * reaches the handler.
+		DisableGeneralOptionsHandler: true,
 	}
 	done := make(chan struct{})
 	go func() { defer close(done); hs.Serve(ln) }()

@@ -34,6 +34,9 @@ const maxPlainResponseHead = 64 << 10
 // defaultReadBodyTimeout applies when ListenerOptions.ReadBodyTimeout is 0.
 const defaultReadBodyTimeout = 30 * time.Second
 
+// defaultAnswerTimeout applies when ListenerOptions.AnswerTimeout is 0.
+const defaultAnswerTimeout = 10 * time.Second
+
 // dialError marks a failure to connect: nothing was sent, so another
 // backend may be tried.
 type dialError struct{ err error }
@@ -509,7 +512,7 @@ func (x *exchange) rejectBackend(w http.ResponseWriter, status int, reason strin
 	x.status, x.reason = status, reason
 	x.s.obs.Rejected(x.routeName(), status, reason)
 	x.s.obs.HTTPRequest(x.routeName(), x.backend, status, x.s.now().Sub(x.start))
-	http.Error(w, http.StatusText(status), status)
+	x.answer(w, func() { http.Error(w, http.StatusText(status), status) })
 }
 
 // relayPlain streams the backend's answer to the client, without

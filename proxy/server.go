@@ -145,6 +145,11 @@ type ListenerOptions struct {
 	// body: a client that sends nothing of it for this long is answered
 	// 408 and its connection closed. 0 means 30s.
 	ReadBodyTimeout time.Duration
+	// AnswerTimeout bounds writing an answer edge makes itself (a refusal,
+	// an error, OPTIONS *): a client that pipelines requests and never
+	// reads the answers loses its connection instead of holding it for
+	// ever. 0 means 10s.
+	AnswerTimeout time.Duration
 }
 
 // Server proxies WebSocket and plain HTTP requests to backend pools.
@@ -342,8 +347,26 @@ func (x *exchange) logAccess() {
 func (x *exchange) reject(w http.ResponseWriter, status int, reason string) {
 	x.status, x.reason = status, reason
 	x.s.obs.Rejected(x.routeName(), status, reason)
-	http.Error(w, http.StatusText(status), status)
+	x.answer(w, func() { http.Error(w, http.StatusText(status), status) })
 	x.logAccess()
+}
+
+// answer writes an answer of edge's own within the listener's
+// AnswerTimeout, then lifts the deadline so that the next request on the
+// connection (a long poll, an upgrade) is not bound by it. http.Server's
+// WriteTimeout cannot do this: it would also bound every proxied answer
+// and, once set, a hijacked WebSocket.
+func (x *exchange) answer(w http.ResponseWriter, write func()) {
+	d := x.lo.AnswerTimeout
+	if d <= 0 {
+		d = defaultAnswerTimeout
+	}
+	rc := http.NewResponseController(w)
+	_ = rc.SetWriteDeadline(time.Now().Add(d))
+	write()
+	if rc.Flush() == nil {
+		_ = rc.SetWriteDeadline(time.Time{})
+	}
 }
 
 // spreadRetryAfter picks a Retry-After between after and four times it, in
@@ -368,6 +391,15 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	x.id = decideClient(r.RemoteAddr, r.Header["X-Forwarded-For"], h.lo.TrustedProxies)
 
+	if r.Method == http.MethodOptions && r.RequestURI == "*" {
+		// RFC 9110 §9.3.7: OPTIONS * asks about the server itself; edge
+		// answers it as net/http would, within AnswerTimeout (the server
+		// runs with DisableGeneralOptionsHandler so that it gets here).
+		x.status, x.reason = http.StatusOK, "options"
+		x.answer(w, func() { w.Header().Set("Content-Length", "0"); w.WriteHeader(http.StatusOK) })
+		x.logAccess()
+		return
+	}
 	if reason := invalidRequest(r); reason != "" {
 		w.Header().Set("Connection", "close")
 		x.reject(w, http.StatusBadRequest, reason)
@@ -395,7 +427,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if e := checkUpgrade(r); e != nil {
 			x.status, x.reason = e.status, e.reason
 			s.obs.Rejected(x.routeName(), e.status, e.reason)
-			writeUpgradeError(w, e)
+			x.answer(w, func() { writeUpgradeError(w, e) })
 			x.logAccess()
 			return
 		}

@@ -506,6 +506,9 @@ func (e *edge) buildListener(cfg *conf.Config, lc conf.Listener) (*listener, err
 		MaxHeaderBytes:    lc.MaxHeaderBytes,
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          e.metrics.httpErrorLog(lc.Name, e.log.With("listener", lc.Name)),
+		// OPTIONS * goes to the proxy, which answers it within its answer
+		// timeout; net/http's own handler would write with no deadline.
+		DisableGeneralOptionsHandler: true,
 	}
 	return l, nil
 }
