@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/edgelb/edge/internal/consultest"
 )
 
 // TestSystemdUnitSandboxed keeps deploy/edge.service sandboxed: systemd's
@@ -124,6 +126,39 @@ func TestAlertRules(t *testing.T) {
 		cmd.Dir = "deploy/prometheus"
 		if out, err := cmd.CombinedOutput(); err != nil {
 			t.Errorf("promtool %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+}
+
+// TestConsulServiceDefinition validates deploy/consul/edge.hcl with the
+// real agent's `consul validate`, next to the one setting a full agent
+// configuration needs (data_dir).
+func TestConsulServiceDefinition(t *testing.T) {
+	bin := consultest.Bin()
+	if _, err := os.Stat(bin); err != nil {
+		if os.Getenv("EDGE_REQUIRE_CONSUL") == "1" {
+			t.Fatalf("consul binary %s: %v", bin, err)
+		}
+		t.Skipf("consul binary %s: %v; scripts/consul.sh builds it", bin, err)
+	}
+	dir := t.TempDir()
+	def, err := os.ReadFile("deploy/consul/edge.hcl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "edge.hcl"), def, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	agent := "data_dir = \"" + filepath.Join(dir, "data") + "\"\n"
+	if err := os.WriteFile(filepath.Join(dir, "agent.hcl"), []byte(agent), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(bin, "validate", dir).CombinedOutput(); err != nil {
+		t.Fatalf("consul validate: %v\n%s", err, out)
+	}
+	for _, want := range []string{`name = "edge"`, `name = "edge-metrics"`, "/readyz", "/healthz"} {
+		if !strings.Contains(string(def), want) {
+			t.Errorf("deploy/consul/edge.hcl lacks %s", want)
 		}
 	}
 }
