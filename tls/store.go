@@ -245,8 +245,6 @@ type candidate struct {
 // handshake (nginx staples lazily, and must-staple sites fail meanwhile:
 // acme.sh#2938).
 func (s *certStore) reload(ctx context.Context, pick func(now time.Time) []*certEntry) error {
-	s.stapler.round.Lock() // today's writers are serialised with the OCSP round
-	defer s.stapler.round.Unlock()
 	s.mu.Lock()
 	r := &reloadRound{now: s.now()}
 	list := pick(r.now)
