@@ -72,8 +72,8 @@
 //
 // Reload re-reads every pair (main calls it on SIGHUP), in the same three
 // steps as an OCSP refresh: read and check the files (lock held), staple a
-// pair with a new leaf (no lock), swap it in (lock held) unless another
-// reload swapped in a pair meanwhile. Run polls the files
+// pair with a new leaf (no lock), swap it in (lock held); reloads run one
+// at a time, and never wait for an OCSP refresh. Run polls the files
 // every Options.ReloadInterval (default 2s, negative: off): a change of size
 // or modification time that stays the same over one interval (so that a
 // certificate and key written one after the other are read together) is

@@ -31,9 +31,13 @@ type certStore struct {
 	certs  atomic.Pointer[certSet]
 	status atomic.Pointer[[]CertStatus]
 
-	// mu serialises the writers (Reload, file polling, the publishing of
-	// staples) for the time they change entries; it is never held across a
-	// network request. Readers never take it.
+	// reloading serialises reloads (Reload and file polling), so that the
+	// files read last are the ones served. A stapling round never waits for
+	// it.
+	reloading sync.Mutex
+	// mu serialises the writers (reloads, the publishing of staples) for
+	// the time they change entries; it is never held across a network
+	// request. Readers never take it.
 	mu      sync.Mutex
 	entries []*certEntry
 	events  []func() // observer calls due after the next publish
@@ -48,9 +52,6 @@ type certEntry struct {
 	unusable error
 	sum      [32]byte // digest of the served files
 	loadedAt time.Time
-	// gen counts the changes of cur, so that a reload that stapled a new
-	// pair outside the lock can tell whether another one overtook it.
-	gen uint64
 
 	lastErr   error // why the files on disk are refused
 	lastErrAt time.Time
@@ -158,7 +159,6 @@ func checkPair(o Options, f CertFiles, pc pairContents) (*loadedCert, error) {
 // markUnusable records that lc, the pair on disk, cannot be served now.
 func (e *certEntry) markUnusable(lc *loadedCert, err error, now time.Time) {
 	e.cur, e.unusable = lc, err
-	e.gen++
 	e.lastErr, e.lastErrAt = err, now
 	e.ocsp = unusableState()
 	e.retryAt, e.retries = time.Time{}, 0
@@ -230,7 +230,6 @@ type reloadRound struct {
 // candidate is a changed pair with a new leaf, stapled before it is served.
 type candidate struct {
 	e   *certEntry
-	gen uint64 // e.gen when the files were read
 	sum [32]byte
 	lc  *loadedCert
 	st  *ocspState // the new pair's own OCSP state
@@ -238,13 +237,17 @@ type candidate struct {
 }
 
 // reload re-reads the entries pick returns (pick runs under the lock). It
-// is done in three steps, so that no network request runs under the lock:
-// read and check the files (lock held), staple the pairs with a new leaf
-// (no lock), then swap them in (lock held) unless another reload swapped
-// in a pair meanwhile. A new certificate carries its staple from its first
+// is done in three steps, so that no network request runs under the lock
+// and a stapling round stuck at a responder never holds it up: read and
+// check the files (lock held), staple the pairs with a new leaf (no lock),
+// then swap them in (lock held). A stapling round that asked about the
+// previous leaf meanwhile sees a new OCSP state and drops its answer
+// (publishStaples). A new certificate carries its staple from its first
 // handshake (nginx staples lazily, and must-staple sites fail meanwhile:
 // acme.sh#2938).
 func (s *certStore) reload(ctx context.Context, pick func(now time.Time) []*certEntry) error {
+	s.reloading.Lock()
+	defer s.reloading.Unlock()
 	s.mu.Lock()
 	r := &reloadRound{now: s.now()}
 	list := pick(r.now)
@@ -316,17 +319,13 @@ func (s *certStore) scan(r *reloadRound, e *certEntry) {
 		s.commit(e, lc, sum, r.now) // same leaf: the staple stays valid
 		return
 	}
-	r.cands = append(r.cands, candidate{e: e, gen: e.gen, sum: sum, lc: lc, st: s.stapler.reset(lc)})
+	r.cands = append(r.cands, candidate{e: e, sum: sum, lc: lc, st: s.stapler.reset(lc)})
 }
 
 // adopt swaps in a stapled candidate, or refuses a must-staple one without
-// a staple; mu is held.
+// a staple; mu is held. Only reloads change cur, and they run one at a
+// time, so e still serves what scan saw.
 func (s *certStore) adopt(r *reloadRound, c candidate) {
-	if c.e.gen != c.gen {
-		// Another reload swapped in a pair since these files were read, from
-		// the same files or newer ones: it wins.
-		return
-	}
 	if c.lc.mustStaple && s.opts.OCSP.MustStaple == MustStapleRefuse && c.st.staple == nil {
 		// Swapping in a must-staple pair that cannot be served would take
 		// its names down: keep the previous pair and try again later.
@@ -357,7 +356,6 @@ func (s *certStore) refuse(r *reloadRound, e *certEntry, sum [32]byte, err error
 func (s *certStore) commit(e *certEntry, lc *loadedCert, sum [32]byte, now time.Time) {
 	name := e.files.CertFile
 	e.cur, e.sum, e.loadedAt = lc, sum, now
-	e.gen++
 	e.unusable = nil
 	e.lastErr, e.failedSum = nil, [32]byte{}
 	e.retryAt, e.retries = time.Time{}, 0
