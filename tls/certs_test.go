@@ -292,6 +292,13 @@ func TestReload(t *testing.T) {
 		t.Errorf("events: got %q, want %q", got, want)
 	}
 
+	wantOldConnection(t, old, cur)
+}
+
+// wantOldConnection checks that a connection opened before reloads still
+// echoes and still has the certificate of cur.
+func wantOldConnection(t *testing.T, old *tls.Conn, cur *leaf) {
+	t.Helper()
 	if _, err := old.Write([]byte("ping")); err != nil {
 		t.Fatalf("old connection write: %v", err)
 	}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"time"
 )
 
 // Finding is one problem with the options of a Terminator.
@@ -60,58 +59,6 @@ func Check(o Options) CheckResult {
 		}
 	}
 	return res
-}
-
-// loadEntries reads and checks every configured pair. A pair that is only
-// out of its validity period is kept, marked unusable, and reported as a
-// warning, unless no pair at all is usable: then every such pair is an
-// error too.
-func loadEntries(o Options, now time.Time) ([]*certEntry, CheckResult) {
-	var res CheckResult
-	var entries []*certEntry
-	usable := 0
-	for i, f := range o.Certificates {
-		e := &certEntry{files: f, seen: statFiles(f)}
-		e.pending = e.seen
-		pc, err := fileContents(f)
-		var lc *loadedCert
-		if err == nil {
-			lc, err = parsePair(f, pc)
-		}
-		if err == nil {
-			err = staplePolicy(o, lc)
-		}
-		if err != nil {
-			res.Errors = append(res.Errors, Finding{Cert: i, Err: err})
-			continue
-		}
-		e.cur, e.sum, e.loadedAt = lc, pc.sum, now
-		if verr := validity(lc, now); verr != nil {
-			e.markUnusable(lc, verr, now)
-			res.Warnings = append(res.Warnings, Finding{Cert: i, Err: verr})
-		} else {
-			usable++
-		}
-		entries = append(entries, e)
-	}
-	if usable == 0 && len(res.Errors) == 0 && len(o.Certificates) > 0 {
-		res.Errors = append(res.Errors, res.Warnings...)
-		res.Warnings = nil
-		res.Errors = append(res.Errors, Finding{Cert: -1, Err: fmt.Errorf("no usable certificate among the %d configured", len(o.Certificates))})
-	}
-	return entries, res
-}
-
-// markUnusable records that lc, the pair on disk, cannot be served now.
-func (e *certEntry) markUnusable(lc *loadedCert, err error, now time.Time) {
-	e.cur, e.unusable = lc, err
-	e.lastErr, e.lastErrAt = err, now
-	e.state = "unusable"
-	e.retryAt, e.retries = time.Time{}, 0
-	if now.Before(lc.leaf.NotBefore) {
-		// Polling serves it once it becomes valid.
-		e.retryAt = lc.leaf.NotBefore
-	}
 }
 
 // clientCAs reads the client CA file.

@@ -6,9 +6,32 @@
 //	g.Go(func() error { return term.Run(ctx) }) // file polling, key rotation, OCSP
 //	// on SIGHUP: err := term.Reload()
 //
-// A Terminator owns three things: the certificates, the session-ticket keys
-// and the OCSP staples. Handshakes read them without locks; everything that
-// changes them runs under one writer lock, in Reload or in Run.
+// A Terminator only composes three parts: the certificate store, the
+// stapler that keeps the store's OCSP staples, and the session-ticket keys.
+// Handshakes read them without locks. The store's writer lock is held only
+// while entries change, never across a network request, so Reload (SIGHUP)
+// never waits behind an OCSP responder.
+//
+// # Layout
+//
+//   - terminator.go: Terminator, New, TLSConfig, Reload, Status, Run and the
+//     supervision of its loops; options.go: Options and their defaults;
+//     check.go: Check; status.go: the Status types.
+//   - store.go: the certificate store (certStore): loads the pairs, leaves
+//     out the unusable ones, reloads on Reload and when files change, and
+//     publishes the immutable set handshakes read; certs.go parses and
+//     checks one pair (the chain's issuer included); sni.go chooses the
+//     certificate for a ClientHello; issuer.go reads the issuer file,
+//     fetches caIssuers and keeps a fetched issuer in the state directory.
+//   - stapler.go: the stapler: the OCSP state of each certificate, the
+//     refresh schedule, persistence and expiry, and refresh rounds in three
+//     steps: scan (under the store's lock, copy what needs a staple), fetch
+//     (no lock), publish (under the lock, only if the entry still serves
+//     the same leaf with the same OCSP state; an answer about a replaced
+//     certificate is dropped); ocsp.go: the OCSP protocol (request,
+//     verification, refresh times, backoff, the staple file).
+//   - tickets.go: the session-ticket keys (sealing, rotation, key file and
+//     source) and ticketRotation, their background loop.
 //
 // # Certificates
 //
@@ -47,7 +70,10 @@
 // staple publishes a new set built from new tls.Certificate values; values
 // already handed to handshakes are never modified.
 //
-// Reload re-reads every pair (main calls it on SIGHUP). Run polls the files
+// Reload re-reads every pair (main calls it on SIGHUP), in the same three
+// steps as an OCSP refresh: read and check the files (lock held), staple a
+// pair with a new leaf (no lock), swap it in (lock held); reloads run one
+// at a time, and never wait for an OCSP refresh. Run polls the files
 // every Options.ReloadInterval (default 2s, negative: off): a change of size
 // or modification time that stays the same over one interval (so that a
 // certificate and key written one after the other are read together) is
@@ -180,7 +206,9 @@
 // # Background work, events and status
 //
 // Run polls the files, rotates generated keys or polls the key source, and
-// refreshes staples; it returns when its context ends, after every goroutine
+// refreshes staples (one refresh round at a time; a responder that does not
+// answer, bounded by OCSP.Timeout, holds up only the staples of its round,
+// never Reload nor handshakes); it returns when its context ends, after every goroutine
 // it started has returned, and restarts a loop that panicked after a pause.
 // Options.Observer (nil: none) receives CertReloaded, OCSPRefreshed and
 // TicketKeysRotated after the change is served; handshake counts are left to

@@ -169,40 +169,8 @@ func (o Options) withDefaults() (Options, error) {
 	if o.ReloadInterval == 0 {
 		o.ReloadInterval = DefaultReloadInterval
 	}
-	if o.Tickets.RotateEvery == 0 {
-		o.Tickets.RotateEvery = DefaultRotateEvery
-	}
-	if o.Tickets.RotateEvery < 0 {
-		errs = append(errs, fmt.Errorf("Tickets.RotateEvery %v: must be positive", o.Tickets.RotateEvery))
-	}
-	if o.Tickets.Keep == 0 {
-		o.Tickets.Keep = DefaultKeep
-	}
-	if o.Tickets.Keep < 0 {
-		errs = append(errs, fmt.Errorf("Tickets.Keep %d: must be positive", o.Tickets.Keep))
-	}
-	if o.Tickets.KeyFile != "" && o.Tickets.Source != nil {
-		errs = append(errs, errors.New("Tickets.KeyFile and Tickets.Source are exclusive"))
-	}
-	switch o.OCSP.MustStaple {
-	case "":
-		o.OCSP.MustStaple = MustStapleRefuse
-	case MustStapleRefuse, MustStapleServe:
-	default:
-		errs = append(errs, fmt.Errorf("OCSP.MustStaple %q: want %q or %q", o.OCSP.MustStaple, MustStapleRefuse, MustStapleServe))
-	}
-	if o.OCSP.Timeout == 0 {
-		o.OCSP.Timeout = DefaultOCSPTimeout
-	}
-	if o.OCSP.Timeout < 0 {
-		errs = append(errs, fmt.Errorf("OCSP.Timeout %v: must be positive", o.OCSP.Timeout))
-	}
-	if o.OCSP.HTTPClient == nil {
-		o.OCSP.HTTPClient = &http.Client{Transport: &http.Transport{
-			Proxy:             http.ProxyFromEnvironment,
-			DisableKeepAlives: true,
-		}}
-	}
+	errs = append(errs, o.Tickets.fillDefaults()...)
+	errs = append(errs, o.OCSP.fillDefaults()...)
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
@@ -213,6 +181,52 @@ func (o Options) withDefaults() (Options, error) {
 		o.Now = time.Now
 	}
 	return o, errors.Join(errs...)
+}
+
+// fillDefaults fills the zero fields of o and returns the invalid ones.
+func (o *TicketOptions) fillDefaults() []error {
+	var errs []error
+	if o.RotateEvery == 0 {
+		o.RotateEvery = DefaultRotateEvery
+	}
+	if o.RotateEvery < 0 {
+		errs = append(errs, fmt.Errorf("Tickets.RotateEvery %v: must be positive", o.RotateEvery))
+	}
+	if o.Keep == 0 {
+		o.Keep = DefaultKeep
+	}
+	if o.Keep < 0 {
+		errs = append(errs, fmt.Errorf("Tickets.Keep %d: must be positive", o.Keep))
+	}
+	if o.KeyFile != "" && o.Source != nil {
+		errs = append(errs, errors.New("Tickets.KeyFile and Tickets.Source are exclusive"))
+	}
+	return errs
+}
+
+// fillDefaults fills the zero fields of o and returns the invalid ones.
+func (o *OCSPOptions) fillDefaults() []error {
+	var errs []error
+	switch o.MustStaple {
+	case "":
+		o.MustStaple = MustStapleRefuse
+	case MustStapleRefuse, MustStapleServe:
+	default:
+		errs = append(errs, fmt.Errorf("OCSP.MustStaple %q: want %q or %q", o.MustStaple, MustStapleRefuse, MustStapleServe))
+	}
+	if o.Timeout == 0 {
+		o.Timeout = DefaultOCSPTimeout
+	}
+	if o.Timeout < 0 {
+		errs = append(errs, fmt.Errorf("OCSP.Timeout %v: must be positive", o.Timeout))
+	}
+	if o.HTTPClient == nil {
+		o.HTTPClient = &http.Client{Transport: &http.Transport{
+			Proxy:             http.ProxyFromEnvironment,
+			DisableKeepAlives: true,
+		}}
+	}
+	return errs
 }
 
 // ticketMaxAge is the exact bound on a ticket's age: RotateEvery*Keep, and

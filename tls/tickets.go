@@ -16,6 +16,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"sync"
 	"time"
@@ -416,4 +417,65 @@ func (k *ticketKeys) status() TicketStatus {
 		s.NextRotation = k.rotated.Add(k.every)
 	}
 	return s
+}
+
+// ticketRotation is the background side of the ticket keys: it rotates
+// generated keys or polls the key source, logs and reports the changes.
+type ticketRotation struct {
+	keys *ticketKeys
+	log  *slog.Logger
+	obs  Observer
+
+	mu     sync.Mutex // serialises polls and guards errLog
+	errLog string     // last source error logged
+}
+
+// rotate starts a new ticket key (generated keys only).
+func (r *ticketRotation) rotate() error {
+	gen, err := r.keys.rotate()
+	if err != nil {
+		r.log.Error("session ticket key rotation failed", "err", err)
+		return err
+	}
+	r.log.Info("session ticket keys rotated", "generation", gen)
+	r.obs.TicketKeysRotated()
+	return nil
+}
+
+// poll asks the key source for keys, logging a failure once per distinct
+// error.
+func (r *ticketRotation) poll(ctx context.Context) error {
+	changed, err := r.keys.load(ctx)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err != nil {
+		if ctx.Err() == nil && err.Error() != r.errLog {
+			r.log.Error("session ticket keys not reloaded, previous keys stay", "source", r.keys.kind, "err", err)
+			r.errLog = err.Error()
+		}
+		return err
+	}
+	r.errLog = ""
+	if changed {
+		r.log.Info("session ticket keys reloaded", "source", r.keys.kind)
+		r.obs.TicketKeysRotated()
+	}
+	return nil
+}
+
+// loop returns the background loop of the keys: rotation every RotateEvery
+// for generated keys, else polling the source every interval (none when
+// polling is off).
+func (r *ticketRotation) loop(o TicketOptions, interval time.Duration) (name string, loop func(context.Context)) {
+	if r.keys.source == nil {
+		return "ticket rotation", func(ctx context.Context) {
+			every(ctx, o.RotateEvery, func() { _ = r.rotate() })
+		}
+	}
+	if interval <= 0 {
+		return "", nil
+	}
+	return "ticket keys", func(ctx context.Context) {
+		every(ctx, interval, func() { _ = r.poll(ctx) })
+	}
 }

@@ -186,11 +186,7 @@ func TestTicketKeyFile(t *testing.T) {
 	if got := b.obs.all(); len(got) != 1 || got[0] != "tickets" {
 		t.Errorf("events on b: got %q, want one rotation", got)
 	}
-	for _, v := range versions {
-		if !mustDial(t, b.addr, clients[v.v]).DidResume {
-			t.Errorf("%s: ticket under the now second key not resumed", v.name)
-		}
-	}
+	wantResumed(t, b.addr, clients, true, "ticket under the now second key not resumed")
 
 	// A broken file keeps the keys in use.
 	writeFile(t, keyFile, []byte("not base64 at all!\n"))
@@ -205,22 +201,14 @@ func TestTicketKeyFile(t *testing.T) {
 	if s := b.term.Status().Tickets; s.LastError == "" || s.Keys != 2 {
 		t.Errorf("status after broken file: got %+v, want the error and 2 keys", s)
 	}
-	for _, v := range versions {
-		if !mustDial(t, b.addr, clients[v.v]).DidResume {
-			t.Errorf("%s: not resumed after a broken key file", v.name)
-		}
-	}
+	wantResumed(t, b.addr, clients, true, "not resumed after a broken key file")
 
 	// Keys replaced entirely: old tickets are refused.
 	writeFile(t, keyFile, []byte(newKeyLine(80)))
 	if err := b.term.PollTicketKeys(ctx); err != nil {
 		t.Fatal(err)
 	}
-	for _, v := range versions {
-		if mustDial(t, b.addr, clients[v.v]).DidResume {
-			t.Errorf("%s: resumed with a key no longer in the file", v.name)
-		}
-	}
+	wantResumed(t, b.addr, clients, false, "resumed with a key no longer in the file")
 	if s := b.term.Status().Tickets; s.LastError != "" || s.Keys != 1 || !strings.HasPrefix(s.Source, "file:") {
 		t.Errorf("status: got %+v", s)
 	}
@@ -229,6 +217,17 @@ func TestTicketKeyFile(t *testing.T) {
 	os.WriteFile(keyFile, []byte(base64.StdEncoding.EncodeToString([]byte("short"))), 0o600)
 	if _, err := edgetls.New(opts); err == nil || !strings.Contains(err.Error(), "want 48 or 80") {
 		t.Errorf("New with a short key: got %v, want a length error", err)
+	}
+}
+
+// wantResumed dials addr once with the client of every version and reports,
+// with what, each whose resumption is not want.
+func wantResumed(t *testing.T, addr string, clients map[uint16]*tls.Config, want bool, what string) {
+	t.Helper()
+	for _, v := range versions {
+		if mustDial(t, addr, clients[v.v]).DidResume != want {
+			t.Errorf("%s: %s", v.name, what)
+		}
 	}
 }
 
