@@ -330,13 +330,16 @@ func TestReloadOnFileChange(t *testing.T) {
 		t.Errorf("after change on disk: serial %s, want new %s", got, want)
 	}
 
-	// A touch without a change reloads nothing.
+	// A touch without a change reloads nothing. (Between the two writes
+	// of installAt a poll may have seen the new certificate with the old
+	// key and refused it: count from here.)
+	before := len(e.obs.all())
 	later := time.Now().Add(time.Minute)
 	os.Chtimes(cur.certFile, later, later)
 	e.term.PollFiles(context.Background())
 	e.term.PollFiles(context.Background())
-	if got := e.obs.all(); len(got) != 2 {
-		t.Errorf("events after touch: got %q, want the two above only", got)
+	if got := e.obs.all(); len(got) != before {
+		t.Errorf("events after touch: got %q, want no new one after the first %d", got, before)
 	}
 }
 

@@ -199,9 +199,16 @@ func (l *leaf) installAt(t testing.TB, dst *leaf) {
 	writeFile(t, dst.keyFile, l.keyPEM)
 }
 
+// writeFile replaces path atomically (a temporary file renamed over it),
+// as a deploy tool should: os.WriteFile truncates first, and a poll in
+// between would read an empty file.
 func writeFile(t testing.TB, path string, data []byte) {
 	t.Helper()
-	if err := os.WriteFile(path, data, 0o600); err != nil {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
 		t.Fatal(err)
 	}
 }
