@@ -30,6 +30,17 @@ func (c *Config) Validate() error {
 	return asError(errs)
 }
 
+// Validate checks a pool built outside the file, such as DefaultPool with
+// a registry declaration's overrides, by the rules of a file pool; its name
+// is not checked (such pools name themselves). Warnings are dropped.
+func (p *Pool) Validate() error {
+	v := &validator{c: &Config{}}
+	q := *p
+	q.Name = "pool"
+	v.pool("pool", &q)
+	return asError(v.errs)
+}
+
 type validator struct {
 	c     *Config
 	errs  []*Error

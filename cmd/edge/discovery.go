@@ -196,9 +196,8 @@ func (e *edge) startDynamic(ctx context.Context, g *errgroup.Group) {
 }
 
 func (d *dynamic) newWatcher(pool, service, tag, dc string, passingOnly bool, target *balance.Pool) (*discovery.Watcher, error) {
-	d.mu.Lock()
-	stateDir := d.e.cfg.StateDir
-	d.mu.Unlock()
+	// e.cfg is the reload's to write, under e.mu (not d.mu).
+	stateDir := d.e.config().StateDir
 	w, err := discovery.NewWatcher(discovery.WatcherOptions{
 		Pool:       pool,
 		Target:     target,
@@ -326,9 +325,9 @@ func (d *dynamic) startDeclared(ctx context.Context, dc discovery.RouteDecl) (*d
 	name := declaredPoolName(dc.Service)
 	mode := balance.LeastConn
 	switch dc.Sticky {
-	case discovery.StickyCookie:
+	case balance.Cookie.String():
 		mode = balance.Cookie
-	case discovery.StickyClientIP:
+	case balance.ClientIP.String():
 		mode = balance.ClientIP
 	}
 	bal, err := balance.NewPool(balance.PoolOptions{

@@ -145,6 +145,13 @@ func newEdge(cfg *conf.Config, path string, log *slog.Logger) (*edge, error) {
 	return e, nil
 }
 
+// config is the running configuration, which a reload replaces.
+func (e *edge) config() *conf.Config {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.cfg
+}
+
 func (e *edge) allPools() []*balance.Pool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
