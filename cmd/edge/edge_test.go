@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/edgelb/edge/conf"
 	"github.com/edgelb/edge/discovery"
+	"golang.org/x/sync/errgroup"
 )
 
 // newTestEdge builds an edge in-process from cfgText, bound to loopback,
@@ -36,21 +38,26 @@ func newTestEdge(t *testing.T, cfgText string) *edge {
 }
 
 // TestReloadRacesRegistry: a reload (SIGHUP) swaps the configuration while
-// the registry starts a watcher for a declared pool, which reads the state
-// directory of the configuration; under -race the two must not conflict.
+// registry updates start and stop declared pools, whose watchers read the
+// configuration's state directory; under -race the two must not conflict.
 func TestReloadRacesRegistry(t *testing.T) {
 	e := newTestEdge(t, `
 listeners: [{address: "127.0.0.1:0"}]
 admin: {address: "127.0.0.1:0"}
 pools: [{name: app, backends: [{address: "127.0.0.1:9"}]}]
 routes: [{default: true, pool: app}]
+consul: {address: "127.0.0.1:9", routes: {allow_any_host: true}}
 `)
-	client, err := discovery.NewClient(discovery.ClientOptions{Address: "127.0.0.1:9"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.dyn.client = client
-	bal := e.allPools()[0]
+	ctx, cancel := context.WithCancel(context.Background())
+	var g errgroup.Group
+	e.dyn.mu.Lock()
+	e.dyn.ctx, e.dyn.g = ctx, &g
+	e.dyn.mu.Unlock()
+	t.Cleanup(func() {
+		cancel()
+		e.dyn.stopDeclared()
+		_ = g.Wait()
+	})
 	var wg sync.WaitGroup
 	wg.Add(2)
 	reloaded := make(chan struct{})
@@ -65,17 +72,19 @@ routes: [{default: true, pool: app}]
 	}()
 	go func() {
 		defer wg.Done()
-		for {
+		// Each update changes the declared pool's cap, so it is built
+		// again, with a new watcher.
+		for n := int64(1); ; n++ {
 			select {
 			case <-reloaded:
 				return
 			default:
 			}
-			if _, err := e.dyn.newWatcher("consul:chat", "chat", "", "", true, bal); err != nil {
-				t.Error(err)
-				return
-			}
+			e.dyn.setDeclared([]discovery.RouteDecl{{Service: "chat", PathPrefix: "/chat", MaxConns: n}})
 		}
 	}()
 	wg.Wait()
+	if got := len(e.dyn.pools()); got != 1 {
+		t.Fatalf("declared pools: %d, want 1", got)
+	}
 }
