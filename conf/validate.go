@@ -333,21 +333,11 @@ func checkHostPattern(h string) string {
 	}
 }
 
+// isDNSName reports whether s, the host of an address, is a host name by
+// the rules routes use (hostname.Pattern), without a wildcard.
 func isDNSName(s string) bool {
-	if s == "" || len(s) > 253 {
-		return false
-	}
-	for label := range strings.SplitSeq(strings.TrimSuffix(s, "."), ".") {
-		if label == "" || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' {
-			return false
-		}
-		for _, r := range label {
-			if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_') {
-				return false
-			}
-		}
-	}
-	return true
+	c, err := hostname.Pattern(s)
+	return err == nil && !hostname.IsWildcard(c)
 }
 
 func (v *validator) pool(path string, p *Pool) {
