@@ -208,7 +208,8 @@ type Pool struct {
 	name        string
 	mode        Mode
 	boundedLoad float64
-	minExcess   int64 // >= 0
+	minExcess   int64    // >= 0
+	built       settings // what NewPool was given, for SameSettings
 	cfg         *backendConfig
 	rand        func() uint64 // lock-free, allocation-free; replaced in tests
 	onEject     func(EjectEvent)
@@ -228,8 +229,19 @@ type Pool struct {
 // a member flapping out and back in (a registry hiccup) keeps its counters.
 type retiredKey struct{ id, addr string }
 
-// NewPool validates opts and returns an empty pool.
-func NewPool(opts PoolOptions) (*Pool, error) {
+// settings are the options fixed when a pool is built, with their
+// defaults applied: a running pool cannot change them, since its backends'
+// counters and the hash depend on them.
+type settings struct {
+	mode        Mode
+	boundedLoad float64
+	minExcess   int64 // >= 0
+	maxConns    int64
+	eject       EjectOptions
+}
+
+// settings validates the build-time options and applies their defaults.
+func (opts PoolOptions) settings() (settings, []error) {
 	var errs []error
 	if opts.Mode < LeastConn || opts.Mode > ClientIP {
 		errs = append(errs, fmt.Errorf("mode %d unknown", int(opts.Mode)))
@@ -251,19 +263,34 @@ func NewPool(opts PoolOptions) (*Pool, error) {
 	if opts.MaxConnsPerBackend < 0 {
 		errs = append(errs, fmt.Errorf("max connections per backend %d: must be >= 0", opts.MaxConnsPerBackend))
 	}
-	ej := opts.Eject
-	if ej.Failures < 0 || ej.Window < 0 || ej.Cooldown < 0 || ej.MaxPercent < 0 {
-		errs = append(errs, fmt.Errorf("passive ejection %+v: values must be >= 0", ej))
+	ej, err := opts.Eject.withDefaults()
+	if err != nil {
+		errs = append(errs, err)
 	}
-	if ej.MaxPercent > 100 {
-		errs = append(errs, fmt.Errorf("passive ejection max percent %d: must be at most 100", ej.MaxPercent))
+	return settings{mode: opts.Mode, boundedLoad: bl, minExcess: minExcess, maxConns: opts.MaxConnsPerBackend, eject: ej}, errs
+}
+
+// withDefaults validates e and applies its defaults.
+func (e EjectOptions) withDefaults() (EjectOptions, error) {
+	var errs []error
+	if e.Failures < 0 || e.Window < 0 || e.Cooldown < 0 || e.MaxPercent < 0 {
+		errs = append(errs, fmt.Errorf("passive ejection %+v: values must be >= 0", e))
 	}
-	if ej.MaxPercent == 0 {
-		ej.MaxPercent = DefaultMaxEjectionPercent
+	if e.MaxPercent > 100 {
+		errs = append(errs, fmt.Errorf("passive ejection max percent %d: must be at most 100", e.MaxPercent))
 	}
-	if ej.Failures > 0 && ej.Cooldown == 0 {
-		ej.Cooldown = DefaultEjectCooldown
+	if e.MaxPercent == 0 {
+		e.MaxPercent = DefaultMaxEjectionPercent
 	}
+	if e.Failures > 0 && e.Cooldown == 0 {
+		e.Cooldown = DefaultEjectCooldown
+	}
+	return e, errors.Join(errs...)
+}
+
+// NewPool validates opts and returns an empty pool.
+func NewPool(opts PoolOptions) (*Pool, error) {
+	set, errs := opts.settings()
 	keys, err := copyKeys(opts.Cookie.Keys)
 	if err != nil {
 		errs = append(errs, err)
@@ -280,10 +307,11 @@ func NewPool(opts PoolOptions) (*Pool, error) {
 	}
 	p := &Pool{
 		name:        opts.Name,
-		mode:        opts.Mode,
-		boundedLoad: bl,
-		minExcess:   minExcess,
-		cfg:         &backendConfig{now: now, eject: ej, maxConns: opts.MaxConnsPerBackend, startUnhealthy: opts.StartUnhealthy},
+		mode:        set.mode,
+		boundedLoad: set.boundedLoad,
+		minExcess:   set.minExcess,
+		built:       set,
+		cfg:         &backendConfig{now: now, eject: set.eject, maxConns: set.maxConns, startUnhealthy: opts.StartUnhealthy},
 		rand:        rand.Uint64,
 		onEject:     opts.OnEject,
 		keys:        keys,
@@ -294,6 +322,19 @@ func NewPool(opts PoolOptions) (*Pool, error) {
 	p.cfg.pool = p
 	p.snap.Store(&Snapshot{byCookie: map[string]cookieEntry{}})
 	return p, nil
+}
+
+// SameSettings reports whether p, already running, can serve for opts:
+// whether the settings fixed at build (Mode, BoundedLoad, MinExcess,
+// MaxConnsPerBackend, Eject, defaults applied) are the same. A reload
+// keeps a running pool rather than replace it, so live connections keep
+// their *Backend and least-connections keeps its counts (traefik#13913);
+// when SameSettings is false the new settings wait for a restart. Name,
+// OnEject, Cookie keys (SetCookieKeys), Now and StartUnhealthy are not
+// compared.
+func (p *Pool) SameSettings(opts PoolOptions) bool {
+	set, errs := opts.settings()
+	return len(errs) == 0 && set == p.built
 }
 
 // MaxEjectionPercent returns the share of members the pool may eject at

@@ -228,3 +228,46 @@ func TestUpdateLeftAndRetired(t *testing.T) {
 		t.Error("b00 draining though it never left")
 	}
 }
+
+// TestSameSettings: the settings fixed at build are compared with their
+// defaults applied; what a running pool can change is not compared.
+func TestSameSettings(t *testing.T) {
+	base := balance.PoolOptions{Name: "p", Mode: balance.ClientIP, BoundedLoad: 1.25, MinExcess: 64,
+		Eject: balance.EjectOptions{Failures: 5, Window: time.Minute}}
+	p, err := balance.NewPool(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	same := []func(*balance.PoolOptions){
+		func(o *balance.PoolOptions) {},
+		func(o *balance.PoolOptions) { o.BoundedLoad = 0 },                                      // the default is 1.25
+		func(o *balance.PoolOptions) { o.MinExcess = 0 },                                        // the default is 64
+		func(o *balance.PoolOptions) { o.Eject.Cooldown = balance.DefaultEjectCooldown },        // its default
+		func(o *balance.PoolOptions) { o.Eject.MaxPercent = balance.DefaultMaxEjectionPercent }, // its default
+		func(o *balance.PoolOptions) { o.Name, o.StartUnhealthy = "q", true },
+		func(o *balance.PoolOptions) { o.Cookie.Keys = [][]byte{[]byte("0123456789abcdef")} },
+	}
+	for i, f := range same {
+		o := base
+		f(&o)
+		if !p.SameSettings(o) {
+			t.Errorf("same[%d] %+v: SameSettings false", i, o)
+		}
+	}
+	differ := []func(*balance.PoolOptions){
+		func(o *balance.PoolOptions) { o.Mode = balance.Cookie },
+		func(o *balance.PoolOptions) { o.BoundedLoad = 2 },
+		func(o *balance.PoolOptions) { o.MinExcess = balance.NoMinExcess },
+		func(o *balance.PoolOptions) { o.MaxConnsPerBackend = 10 },
+		func(o *balance.PoolOptions) { o.Eject.Failures = 3 },
+		func(o *balance.PoolOptions) { o.Eject.Window = time.Second },
+		func(o *balance.PoolOptions) { o.BoundedLoad = 0.5 }, // invalid: never the same
+	}
+	for i, f := range differ {
+		o := base
+		f(&o)
+		if p.SameSettings(o) {
+			t.Errorf("differ[%d] %+v: SameSettings true", i, o)
+		}
+	}
+}

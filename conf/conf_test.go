@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -896,5 +897,17 @@ func TestMaxMessageBytesDefault(t *testing.T) {
 		if got := c.Pools[0].WebSocket.MaxMessageBytes; got != tc.want {
 			t.Errorf("websocket %s: max_message_bytes %d, want %d", tc.ws, got, tc.want)
 		}
+	}
+}
+
+// TestDefaultPool: a pool declared outside the file starts from exactly
+// what Load makes of a file pool that sets nothing, so declared and file
+// pools share every default (limits, timeouts, health, cookie).
+func TestDefaultPool(t *testing.T) {
+	got := DefaultPool()
+	want := mustParse(t, minimal).Pools[0]
+	want.Name, want.Backends = "", nil
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("DefaultPool:\n got %+v\nwant %+v", got, want)
 	}
 }

@@ -194,31 +194,47 @@ func (c *Config) fill() {
 		c.Consul.Routes.AllowedHosts[j] = hostname.Canonical(h)
 	}
 	for i := range c.Pools {
-		p := &c.Pools[i]
-		for j := range p.Backends {
-			b := &p.Backends[j]
-			if b.ID == "" && !c.src.has(index(index("pools", i)+".backends", j)+".id") {
-				b.ID = b.Address
-			}
-			if b.Weight == 0 {
-				b.Weight = 1
-			}
+		c.Pools[i].fill(c.src, index("pools", i))
+	}
+}
+
+// fill sets the pool's defaults that depend on its other values; path is
+// where the pool is in src.
+func (p *Pool) fill(src *source, path string) {
+	for j := range p.Backends {
+		b := &p.Backends[j]
+		if b.ID == "" && !src.has(index(path+".backends", j)+".id") {
+			b.ID = b.Address
 		}
-		// A frame-aware pool bounds messages too unless told otherwise:
-		// 4 MiB, the usual cap of WebSocket servers, never below the
-		// frame limit.
-		ws := &p.WebSocket
-		if !c.src.has(index("pools", i)+".websocket.max_message_bytes") && (ws.MaxFrameBytes > 0 || ws.PingInterval > 0) {
-			ws.MaxMessageBytes = max(4<<20, ws.MaxFrameBytes)
-		}
-		l := &p.Limits
-		if l.ConnectionBurstPerClientIP == 0 && l.ConnectionRatePerClientIP > 0 && l.ConnectionRatePerClientIP < math.MaxInt32 {
-			l.ConnectionBurstPerClientIP = int(math.Ceil(l.ConnectionRatePerClientIP))
-		}
-		if l.ConnectionBurst == 0 && l.ConnectionRate > 0 && l.ConnectionRate < math.MaxInt32 {
-			l.ConnectionBurst = int(math.Ceil(l.ConnectionRate))
+		if b.Weight == 0 {
+			b.Weight = 1
 		}
 	}
+	// A frame-aware pool bounds messages too unless told otherwise:
+	// 4 MiB, the usual cap of WebSocket servers, never below the
+	// frame limit.
+	ws := &p.WebSocket
+	if !src.has(path+".websocket.max_message_bytes") && (ws.MaxFrameBytes > 0 || ws.PingInterval > 0) {
+		ws.MaxMessageBytes = max(4<<20, ws.MaxFrameBytes)
+	}
+	l := &p.Limits
+	if l.ConnectionBurstPerClientIP == 0 && l.ConnectionRatePerClientIP > 0 && l.ConnectionRatePerClientIP < math.MaxInt32 {
+		l.ConnectionBurstPerClientIP = int(math.Ceil(l.ConnectionRatePerClientIP))
+	}
+	if l.ConnectionBurst == 0 && l.ConnectionRate > 0 && l.ConnectionRate < math.MaxInt32 {
+		l.ConnectionBurst = int(math.Ceil(l.ConnectionRate))
+	}
+}
+
+// DefaultPool returns a pool with every setting at its default, filled as
+// Load fills a pool of the file that names nothing but itself: what a pool
+// declared elsewhere (a Consul service's route) starts from before its own
+// overrides. It has no name and no members.
+func DefaultPool() Pool {
+	var p Pool
+	applyDefaults(reflect.ValueOf(&p).Elem(), "", nil)
+	p.fill(nil, "")
+	return p
 }
 
 // resolvePaths makes relative file paths relative to base, the directory

@@ -30,6 +30,17 @@ func (c *Config) Validate() error {
 	return asError(errs)
 }
 
+// Validate checks a pool built outside the file, such as DefaultPool with
+// a registry declaration's overrides, by the rules of a file pool; its name
+// is not checked (such pools name themselves). Warnings are dropped.
+func (p *Pool) Validate() error {
+	v := &validator{c: &Config{}}
+	q := *p
+	q.Name = "pool"
+	v.pool("pool", &q)
+	return asError(v.errs)
+}
+
 type validator struct {
 	c     *Config
 	errs  []*Error
@@ -322,21 +333,11 @@ func checkHostPattern(h string) string {
 	}
 }
 
+// isDNSName reports whether s, the host of an address, is a host name by
+// the rules routes use (hostname.Pattern), without a wildcard.
 func isDNSName(s string) bool {
-	if s == "" || len(s) > 253 {
-		return false
-	}
-	for label := range strings.SplitSeq(strings.TrimSuffix(s, "."), ".") {
-		if label == "" || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' {
-			return false
-		}
-		for _, r := range label {
-			if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_') {
-				return false
-			}
-		}
-	}
-	return true
+	c, err := hostname.Pattern(s)
+	return err == nil && !hostname.IsWildcard(c)
 }
 
 func (v *validator) pool(path string, p *Pool) {
@@ -346,7 +347,26 @@ func (v *validator) pool(path string, p *Pool) {
 		v.name(path+".name", p.Name)
 	}
 	v.oneOf(path+".balance", p.Balance, BalanceLeastConn, BalanceCookie, BalanceClientIP)
+	v.backends(path, p)
+	v.cookie(path+".cookie", p)
+	v.clientIP(path+".client_ip", p)
+	v.timeouts(path, p)
+	v.passiveEjection(path+".passive_ejection", p.PassiveEjection)
+	if m := p.MaxResponseHeaderBytes; m < 1024 || m > 1<<20 {
+		v.errf(path+".max_response_header_bytes", "%d is outside 1024..1048576", m)
+	}
+	v.poolLimits(path+".limits", p.Limits)
+	if s := p.Consul.Service; s != "" && strings.ContainsFunc(s, func(r rune) bool { return r <= ' ' || r == 0x7f || r == '/' }) {
+		v.errf(path+".consul.service", "%q is not a valid Consul service name", s)
+	}
+	v.health(path+".health", p.Health)
+	v.webSocket(path+".websocket", p.WebSocket)
+	v.backendLeave(path+".backend_leave", p.BackendLeave)
+}
 
+// backends checks a pool's static members: either they or consul.service,
+// each with an address, a distinct id and a weight in range.
+func (v *validator) backends(path string, p *Pool) {
 	switch {
 	case p.Consul.Service != "" && len(p.Backends) > 0:
 		v.errf(path+".backends", "set either backends or consul.service, not both")
@@ -374,9 +394,12 @@ func (v *validator) pool(path string, p *Pool) {
 			v.errf(bp+".weight", "%d is outside 1..1000", b.Weight)
 		}
 	}
+}
 
+// cookie checks balance: cookie's settings, and warns when they are set
+// for another mode.
+func (v *validator) cookie(cp string, p *Pool) {
 	k := p.Cookie
-	cp := path + ".cookie"
 	if !isToken(k.Name) {
 		v.errf(cp+".name", "%q is not a valid cookie name", k.Name)
 	}
@@ -405,17 +428,24 @@ func (v *validator) pool(path string, p *Pool) {
 	} else if v.c.src.has(cp) {
 		v.warnf(cp, "ignored: balance is %s, not cookie", p.Balance)
 	}
+}
 
+// clientIP checks balance: client_ip's settings, and warns when they are
+// set for another mode.
+func (v *validator) clientIP(cp string, p *Pool) {
 	if b := p.ClientIP.BoundedLoad; math.IsNaN(b) || b < 1 {
-		v.errf(path+".client_ip.bounded_load", "%g must be at least 1.0 (1.0 is a perfect spread, more lets hashing keep more clients in place)", b)
+		v.errf(cp+".bounded_load", "%g must be at least 1.0 (1.0 is a perfect spread, more lets hashing keep more clients in place)", b)
 	}
 	if m := p.ClientIP.MinExcess; m < 0 || m > maxMinExcess {
-		v.errf(path+".client_ip.min_excess", "%d must be between 0 and %d", m, maxMinExcess)
+		v.errf(cp+".min_excess", "%d must be between 0 and %d", m, maxMinExcess)
 	}
-	if p.Balance != BalanceClientIP && v.c.src.has(path+".client_ip") {
-		v.warnf(path+".client_ip", "ignored: balance is %s, not client_ip", p.Balance)
+	if p.Balance != BalanceClientIP && v.c.src.has(cp) {
+		v.warnf(cp, "ignored: balance is %s, not client_ip", p.Balance)
 	}
+}
 
+// timeouts checks the backend leg's timeouts and retries.
+func (v *validator) timeouts(path string, p *Pool) {
 	t := path + ".timeouts"
 	v.duration(t+".dial", p.Timeouts.Dial, false)
 	v.duration(t+".handshake", p.Timeouts.Handshake, false)
@@ -424,23 +454,24 @@ func (v *validator) pool(path string, p *Pool) {
 	if p.Retries < 0 || p.Retries > 10 {
 		v.errf(path+".retries", "%d is outside 0..10", p.Retries)
 	}
+}
 
-	pe := path + ".passive_ejection"
-	if p.PassiveEjection.Failures < 0 {
-		v.errf(pe+".failures", "%d must be >= 0 (0 turns passive ejection off)", p.PassiveEjection.Failures)
-	} else if p.PassiveEjection.Failures > 0 {
-		v.duration(pe+".window", p.PassiveEjection.Window, false)
-		v.duration(pe+".cooldown", p.PassiveEjection.Cooldown, false)
-		if m := p.PassiveEjection.MaxEjectionPercent; m < 1 || m > 100 {
+// passiveEjection checks passive_ejection; its other settings matter only
+// when failures turns it on.
+func (v *validator) passiveEjection(pe string, e PassiveEjection) {
+	if e.Failures < 0 {
+		v.errf(pe+".failures", "%d must be >= 0 (0 turns passive ejection off)", e.Failures)
+	} else if e.Failures > 0 {
+		v.duration(pe+".window", e.Window, false)
+		v.duration(pe+".cooldown", e.Cooldown, false)
+		if m := e.MaxEjectionPercent; m < 1 || m > 100 {
 			v.errf(pe+".max_ejection_percent", "%d is outside 1..100", m)
 		}
 	}
-	if m := p.MaxResponseHeaderBytes; m < 1024 || m > 1<<20 {
-		v.errf(path+".max_response_header_bytes", "%d is outside 1024..1048576", m)
-	}
+}
 
-	l := p.Limits
-	lp := path + ".limits"
+// poolLimits checks a pool's admission limits; 0 is unlimited.
+func (v *validator) poolLimits(lp string, l PoolLimits) {
 	v.nonNegative(lp+".max_connections", l.MaxConnections)
 	v.nonNegative(lp+".max_connections_per_backend", int64(l.MaxConnectionsPerBackend))
 	if r := l.ConnectionRate; math.IsNaN(r) || r < 0 {
@@ -452,13 +483,10 @@ func (v *validator) pool(path string, p *Pool) {
 		v.errf(lp+".connection_rate_per_client_ip", "%g must be >= 0 (0 is unlimited)", r)
 	}
 	v.nonNegative(lp+".connection_burst_per_client_ip", int64(l.ConnectionBurstPerClientIP))
+}
 
-	if s := p.Consul.Service; s != "" && strings.ContainsFunc(s, func(r rune) bool { return r <= ' ' || r == 0x7f || r == '/' }) {
-		v.errf(path+".consul.service", "%q is not a valid Consul service name", s)
-	}
-
-	h := p.Health
-	hp := path + ".health"
+// health checks the active health checks.
+func (v *validator) health(hp string, h Health) {
 	v.oneOf(hp+".type", h.Type, HealthNone, HealthTCP, HealthHTTP, HealthWebSocket)
 	v.duration(hp+".interval", h.Interval, false)
 	v.duration(hp+".timeout", h.Timeout, false)
@@ -480,9 +508,10 @@ func (v *validator) pool(path string, p *Pool) {
 	if h.Type == HealthNone && v.c.src.has(hp) && !v.c.src.has(hp+".type") {
 		v.warnf(hp, "health.type is not set: no active checks run")
 	}
+}
 
-	ws := p.WebSocket
-	wp := path + ".websocket"
+// webSocket checks frame-aware splicing and the lingering close.
+func (v *validator) webSocket(wp string, ws WebSocket) {
 	v.nonNegative(wp+".max_frame_bytes", ws.MaxFrameBytes)
 	v.duration(wp+".ping_interval", ws.PingInterval, true)
 	v.duration(wp+".ping_timeout", ws.PingTimeout, true)
@@ -494,7 +523,6 @@ func (v *validator) pool(path string, p *Pool) {
 	if ws.PingTimeout > 0 && ws.PingInterval == 0 {
 		v.errf(wp+".ping_timeout", "needs ping_interval: without pings a silent client is not a dead one")
 	}
-	v.backendLeave(path+".backend_leave", p.BackendLeave)
 }
 
 func (v *validator) backendLeave(path string, bl BackendLeave) {

@@ -421,7 +421,7 @@ func TestRouteWatcher(t *testing.T) {
 		}
 	}
 	apiRoute := RouteDecl{Service: "api", PathPrefix: "/api", MaxConns: 50}
-	chatRoute := RouteDecl{Service: "chat", Hosts: []string{"chat.example.com"}, PathPrefix: "/ws", Sticky: StickyCookie}
+	chatRoute := RouteDecl{Service: "chat", Hosts: []string{"chat.example.com"}, PathPrefix: "/ws", Sticky: balance.Cookie.String()}
 	await([]RouteDecl{apiRoute, chatRoute})
 	if st := rw.Status(); len(st.Warnings) != 1 || !strings.Contains(st.Warnings[0], `"bad"`) || st.Routes != 2 {
 		t.Errorf("status: got %+v, want 2 routes and one warning about bad", st)

@@ -55,7 +55,10 @@
 //	tag  edge.path=/ws                                     (path prefix)
 //	tag  edge.sticky=none|cookie|client_ip
 //	tag  edge.max-conns=1000
-//	meta edge-route-host, edge-route-path, edge-route-sticky, edge-route-max-conns
+//	tag  edge.max-conns-per-client-ip=20
+//	tag  edge.health=tcp|http|websocket
+//	tag  edge.health-interval=2s
+//	meta edge-route-host, edge-route-path, edge-route-sticky, edge-route-max-conns, ...
 //	tag  edge                                              (marker for meta-only declarations)
 //
 // A declaration needs a host or a path. Hosts are put in the canonical form

@@ -5,7 +5,9 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/edgelb/edge/balance"
 	"github.com/edgelb/edge/internal/hostname"
 	"github.com/hashicorp/consul/api"
 )
@@ -23,7 +25,7 @@ func TestParseRouteDecl(t *testing.T) {
 		{
 			name: "tags",
 			tags: []string{"edge.host=Chat.Example.com", "edge.path=/ws", "edge.sticky=cookie", "edge.max-conns=100", "other"},
-			want: RouteDecl{Hosts: []string{"chat.example.com"}, PathPrefix: "/ws", Sticky: StickyCookie, MaxConns: 100},
+			want: RouteDecl{Hosts: []string{"chat.example.com"}, PathPrefix: "/ws", Sticky: balance.Cookie.String(), MaxConns: 100},
 		},
 		{
 			name: "hosts accumulate, comma lists, wildcard, sorted, deduplicated",
@@ -34,7 +36,7 @@ func TestParseRouteDecl(t *testing.T) {
 			name: "meta",
 			tags: []string{"edge"},
 			meta: map[string]string{"edge-route-host": "chat.example.com", "edge-route-path": "/socket", "edge-route-sticky": "client_ip", "edge-route-max-conns": "0"},
-			want: RouteDecl{Hosts: []string{"chat.example.com"}, PathPrefix: "/socket", Sticky: StickyClientIP},
+			want: RouteDecl{Hosts: []string{"chat.example.com"}, PathPrefix: "/socket", Sticky: balance.ClientIP.String()},
 		},
 		{
 			name: "tag and meta agree",
@@ -45,8 +47,16 @@ func TestParseRouteDecl(t *testing.T) {
 		{
 			name: "keys case-insensitive, values trimmed",
 			tags: []string{"EDGE.Path= /ws ", "Edge.STICKY=None"},
-			want: RouteDecl{PathPrefix: "/ws", Sticky: StickyNone},
+			want: RouteDecl{PathPrefix: "/ws", Sticky: balance.LeastConn.String()},
 		},
+		{
+			name: "pool settings: per-client cap and edge's own health check",
+			tags: []string{"edge.path=/ws", "edge.max-conns-per-client-ip=3", "edge.health=TCP", "edge.health-interval=250ms"},
+			want: RouteDecl{PathPrefix: "/ws", MaxConnsPerClientIP: 3, Health: "tcp", HealthInterval: 250 * time.Millisecond},
+		},
+		{name: "bad per-client cap", tags: []string{"edge.path=/", "edge.max-conns-per-client-ip=x"}, wantErr: "max-conns-per-client-ip"},
+		{name: "bad health", tags: []string{"edge.path=/", "edge.health=t c p"}, wantErr: "want tcp, http or websocket"},
+		{name: "health interval too short", tags: []string{"edge.path=/", "edge.health-interval=1ms"}, wantErr: "want a duration from 100ms"},
 		{name: "tag and meta conflict", tags: []string{"edge.path=/a"}, meta: map[string]string{"edge-route-path": "/b"}, wantErr: "conflicts with"},
 		{name: "two paths", tags: []string{"edge.path=/a", "edge.path=/b"}, wantErr: "conflicts with"},
 		{name: "unknown key (typo)", tags: []string{"edge.hots=a.example.com"}, wantErr: `unknown route key "hots"`},
@@ -99,6 +109,8 @@ func FuzzParseRouteDecl(f *testing.F) {
 	f.Add("edge.host=chat.example.com,*.example.org", "edge.path=/ws", "edge-route-sticky", "cookie")
 	// Meta-only declaration behind the marker tag.
 	f.Add("edge", "", "edge-route-path", "/socket")
+	// Pool settings: per-client cap, health check and its interval.
+	f.Add("edge.max-conns-per-client-ip=2", "edge.health=tcp", "edge-route-health-interval", "150ms")
 	// Conflict between tag and meta.
 	f.Add("edge.path=/a", "edge.max-conns=10", "edge-route-path", "/b")
 	// Typo, missing '=', odd bytes.
@@ -146,7 +158,7 @@ func FuzzParseRouteDecl(f *testing.F) {
 			t.Fatalf("declaration %+v admitted under a file route for any host at /", d)
 		}
 		switch d.Sticky {
-		case "", StickyNone, StickyCookie, StickyClientIP:
+		case "", balance.LeastConn.String(), balance.Cookie.String(), balance.ClientIP.String():
 		default:
 			t.Fatalf("sticky %q", d.Sticky)
 		}

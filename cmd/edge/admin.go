@@ -130,18 +130,17 @@ func (a *admin) Run(ctx context.Context) error {
 // serveHTTP serves h on l until ctx ends.
 func serveHTTP(ctx context.Context, l net.Listener, h http.Handler) error {
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(l) }()
-	select {
-	case err := <-errc:
-		return err
-	case <-ctx.Done():
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return srv.Serve(l) })
+	g.Go(func() error {
+		<-gctx.Done() // ctx ended, or Serve failed
 		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
 		_ = srv.Shutdown(sctx)
-		if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
-			return err
-		}
 		return nil
+	})
+	if err := g.Wait(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
 	}
+	return nil
 }

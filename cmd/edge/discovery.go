@@ -106,6 +106,7 @@ type dynamic struct {
 	routes   *discovery.RouteWatcher
 	declared map[string]*declaredPool // by service
 	ctx      context.Context          // the route watcher's; declared pools end with it
+	g        *errgroup.Group          // serve's; the declared pools' loops run in it
 	all      []discovery.RouteDecl    // every valid declaration, as the registry last said
 	refused  []discovery.RouteRefusal // of all, what the file's policy or an older claim refused
 	logged   map[string]bool          // refusals already logged, so each is logged once
@@ -118,14 +119,13 @@ type dynamic struct {
 // declaredPool is a pool created for a service that declared a route.
 type declaredPool struct {
 	decl   discovery.RouteDecl
-	bal    *balance.Pool
-	px     *proxy.Pool
+	ent    *poolEntry
 	cancel context.CancelFunc
-	done   chan struct{}
+	done   chan struct{} // closed when its watcher and checker have stopped
 }
 
 // startDynamic starts discovery watchers, health checkers, the route
-// watcher and self-registration; they all end with ctx.
+// watcher and self-registration in g; they all end with ctx.
 func (e *edge) startDynamic(ctx context.Context, g *errgroup.Group) {
 	e.mu.Lock()
 	cfg := e.cfg
@@ -133,45 +133,27 @@ func (e *edge) startDynamic(ctx context.Context, g *errgroup.Group) {
 	e.mu.Unlock()
 	d := e.dyn
 	for i := range cfg.Pools {
-		pc := &cfg.Pools[i]
-		ent := pools[pc.Name]
-		if pc.Consul.Service != "" && d.client != nil {
-			w, err := d.newWatcher(pc.Name, pc.Consul.Service, pc.Consul.Tag, pc.Consul.Datacenter, pc.Consul.PassingOnly, ent.bal)
+		ent := pools[cfg.Pools[i].Name]
+		if ent.spec.consul.Service != "" && d.client != nil {
+			w, err := d.newWatcher(ent, cfg.StateDir)
 			if err != nil {
-				e.log.Error("discovery not started", "pool", pc.Name, "err", err)
+				e.log.Error("discovery not started", "pool", ent.spec.name, "err", err)
 			} else {
 				g.Go(func() error { return w.Run(ctx) })
 			}
 		}
-		if pc.Health.Type != conf.HealthNone {
-			c, err := health.New(health.Options{
-				Pool:         pc.Name,
-				Source:       ent.bal,
-				Type:         pc.Health.Type,
-				Interval:     pc.Health.Interval.Std(),
-				Timeout:      pc.Health.Timeout.Std(),
-				Rise:         pc.Health.Rise,
-				Fall:         pc.Health.Fall,
-				Path:         pc.Health.Path,
-				ExpectStatus: pc.Health.ExpectStatus,
-				Logger:       e.log.With("pool", pc.Name),
-				Observer:     e.metrics,
-
-				// Bounds the backend's response head, as on the upgrade.
-				MaxHeaderBytes: pc.MaxResponseHeaderBytes,
-			})
-			if err != nil {
-				e.log.Error("health checks not started", "pool", pc.Name, "err", err)
-			} else {
-				g.Go(func() error { return c.Run(ctx) })
-			}
+		c, err := e.newChecker(ent)
+		if err != nil {
+			e.log.Error("health checks not started", "pool", ent.spec.name, "err", err)
+		} else if c != nil {
+			g.Go(func() error { return c.Run(ctx) })
 		}
 	}
 	if d.client == nil {
 		return
 	}
 	d.mu.Lock()
-	d.ctx = ctx
+	d.ctx, d.g = ctx, g
 	d.mu.Unlock()
 	rw, err := discovery.NewRouteWatcher(discovery.RouteWatcherOptions{
 		Client:   d.client,
@@ -195,28 +177,41 @@ func (e *edge) startDynamic(ctx context.Context, g *errgroup.Group) {
 	}
 }
 
-func (d *dynamic) newWatcher(pool, service, tag, dc string, passingOnly bool, target *balance.Pool) (*discovery.Watcher, error) {
-	d.mu.Lock()
-	stateDir := d.e.cfg.StateDir
-	d.mu.Unlock()
+// newChecker returns the active health checker of ent, or nil when the
+// pool has no active checks.
+func (e *edge) newChecker(ent *poolEntry) (*health.Checker, error) {
+	if ent.spec.health == nil {
+		return nil, nil
+	}
+	opts := *ent.spec.health
+	opts.Source = ent.bal
+	opts.Logger = e.log.With("pool", ent.spec.name)
+	opts.Observer = e.metrics
+	return health.New(opts)
+}
+
+// newWatcher returns the discovery watcher of ent, a pool whose members
+// come from Consul; stateDir is the running configuration's state_dir.
+func (d *dynamic) newWatcher(ent *poolEntry, stateDir string) (*discovery.Watcher, error) {
+	spec, target := ent.spec, ent.bal
 	w, err := discovery.NewWatcher(discovery.WatcherOptions{
-		Pool:       pool,
+		Pool:       spec.name,
 		Target:     target,
 		Client:     d.client,
-		Service:    service,
-		Tag:        tag,
-		Datacenter: dc,
-		Members:    discovery.MemberOptions{IncludeWarning: !passingOnly},
+		Service:    spec.consul.Service,
+		Tag:        spec.consul.Tag,
+		Datacenter: spec.consul.Datacenter,
+		Members:    discovery.MemberOptions{IncludeWarning: !spec.consul.PassingOnly},
 		StateDir:   stateDir,
-		OnGone:     func(ids []string) { d.e.goneFromRegistry(pool, target, ids) },
-		Logger:     d.e.log.With("pool", pool),
+		OnGone:     func(ids []string) { d.e.goneFromRegistry(spec.name, target, spec.leave, ids) },
+		Logger:     d.e.log.With("pool", spec.name),
 		Observer:   d.e.metrics,
 	})
 	if err != nil {
 		return nil, err
 	}
 	d.mu.Lock()
-	d.watchers[pool] = w
+	d.watchers[spec.name] = w
 	d.mu.Unlock()
 	return w, nil
 }
@@ -261,12 +256,10 @@ func (d *dynamic) admit(cfg *conf.Config) ([]discovery.RouteDecl, []discovery.Ro
 func (d *dynamic) reconcile() {
 	d.reconcileMu.Lock()
 	defer d.reconcileMu.Unlock()
-	d.e.mu.Lock()
-	cfg := d.e.cfg
-	d.e.mu.Unlock()
+	cfg := d.e.config()
 
 	d.mu.Lock()
-	ctx := d.ctx
+	ctx, g := d.ctx, d.g
 	admitted, refused := d.admit(cfg)
 	d.refused = refused
 	logged := make(map[string]bool, len(refused))
@@ -284,7 +277,7 @@ func (d *dynamic) reconcile() {
 	}
 	var stop []*declaredPool
 	for svc, dp := range d.declared {
-		if w, ok := want[svc]; !ok || w.Sticky != dp.decl.Sticky || w.MaxConns != dp.decl.MaxConns {
+		if w, ok := want[svc]; !ok || !w.SamePool(dp.decl) {
 			stop = append(stop, dp)
 			delete(d.declared, svc)
 			delete(d.watchers, declaredPoolName(svc))
@@ -296,7 +289,7 @@ func (d *dynamic) reconcile() {
 	for _, dp := range stop {
 		dp.cancel()
 		<-dp.done
-		d.e.metrics.forgetPool(dp.bal)
+		d.e.metrics.forgetPool(dp.ent.bal)
 	}
 	for svc, dc := range want {
 		d.mu.Lock()
@@ -305,7 +298,7 @@ func (d *dynamic) reconcile() {
 		if have || ctx == nil || ctx.Err() != nil {
 			continue
 		}
-		dp, err := d.startDeclared(ctx, dc)
+		dp, err := d.startDeclared(ctx, g, dc, cfg.StateDir)
 		if err != nil {
 			d.e.log.Warn("declared route ignored", "service", svc, "err", err)
 			continue
@@ -322,56 +315,83 @@ func (d *dynamic) reconcile() {
 // apart from the file's pool names (which cannot contain ':').
 func declaredPoolName(service string) string { return "consul:" + service }
 
-func (d *dynamic) startDeclared(ctx context.Context, dc discovery.RouteDecl) (*declaredPool, error) {
-	name := declaredPoolName(dc.Service)
-	mode := balance.LeastConn
-	switch dc.Sticky {
-	case discovery.StickyCookie:
-		mode = balance.Cookie
-	case discovery.StickyClientIP:
-		mode = balance.ClientIP
+// declaredPoolConf is the pool a declaration asks for: a file pool's
+// defaults (conf.DefaultPool) with the declaration's own settings.
+func declaredPoolConf(dc discovery.RouteDecl) conf.Pool {
+	pc := conf.DefaultPool()
+	pc.Name = declaredPoolName(dc.Service)
+	pc.Consul.Service = dc.Service
+	if dc.Sticky != "" {
+		pc.Balance = dc.Sticky
 	}
-	bal, err := balance.NewPool(balance.PoolOptions{
-		Name:  name,
-		Mode:  mode,
-		Eject: balance.EjectOptions{Failures: 5, Window: 30 * time.Second, Cooldown: 30 * time.Second},
+	pc.Limits.MaxConnections = dc.MaxConns
+	pc.Limits.MaxConnectionsPerClientIP = dc.MaxConnsPerClientIP
+	if dc.Health != "" {
+		pc.Health.Type = dc.Health
+	}
+	if dc.HealthInterval > 0 {
+		pc.Health.Interval = conf.Duration(dc.HealthInterval)
+		pc.Health.Timeout = min(pc.Health.Timeout, pc.Health.Interval)
+	}
+	return pc
+}
 
-		// Every ejection is logged, as for the file's pools.
-		OnEject: d.e.logEjection,
-	})
+// startDeclared builds the pool of dc through the same mapping as the
+// file's pools, and runs its watcher and checker in g until ctx ends or
+// the pool is stopped.
+func (d *dynamic) startDeclared(ctx context.Context, g *errgroup.Group, dc discovery.RouteDecl, stateDir string) (*declaredPool, error) {
+	pc := declaredPoolConf(dc)
+	if err := pc.Validate(); err != nil {
+		return nil, err
+	}
+	spec, err := poolSpecOf(&pc)
 	if err != nil {
 		return nil, err
 	}
-	w, err := d.newWatcher(name, dc.Service, "", "", true, bal)
+	ent, err := d.e.newPoolEntry(spec, nil)
+	if err != nil {
+		return nil, err
+	}
+	w, err := d.newWatcher(ent, stateDir)
+	if err != nil {
+		return nil, err
+	}
+	c, err := d.e.newChecker(ent)
 	if err != nil {
 		return nil, err
 	}
 	cctx, cancel := context.WithCancel(ctx)
-	dp := &declaredPool{decl: dc, bal: bal, cancel: cancel, done: make(chan struct{})}
-	// The defaults of a pool in the file: see conf.Pool.
-	dp.px = &proxy.Pool{
-		Name:             name,
-		Balancer:         bal,
-		MaxConns:         dc.MaxConns,
-		DialTimeout:      2 * time.Second,
-		HandshakeTimeout: 10 * time.Second,
-		IdleTimeout:      time.Hour,
-		WriteTimeout:     30 * time.Second,
-		Retries:          2,
-	}
-	go func() {
+	dp := &declaredPool{decl: dc, ent: ent, cancel: cancel, done: make(chan struct{})}
+	g.Go(func() error {
 		defer close(dp.done)
-		for cctx.Err() == nil {
-			if err := w.Run(cctx); err != nil && cctx.Err() == nil {
-				d.e.log.Error("discovery watcher stopped; restarting", "pool", name, "err", err)
-				select {
-				case <-time.After(time.Second):
-				case <-cctx.Done():
+		// What the registry declares never stops edge: the loops end
+		// with the pool.
+		var pg errgroup.Group
+		pg.Go(func() error { d.runWatcher(cctx, spec.name, w); return nil })
+		if c != nil {
+			pg.Go(func() error {
+				if err := c.Run(cctx); err != nil && cctx.Err() == nil {
+					d.e.log.Error("health checks stopped", "pool", spec.name, "err", err)
 				}
+				return nil
+			})
+		}
+		return pg.Wait()
+	})
+	return dp, nil
+}
+
+// runWatcher runs w until ctx ends, restarting it after a failure.
+func (d *dynamic) runWatcher(ctx context.Context, pool string, w *discovery.Watcher) {
+	for ctx.Err() == nil {
+		if err := w.Run(ctx); err != nil && ctx.Err() == nil {
+			d.e.log.Error("discovery watcher stopped; restarting", "pool", pool, "err", err)
+			select {
+			case <-time.After(time.Second):
+			case <-ctx.Done():
 			}
 		}
-	}()
-	return dp, nil
+	}
 }
 
 func (d *dynamic) stopDeclared() {
@@ -402,7 +422,7 @@ func (d *dynamic) declaredRoutes(cfg *conf.Config) []proxy.Route {
 		if dp == nil || dp.decl.Key() != dc.Key() {
 			continue // its pool starts at the next reconcile
 		}
-		out = append(out, proxy.Route{Hosts: dc.Hosts, PathPrefix: dc.PathPrefix, Declared: true, Pool: dp.px})
+		out = append(out, proxy.Route{Hosts: dc.Hosts, PathPrefix: dc.PathPrefix, Declared: true, Pool: dp.ent.px})
 	}
 	return out
 }
@@ -412,7 +432,7 @@ func (d *dynamic) pools() []*balance.Pool {
 	defer d.mu.Unlock()
 	out := make([]*balance.Pool, 0, len(d.declared))
 	for _, dp := range d.declared {
-		out = append(out, dp.bal)
+		out = append(out, dp.ent.bal)
 	}
 	return out
 }

@@ -3,8 +3,11 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
 	"path/filepath"
+	"reflect"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -12,6 +15,7 @@ import (
 
 	"github.com/edgelb/edge/internal/consultest"
 	"github.com/edgelb/edge/internal/testbackend"
+	"github.com/hashicorp/consul/api"
 )
 
 // registrySetup writes a config with static pools for the file's routes
@@ -235,4 +239,107 @@ func TestRegistryConflictNeverBlocksReload(t *testing.T) {
 	if got := s.whoami(t, "chat.example.com", "/"); got != "filechat" {
 		t.Errorf("chat.example.com: got %q, want filechat", got)
 	}
+}
+
+// registerTagged puts b into Consul under service with a TTL check that
+// stays passing whatever b does: Consul's view then never takes b out, so
+// only edge's own probe can.
+func registerTagged(t *testing.T, c *api.Client, service string, b *testbackend.Server, tags ...string) {
+	t.Helper()
+	host, portStr, _ := net.SplitHostPort(b.Addr())
+	port, _ := strconv.Atoi(portStr)
+	err := c.Agent().ServiceRegister(&api.AgentServiceRegistration{
+		ID: service + "-" + b.ID, Name: service, Address: host, Port: port, Tags: tags,
+		Check: &api.AgentServiceCheck{TTL: "1h", Status: api.HealthPassing},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// declaredHealth returns, from /status, whether each backend of pool is
+// healthy in edge's own view.
+func (s *setup) declaredHealth(t *testing.T, pool string) map[string]bool {
+	t.Helper()
+	resp, err := http.Get("http://" + s.admin + "/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var st struct {
+		Pools []struct {
+			Name     string
+			Backends []struct {
+				ID      string `json:"id"`
+				Healthy bool   `json:"healthy"`
+			}
+		}
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+		t.Fatalf("/status: %v", err)
+	}
+	out := map[string]bool{}
+	for _, p := range st.Pools {
+		if p.Name == pool {
+			for _, b := range p.Backends {
+				out[b.ID] = b.Healthy
+			}
+		}
+	}
+	return out
+}
+
+// TestRegistryPoolHasChecksAndLimits: a pool made for a service's declared
+// route is built like a file pool from the file's defaults plus the
+// declaration: edge's own health check (edge.health) takes out a backend
+// Consul still calls passing, and the per-client cap
+// (edge.max-conns-per-client-ip) refuses a third connection from one
+// address.
+func TestRegistryPoolHasChecksAndLimits(t *testing.T) {
+	agent := consultest.Start(t)
+	files := backends(t, "fallback")
+	decl := backends(t, "chat-1", "chat-2")
+	s := registrySetup(t, agent, files, `  - {default: true, pool: fallback}`, `{allowed_hosts: ["*.apps.test"]}`)
+	startEdge(t, s.cfg)
+	tags := []string{"edge.host=chat.apps.test", "edge.health=tcp", "edge.health-interval=200ms", "edge.max-conns-per-client-ip=2"}
+	registerTagged(t, agent.Client, "chat", decl[0], tags...)
+	registerTagged(t, agent.Client, "chat", decl[1], tags...)
+
+	pool := declaredPoolName("chat")
+	awaitHealth := func(want map[string]bool, what string) {
+		t.Helper()
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			got := s.declaredHealth(t, pool)
+			if reflect.DeepEqual(got, want) {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: %s backends %v, want %v", what, pool, got, want)
+			}
+			time.Sleep(50 * time.Millisecond) // polling the edge's view from outside; there is no event to await
+		}
+	}
+	awaitHealth(map[string]bool{"consultest/chat-chat-1": true, "consultest/chat-chat-2": true}, "both backends probed healthy")
+
+	// Two connections from one address are admitted, the third is not.
+	h := http.Header{}
+	h.Set("Host", "chat.apps.test")
+	for i := range 2 {
+		c, _, err := s.dialer().Dial("ws://"+s.ws+"/", h)
+		if err != nil {
+			t.Fatalf("connection %d: %v", i+1, err)
+		}
+		defer c.Close()
+		if got := ask(t, c, "whoami"); !strings.HasPrefix(got, "chat-") {
+			t.Fatalf("connection %d answered by %q, want a chat backend", i+1, got)
+		}
+	}
+	if _, resp, err := s.dialer().Dial("ws://"+s.ws+"/", h); err == nil || resp == nil || resp.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("third connection from one address: %v %v, want 503 (max-conns-per-client-ip=2)", resp, err)
+	}
+
+	// Consul keeps chat-2 passing (TTL); edge's own tcp probe takes it out.
+	decl[1].Close()
+	awaitHealth(map[string]bool{"consultest/chat-chat-1": true, "consultest/chat-chat-2": false}, "edge's probe takes out the closed backend")
 }

@@ -43,31 +43,11 @@ type edge struct {
 	metrics   *metrics
 	dyn       *dynamic
 	notify    *notifier // the service manager (systemd), if any
+	gcTune    bool      // serve runs the GC tuner (gctune.go)
 
 	// Drain progress for /status: when it began (unix nanoseconds, 0
 	// before) and how many connections were live then.
 	drainStart, drainFrom atomic.Int64
-}
-
-// poolEntry is one configured pool: its balancer survives reloads so that
-// live connections keep their *Backend and least-connections keeps its
-// memory (traefik#13913).
-type poolEntry struct {
-	mode     balance.Mode
-	settings string // balanceSettings at build time
-	limits   balance.LimiterOptions
-	bal      *balance.Pool
-	limiter  *balance.Limiter
-	rate     [2]float64      // pool-wide connection rate and burst at build time
-	admit    *balance.Bucket // kept across reloads while rate is unchanged
-	px       *proxy.Pool
-	leave    conf.BackendLeave // what becomes of a departed backend's connections
-
-	// What applyPools changes on bal.
-	reused  bool             // bal was already running
-	keys    [][]byte         // cookie keys; nil: keep the pool's own
-	static  bool             // members come from the file, not discovery
-	members []balance.Member // the file's members when static
 }
 
 // listener is one public port with its own HTTP server and TLS terminator.
@@ -145,6 +125,13 @@ func newEdge(cfg *conf.Config, path string, log *slog.Logger) (*edge, error) {
 	return e, nil
 }
 
+// config is the running configuration, which a reload replaces.
+func (e *edge) config() *conf.Config {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.cfg
+}
+
 func (e *edge) allPools() []*balance.Pool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -156,266 +143,6 @@ func (e *edge) allPools() []*balance.Pool {
 	// order, not the map's.
 	slices.SortFunc(out, func(a, b *balance.Pool) int { return strings.Compare(a.Name(), b.Name()) })
 	return append(out, e.dyn.pools()...)
-}
-
-// buildPools maps the config's pools onto balance pools without touching
-// any running pool: the returned entries carry what apply will change
-// (members, cookie keys), so a reload that fails later changes nothing.
-func (e *edge) buildPools(cfg *conf.Config) (map[string]*poolEntry, error) {
-	out := map[string]*poolEntry{}
-	var errs []error
-	for i := range cfg.Pools {
-		pc := &cfg.Pools[i]
-		ent, err := e.buildPool(pc)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("pool %s: %w", pc.Name, err))
-			continue
-		}
-		out[pc.Name] = ent
-	}
-	return out, errors.Join(errs...)
-}
-
-// departure is the backends that left one pool in an update.
-type departure struct {
-	pool  string
-	leave conf.BackendLeave
-	left  []*balance.Backend
-}
-
-// applyPools makes the built entries live: cookie keys and static members.
-// It returns the backends the file no longer names, for backendsLeft.
-func applyPools(pools map[string]*poolEntry) ([]departure, error) {
-	var errs []error
-	var gone []departure
-	for name, ent := range pools {
-		if ent.keys != nil && ent.reused {
-			if err := ent.bal.SetCookieKeys(ent.keys); err != nil {
-				errs = append(errs, fmt.Errorf("pool %s: %w", name, err))
-			}
-		}
-		if ent.static {
-			left, err := ent.bal.UpdateLeft(ent.members)
-			if err != nil {
-				errs = append(errs, fmt.Errorf("pool %s: %w", name, err))
-			}
-			if len(left) > 0 {
-				gone = append(gone, departure{pool: name, leave: ent.leave, left: left})
-			}
-		}
-	}
-	return gone, errors.Join(errs...)
-}
-
-// defaultLeave is conf.BackendLeave's defaults, for pools declared in the
-// registry.
-var defaultLeave = conf.BackendLeave{Connections: conf.LeaveDrain, Window: conf.Duration(10 * time.Second)}
-
-// backendsLeft applies the pool's backend_leave to backends that left it
-// for good (removed from the file, gone from Consul or in maintenance
-// there; never a failing check): with drain, their clients get close 1012
-// spread over the window so they reconnect to the others at a bounded
-// rate; with keep, they stay. Either way they count in the gauges until
-// they close (balance.Pool.Retired).
-func (e *edge) backendsLeft(d departure) {
-	for _, b := range d.left {
-		if b.Active() <= 0 {
-			continue
-		}
-		if d.leave.Connections == conf.LeaveKeep {
-			e.log.Info("backend left the pool; keeping its connections", "pool", d.pool, "backend", b.ID(), "address", b.Addr(), "connections", b.Active())
-			continue
-		}
-		n := e.proxy.CloseBackend(b, d.leave.Window.Std())
-		e.log.Info("backend left the pool; closing its connections with 1012", "pool", d.pool, "backend", b.ID(), "address", b.Addr(), "connections", n, "window", d.leave.Window.String())
-	}
-}
-
-// goneFromRegistry is a discovered pool's discovery.WatcherOptions.OnGone:
-// ids left the registry, and their backends, already out of the pool, are
-// among its retired ones if they still hold connections.
-func (e *edge) goneFromRegistry(pool string, bal *balance.Pool, ids []string) {
-	leave := defaultLeave
-	e.mu.Lock()
-	if ent := e.pools[pool]; ent != nil {
-		leave = ent.leave
-	}
-	e.mu.Unlock()
-	d := departure{pool: pool, leave: leave}
-	for _, b := range bal.Retired() {
-		if slices.Contains(ids, b.ID()) {
-			d.left = append(d.left, b)
-		}
-	}
-	e.backendsLeft(d)
-}
-
-func modeOf(s string) balance.Mode {
-	m, err := balance.ParseMode(s)
-	if err != nil {
-		return balance.LeastConn // conf.Validate already refused unknown modes
-	}
-	return m
-}
-
-func sameSiteOf(s string) http.SameSite {
-	switch s {
-	case conf.SameSiteStrict:
-		return http.SameSiteStrictMode
-	case conf.SameSiteNone:
-		return http.SameSiteNoneMode
-	}
-	return http.SameSiteLaxMode
-}
-
-// balanceSettings are the pool settings fixed when its balancer is built.
-// A running balancer is never replaced on reload, so live connections keep
-// their *Backend and least-connections keeps its counts (traefik#13913);
-// changes to these settings take effect on restart, and reload says so.
-func balanceSettings(pc *conf.Pool) string {
-	return fmt.Sprintf("%s %v %d %d %+v", pc.Balance, pc.ClientIP.BoundedLoad, pc.ClientIP.MinExcess, pc.Limits.MaxConnectionsPerBackend, pc.PassiveEjection)
-}
-
-// minExcess maps the file's min_excess, where 0 means no floor, onto
-// balance's, where 0 means the default.
-func minExcess(n int64) int64 {
-	if n == 0 {
-		return balance.NoMinExcess
-	}
-	return n
-}
-
-func limiterOptions(pc *conf.Pool) balance.LimiterOptions {
-	return balance.LimiterOptions{
-		MaxConnsPerIP: pc.Limits.MaxConnectionsPerClientIP,
-		Rate:          pc.Limits.ConnectionRatePerClientIP,
-		Burst:         pc.Limits.ConnectionBurstPerClientIP,
-	}
-}
-
-func (e *edge) buildPool(pc *conf.Pool) (*poolEntry, error) {
-	mode := modeOf(pc.Balance)
-	var keys [][]byte
-	if mode == balance.Cookie {
-		cur, prev, err := pc.Cookie.Secrets()
-		if err != nil {
-			return nil, err
-		}
-		if cur != nil {
-			keys = append(keys, cur)
-			keys = append(keys, prev...)
-		}
-	}
-	ent := &poolEntry{mode: mode, settings: balanceSettings(pc), limits: limiterOptions(pc), keys: keys, leave: pc.BackendLeave,
-		rate: [2]float64{pc.Limits.ConnectionRate, float64(pc.Limits.ConnectionBurst)}}
-	if old := e.pools[pc.Name]; old != nil {
-		ent.bal, ent.reused = old.bal, true
-		if old.settings != ent.settings {
-			e.log.Warn("balancing settings of a running pool changed; they take effect on restart", "pool", pc.Name)
-			ent.mode, ent.settings = old.mode, old.settings
-		}
-		if old.mode == balance.Cookie && keys == nil {
-			e.log.Warn("cookie secret removed; the running key stays until restart", "pool", pc.Name)
-		}
-		if reflect.DeepEqual(old.limits, ent.limits) {
-			ent.limiter = old.limiter
-		}
-		if old.rate == ent.rate {
-			ent.admit = old.admit
-		}
-	} else {
-		if mode == balance.Cookie && keys == nil {
-			e.log.Warn("no cookie secret: stickiness will not survive a restart nor span a fleet", "pool", pc.Name)
-		}
-		bal, err := balance.NewPool(balance.PoolOptions{
-			Name:               pc.Name,
-			Mode:               mode,
-			BoundedLoad:        pc.ClientIP.BoundedLoad,
-			MinExcess:          minExcess(pc.ClientIP.MinExcess),
-			MaxConnsPerBackend: pc.Limits.MaxConnectionsPerBackend,
-			Eject: balance.EjectOptions{
-				Failures:   pc.PassiveEjection.Failures,
-				Window:     pc.PassiveEjection.Window.Std(),
-				Cooldown:   pc.PassiveEjection.Cooldown.Std(),
-				MaxPercent: pc.PassiveEjection.MaxEjectionPercent,
-			},
-			OnEject:        e.logEjection,
-			Cookie:         balance.CookieOptions{Keys: keys},
-			StartUnhealthy: pc.Health.Type != conf.HealthNone,
-		})
-		if err != nil {
-			return nil, err
-		}
-		ent.bal = bal
-	}
-	if ent.limiter == nil {
-		// Connections admitted by a replaced limiter release into it: the
-		// proxy keeps the Pool they were admitted through.
-		ent.limiter = balance.NewLimiter(ent.limits)
-	}
-	if ent.admit == nil {
-		ent.admit = balance.NewBucket(pc.Limits.ConnectionRate, pc.Limits.ConnectionBurst, nil)
-	}
-	if pc.Consul.Service == "" {
-		ent.static = true
-		for _, b := range pc.Backends {
-			ent.members = append(ent.members, balance.Member{ID: b.ID, Addr: b.Address, Weight: b.Weight})
-		}
-	}
-	ent.px = &proxy.Pool{
-		Name:             pc.Name,
-		Balancer:         ent.bal,
-		Limiter:          ent.limiter,
-		Admission:        ent.admit,
-		MaxConns:         pc.Limits.MaxConnections,
-		DialTimeout:      pc.Timeouts.Dial.Std(),
-		HandshakeTimeout: pc.Timeouts.Handshake.Std(),
-		IdleTimeout:      pc.Timeouts.Idle.Std(),
-		WriteTimeout:     pc.Timeouts.Write.Std(),
-		Retries:          pc.Retries,
-		MaxFrameBytes:    pc.WebSocket.MaxFrameBytes,
-		PingInterval:     pc.WebSocket.PingInterval.Std(),
-		PingTimeout:      pc.WebSocket.PingTimeout.Std(),
-		MaxMessageBytes:  pc.WebSocket.MaxMessageBytes,
-		LingerTimeout:    lingerOf(pc.WebSocket.Linger.Std()),
-		LingerBytes:      pc.WebSocket.LingerBytes,
-		Cookie: proxy.CookieSettings{
-			Name:     pc.Cookie.Name,
-			Path:     pc.Cookie.Path,
-			MaxAge:   pc.Cookie.MaxAge.Std(),
-			SameSite: sameSiteOf(pc.Cookie.SameSite),
-		},
-
-		// Bounds the backend's answer to the upgrade.
-		MaxResponseHeaderBytes: pc.MaxResponseHeaderBytes,
-	}
-	return ent, nil
-}
-
-// logEjection writes one line per ejection, and one when the cap (or the
-// rule that the last available backend stays) first keeps a failing
-// backend in.
-func (e *edge) logEjection(ev balance.EjectEvent) {
-	if ev.Refused {
-		e.log.Warn("backend failing but not ejected: ejection cap reached or last available backend",
-			"pool", ev.Pool, "backend", ev.Backend.ID(), "address", ev.Backend.Addr(), "reason", ev.Reason,
-			"ejected", ev.Ejected, "max_ejected", ev.Max)
-		return
-	}
-	e.log.Warn("backend ejected", "pool", ev.Pool, "backend", ev.Backend.ID(), "address", ev.Backend.Addr(),
-		"reason", ev.Reason, "until", ev.Until.UTC().Format(time.RFC3339), "ejected", ev.Ejected, "max_ejected", ev.Max)
-}
-
-func routesFor(cfg *conf.Config, pools map[string]*poolEntry) []proxy.Route {
-	out := make([]proxy.Route, 0, len(cfg.Routes))
-	for _, r := range cfg.Routes {
-		p := pools[r.Pool]
-		if p == nil {
-			continue // conf.Validate already refused unknown pools
-		}
-		out = append(out, proxy.Route{Hosts: r.Hosts, PathPrefix: r.PathPrefix, Default: r.Default, Pool: p.px})
-	}
-	return out
 }
 
 // listenReusePort binds with SO_REUSEPORT so several edge processes can
@@ -525,6 +252,10 @@ func (e *edge) serve(ctx context.Context, hup <-chan os.Signal) error {
 	defer stopBG()
 	g, gctx := errgroup.WithContext(bg)
 	g.Go(func() error { return e.admin.Run(gctx) })
+	if e.gcTune {
+		// Until the drain is over: pacing matters during a drain too.
+		g.Go(func() error { newGCTuner().run(gctx); return nil })
+	}
 	for _, l := range e.listeners {
 		if l.term != nil {
 			g.Go(func() error { return l.term.Run(gctx) })
@@ -592,16 +323,12 @@ func (e *edge) drain() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), d.Timeout.Std())
 	defer cancel()
-	var wg sync.WaitGroup
+	var shut errgroup.Group
 	for _, l := range e.listeners {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			_ = l.srv.Shutdown(ctx)
-		}()
+		shut.Go(func() error { return l.srv.Shutdown(ctx) })
 	}
 	e.proxy.Drain(ctx, d.Window.Std())
-	wg.Wait()
+	_ = shut.Wait()
 	_ = e.proxy.Close()
 	e.log.Info("drained", "left", e.proxy.Active())
 }
@@ -741,13 +468,4 @@ func (e *edge) status() any {
 	}
 	out.Discovery = e.discoveryStatus()
 	return out
-}
-
-// lingerOf maps websocket.linger to proxy.Pool.LingerTimeout, where 0
-// means the default and a negative value no lingering.
-func lingerOf(d time.Duration) time.Duration {
-	if d == 0 {
-		return -1
-	}
-	return d
 }

@@ -85,19 +85,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
 
-	go func() {
-		// After the first signal, a second one stops at once instead of
-		// waiting for the drain.
-		<-ctx.Done()
-		stop()
-	}()
-	if os.Getenv("GOGC") == "" {
-		// See gctune.go. GOGC in the environment still wins. Its own
-		// context: pacing matters during a drain too.
-		gcCtx, gcStop := context.WithCancel(context.Background())
-		defer gcStop()
-		go newGCTuner().run(gcCtx)
-	}
+	// After the first signal, a second one stops at once instead of
+	// waiting for the drain.
+	context.AfterFunc(ctx, stop)
 	notify := newNotifier()
 	e, err := newEdge(cfg, *path, log)
 	if err != nil {
@@ -106,6 +96,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	e.notify = notify
+	// See gctune.go. GOGC in the environment still wins.
+	e.gcTune = os.Getenv("GOGC") == ""
 	if err := e.serve(ctx, hup); err != nil && !errors.Is(err, context.Canceled) {
 		log.Error("stopped", "err", err)
 		return 1

@@ -1,0 +1,90 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+
+	"github.com/edgelb/edge/conf"
+	"github.com/edgelb/edge/discovery"
+	"golang.org/x/sync/errgroup"
+)
+
+// newTestEdge builds an edge in-process from cfgText, bound to loopback,
+// without serving; its listeners close with the test.
+func newTestEdge(t *testing.T, cfgText string) *edge {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "edge.yaml")
+	if err := os.WriteFile(path, []byte(cfgText), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := conf.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := newEdge(cfg, path, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		e.closeListeners()
+		e.admin.close()
+		_ = e.proxy.Close()
+	})
+	return e
+}
+
+// TestReloadRacesRegistry: a reload (SIGHUP) swaps the configuration while
+// registry updates start and stop declared pools, whose watchers read the
+// configuration's state directory; under -race the two must not conflict.
+func TestReloadRacesRegistry(t *testing.T) {
+	e := newTestEdge(t, `
+listeners: [{address: "127.0.0.1:0"}]
+admin: {address: "127.0.0.1:0"}
+pools: [{name: app, backends: [{address: "127.0.0.1:9"}]}]
+routes: [{default: true, pool: app}]
+consul: {address: "127.0.0.1:9", routes: {allow_any_host: true}}
+`)
+	ctx, cancel := context.WithCancel(context.Background())
+	var g errgroup.Group
+	e.dyn.mu.Lock()
+	e.dyn.ctx, e.dyn.g = ctx, &g
+	e.dyn.mu.Unlock()
+	t.Cleanup(func() {
+		cancel()
+		e.dyn.stopDeclared()
+		_ = g.Wait()
+	})
+	var wg sync.WaitGroup
+	wg.Add(2)
+	reloaded := make(chan struct{})
+	go func() {
+		defer wg.Done()
+		defer close(reloaded)
+		for range 100 {
+			if s := e.reload(); s != "serving; last reload ok" {
+				t.Errorf("reload: %s", s)
+			}
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		// Each update changes the declared pool's cap, so it is built
+		// again, with a new watcher.
+		for n := int64(1); ; n++ {
+			select {
+			case <-reloaded:
+				return
+			default:
+			}
+			e.dyn.setDeclared([]discovery.RouteDecl{{Service: "chat", PathPrefix: "/chat", MaxConns: n}})
+		}
+	}()
+	wg.Wait()
+	if got := len(e.dyn.pools()); got != 1 {
+		t.Fatalf("declared pools: %d, want 1", got)
+	}
+}
