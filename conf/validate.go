@@ -249,72 +249,94 @@ func (v *validator) routes(pools map[string]int) map[string]bool {
 	if len(c.Routes) == 0 && len(c.Listeners) > 0 {
 		v.warnf("routes", "no routes: every request will be answered 421")
 	}
-	// A pool name that failed to decode would make every route to it look
-	// dangling; skip that check then.
-	poolNamesKnown := true
-	for i := range c.Pools {
-		if c.src != nil && c.src.isBad(index("pools", i)+".name") {
-			poolNamesKnown = false
-		}
-	}
+	poolNamesKnown := v.poolNamesKnown()
 	defaultRoute := -1
 	claimed := map[string]string{} // host + " " + prefix -> route path
 	for i, r := range c.Routes {
 		path := index("routes", i)
-		switch {
-		case r.Pool == "":
-			v.errf(path+".pool", "required: the name of a pool")
-		case poolNamesKnown:
-			if _, ok := pools[r.Pool]; !ok {
-				names := make([]string, 0, len(pools))
-				for n := range pools {
-					names = append(names, n)
-				}
-				slices.Sort(names)
-				v.errf(path+".pool", "no pool named %q%s", r.Pool, suggest(r.Pool, names))
-			}
-		}
+		v.routePool(path, r.Pool, pools, poolNamesKnown)
 		used[r.Pool] = true
 		if r.Default {
-			if defaultRoute >= 0 {
-				v.errf(path+".default", "only one default route is allowed (the first is routes[%d] at line %d)", defaultRoute, v.line(index("routes", defaultRoute)))
-			} else {
-				defaultRoute = i
-			}
-			if len(r.Hosts) > 0 || r.PathPrefix != "" {
-				v.errf(path, "a default route takes no hosts or path_prefix: it catches what no other route matches")
-			}
+			defaultRoute = v.defaultRoute(path, i, r, defaultRoute)
 			continue
 		}
 		if !strings.HasPrefix(r.PathPrefix, "/") || strings.ContainsAny(r.PathPrefix, "?# \t") {
 			v.errf(path+".path_prefix", "%q must start with / and hold no query, fragment or space", r.PathPrefix)
 		}
-		hosts := r.Hosts
-		if len(hosts) == 0 {
-			hosts = []string{""}
-		}
-		for j, h := range hosts {
-			hp := path + ".hosts"
-			if len(r.Hosts) > 0 {
-				hp = index(hp, j)
-				if msg := checkHostPattern(h); msg != "" {
-					v.errf(hp, "%q %s", h, msg)
-					continue
-				}
-			}
-			key := h + " " + r.PathPrefix
-			if first, dup := claimed[key]; dup {
-				what := "any host"
-				if h != "" {
-					what = strconv.Quote(h)
-				}
-				v.errf(hp, "%s with path_prefix %q is already routed by %s (line %d)", what, r.PathPrefix, first, v.line(first))
-				continue
-			}
-			claimed[key] = path
-		}
+		v.routeHosts(path, r, claimed)
 	}
 	return used
+}
+
+// poolNamesKnown is false when a pool name failed to decode: every route
+// to it would look dangling, so that check is skipped.
+func (v *validator) poolNamesKnown() bool {
+	for i := range v.c.Pools {
+		if v.c.src != nil && v.c.src.isBad(index("pools", i)+".name") {
+			return false
+		}
+	}
+	return true
+}
+
+// routePool checks that a route names a pool that exists.
+func (v *validator) routePool(path, pool string, pools map[string]int, known bool) {
+	if pool == "" {
+		v.errf(path+".pool", "required: the name of a pool")
+		return
+	}
+	if _, ok := pools[pool]; ok || !known {
+		return
+	}
+	names := make([]string, 0, len(pools))
+	for n := range pools {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	v.errf(path+".pool", "no pool named %q%s", pool, suggest(pool, names))
+}
+
+// defaultRoute checks route i, a default route, and returns the index of
+// the first default route.
+func (v *validator) defaultRoute(path string, i int, r Route, first int) int {
+	if first >= 0 {
+		v.errf(path+".default", "only one default route is allowed (the first is routes[%d] at line %d)", first, v.line(index("routes", first)))
+	} else {
+		first = i
+	}
+	if len(r.Hosts) > 0 || r.PathPrefix != "" {
+		v.errf(path, "a default route takes no hosts or path_prefix: it catches what no other route matches")
+	}
+	return first
+}
+
+// routeHosts checks a route's host patterns and that no host and prefix
+// is routed twice; claimed maps host + " " + prefix to the route's path.
+func (v *validator) routeHosts(path string, r Route, claimed map[string]string) {
+	hosts := r.Hosts
+	if len(hosts) == 0 {
+		hosts = []string{""}
+	}
+	for j, h := range hosts {
+		hp := path + ".hosts"
+		if len(r.Hosts) > 0 {
+			hp = index(hp, j)
+			if msg := checkHostPattern(h); msg != "" {
+				v.errf(hp, "%q %s", h, msg)
+				continue
+			}
+		}
+		key := h + " " + r.PathPrefix
+		if first, dup := claimed[key]; dup {
+			what := "any host"
+			if h != "" {
+				what = strconv.Quote(h)
+			}
+			v.errf(hp, "%s with path_prefix %q is already routed by %s (line %d)", what, r.PathPrefix, first, v.line(first))
+			continue
+		}
+		claimed[key] = path
+	}
 }
 
 // checkHostPattern accepts an exact DNS name or "*.domain" (see
@@ -535,18 +557,7 @@ func (v *validator) backendLeave(path string, bl BackendLeave) {
 
 func (v *validator) consul() {
 	c := v.c.Consul
-	if a := c.Address; a != "" {
-		if strings.Contains(a, "://") {
-			u, err := url.Parse(a)
-			if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || (u.Path != "" && u.Path != "/") {
-				v.errf("consul.address", "%q must be host:port or http(s)://host:port", a)
-			} else {
-				v.hostPort("consul.address", u.Host, false)
-			}
-		} else {
-			v.hostPort("consul.address", a, false)
-		}
-	}
+	v.consulAddress(c.Address)
 	if c.Token != "" && c.TokenFile != "" {
 		v.errf("consul.token_file", "set only one of token and token_file")
 	} else if c.TokenFile != "" {
@@ -555,19 +566,45 @@ func (v *validator) consul() {
 		}
 	}
 	v.file("consul.ca_file", c.CAFile, false)
-	if c.Register.Enabled && c.Register.Service == "" {
-		v.errf("consul.register.service", "required when register is enabled")
-	}
-	if c.Register.Enabled && c.Register.MetricsService == "" {
-		v.errf("consul.register.metrics_service", "required when register is enabled")
-	}
-	if c.Register.Enabled && c.Register.MetricsService == c.Register.Service {
-		v.errf("consul.register.metrics_service", "%q is also consul.register.service; Prometheus would scrape the public port", c.Register.MetricsService)
-	}
+	v.consulRegister(c.Register)
 	for i, h := range c.Routes.AllowedHosts {
 		if msg := checkHostPattern(h); msg != "" {
 			v.errf(index("consul.routes.allowed_hosts", i), "%q %s", h, msg)
 		}
+	}
+}
+
+// consulAddress accepts host:port or http(s)://host:port; "" is the default.
+func (v *validator) consulAddress(a string) {
+	if a == "" {
+		return
+	}
+	if !strings.Contains(a, "://") {
+		v.hostPort("consul.address", a, false)
+		return
+	}
+	u, err := url.Parse(a)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || (u.Path != "" && u.Path != "/") {
+		v.errf("consul.address", "%q must be host:port or http(s)://host:port", a)
+		return
+	}
+	v.hostPort("consul.address", u.Host, false)
+}
+
+// consulRegister checks edge's own registration: both service names, and
+// apart, so Prometheus never scrapes the public port.
+func (v *validator) consulRegister(r ConsulRegister) {
+	if !r.Enabled {
+		return
+	}
+	if r.Service == "" {
+		v.errf("consul.register.service", "required when register is enabled")
+	}
+	if r.MetricsService == "" {
+		v.errf("consul.register.metrics_service", "required when register is enabled")
+	}
+	if r.MetricsService == r.Service {
+		v.errf("consul.register.metrics_service", "%q is also consul.register.service; Prometheus would scrape the public port", r.MetricsService)
 	}
 }
 

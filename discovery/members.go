@@ -68,63 +68,82 @@ func Members(entries []*api.ServiceEntry, opts MemberOptions) ([]balance.Member,
 		if e == nil || e.Service == nil {
 			continue
 		}
-		node := ""
-		nodeAddr := ""
-		if e.Node != nil {
-			node, nodeAddr = e.Node.Node, e.Node.Address
+		m, warn, ok := member(e, key, opts.IncludeWarning)
+		if warn != "" {
+			warns = append(warns, Warning{ID: m.ID, Message: warn})
 		}
-		id := node + "/" + e.Service.ID
-		status := e.Checks.AggregatedStatus()
-		weight := 0
-		switch status {
-		case api.HealthPassing:
-			weight = e.Service.Weights.Passing
-		case api.HealthWarning:
-			if !opts.IncludeWarning {
-				continue
-			}
-			weight = e.Service.Weights.Warning
-		default:
+		if !ok {
 			continue
 		}
-		host := e.Service.Address
-		if host == "" {
-			host = nodeAddr
-		}
-		if host == "" || strings.ContainsAny(host, " /") {
-			warns = append(warns, Warning{ID: id, Message: fmt.Sprintf("unusable address %q", host)})
+		if seen[m.ID] {
+			warns = append(warns, Warning{ID: m.ID, Message: "duplicate instance"})
 			continue
 		}
-		if e.Service.Port <= 0 || e.Service.Port > 65535 {
-			warns = append(warns, Warning{ID: id, Message: fmt.Sprintf("unusable port %d", e.Service.Port)})
-			continue
-		}
-		if key != "-" {
-			if v, ok := e.Service.Meta[key]; ok {
-				n, err := strconv.Atoi(strings.TrimSpace(v))
-				if err != nil || n < 1 {
-					warns = append(warns, Warning{ID: id, Message: fmt.Sprintf("meta %s=%q is not a weight >= 1; ignored", key, v)})
-				} else {
-					weight = n
-				}
-			}
-		}
-		switch {
-		case weight < 1:
-			weight = 1 // catalog registrations may carry no weights at all
-		case weight > maxWeight:
-			warns = append(warns, Warning{ID: id, Message: fmt.Sprintf("weight %d capped at %d", weight, maxWeight)})
-			weight = maxWeight
-		}
-		if seen[id] {
-			warns = append(warns, Warning{ID: id, Message: "duplicate instance"})
-			continue
-		}
-		seen[id] = true
-		out = append(out, balance.Member{ID: id, Addr: net.JoinHostPort(host, strconv.Itoa(e.Service.Port)), Weight: weight})
+		seen[m.ID] = true
+		out = append(out, m)
 	}
 	sortMembers(out)
 	return out, warns
+}
+
+// member translates one instance: ok is false when it must not serve (its
+// checks, or no usable address); warn says what was wrong with it, if
+// anything, even when it serves.
+func member(e *api.ServiceEntry, key string, includeWarning bool) (m balance.Member, warn string, ok bool) {
+	node, nodeAddr := "", ""
+	if e.Node != nil {
+		node, nodeAddr = e.Node.Node, e.Node.Address
+	}
+	m.ID = node + "/" + e.Service.ID
+	var weight int
+	switch e.Checks.AggregatedStatus() {
+	case api.HealthPassing:
+		weight = e.Service.Weights.Passing
+	case api.HealthWarning:
+		if !includeWarning {
+			return m, "", false
+		}
+		weight = e.Service.Weights.Warning
+	default:
+		return m, "", false
+	}
+	host := e.Service.Address
+	if host == "" {
+		host = nodeAddr
+	}
+	if host == "" || strings.ContainsAny(host, " /") {
+		return m, fmt.Sprintf("unusable address %q", host), false
+	}
+	if e.Service.Port <= 0 || e.Service.Port > 65535 {
+		return m, fmt.Sprintf("unusable port %d", e.Service.Port), false
+	}
+	m.Addr = net.JoinHostPort(host, strconv.Itoa(e.Service.Port))
+	m.Weight, warn = memberWeight(weight, e.Service.Meta, key)
+	return m, warn, true
+}
+
+// memberWeight applies the meta override (key "-" turns it off) and the
+// bounds: absent or 0 means 1, and weights are capped at maxWeight.
+func memberWeight(weight int, meta map[string]string, key string) (int, string) {
+	warn := ""
+	if key != "-" {
+		if v, ok := meta[key]; ok {
+			n, err := strconv.Atoi(strings.TrimSpace(v))
+			if err != nil || n < 1 {
+				warn = fmt.Sprintf("meta %s=%q is not a weight >= 1; ignored", key, v)
+			} else {
+				weight = n
+			}
+		}
+	}
+	switch {
+	case weight < 1:
+		weight = 1 // catalog registrations may carry no weights at all
+	case weight > maxWeight:
+		warn = fmt.Sprintf("weight %d capped at %d", weight, maxWeight)
+		weight = maxWeight
+	}
+	return weight, warn
 }
 
 // Listed returns the IDs (as Members makes them) of the instances an answer
