@@ -1,6 +1,7 @@
 package edge_test
 
 import (
+	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -78,4 +79,42 @@ func relativeLinks(md string) []string {
 		}
 	}
 	return out
+}
+
+// docsPath matches a file of docs/ named in code or prose.
+var docsPath = regexp.MustCompile(`\bdocs/[\w.-]+\.(?:md|png)\b`)
+
+// TestDocsCitedExist checks that every file of docs/ that a Go file, a
+// script or a document names (a comment citing docs/ARCHITECTURE.md, a
+// report path) is in the repository.
+func TestDocsCitedExist(t *testing.T) {
+	err := filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if path != "." && (strings.HasPrefix(d.Name(), ".") || d.Name() == "node_modules" || path == filepath.Join("bench", "out")) {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		switch filepath.Ext(path) {
+		case ".go", ".md", ".sh":
+		default:
+			return nil
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		for _, ref := range docsPath.FindAllString(string(b), -1) {
+			if _, err := os.Stat(filepath.FromSlash(ref)); err != nil {
+				t.Errorf("%s names %s, which is not in the repository", path, ref)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 }

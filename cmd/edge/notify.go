@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -57,12 +58,17 @@ func (n *notifier) ready(status string) error {
 
 // reloading says a reload has started. systemd wants the monotonic clock
 // with it (sd_notify(3), RELOADING=1), to tell this reload from a later one.
-// The clock is read only under a manager, where it exists (notify_unix.go).
+// The clock is read only under a manager (notify_linux.go).
 func (n *notifier) reloading() error {
 	if n == nil || n.addr == nil {
 		return nil
 	}
 	usec, err := monotonicMicros()
+	if errors.Is(err, errors.ErrUnsupported) {
+		// Not Linux, so not systemd: a manager speaking the protocol
+		// elsewhere does not ask for the clock (notify_other.go).
+		return n.send("RELOADING=1")
+	}
 	if err != nil {
 		return fmt.Errorf("sd_notify: monotonic clock: %w", err)
 	}

@@ -1,5 +1,3 @@
-//go:build unix && !aix
-
 package main
 
 import (
