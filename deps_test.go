@@ -50,3 +50,21 @@ func TestImportRules(t *testing.T) {
 		})
 	}
 }
+
+// TestBenchImportsNothingOfEdge keeps the benchmark a separate module that
+// measures edge from outside: its programs import nothing of edge, so the
+// figures cannot depend on edge's internals. (Its tests may: they check the
+// benchmark's edge configuration with edge's own loader.)
+func TestBenchImportsNothingOfEdge(t *testing.T) {
+	cmd := exec.Command("go", "list", "-deps", "-f", "{{.ImportPath}}", "./...")
+	cmd.Dir = "bench"
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list ./... in bench: %v\n%s", err, out)
+	}
+	for _, dep := range strings.Fields(string(out)) {
+		if strings.HasPrefix(dep, module+"/") && dep != module+"/bench" && !strings.HasPrefix(dep, module+"/bench/") {
+			t.Errorf("bench imports %s: the benchmark must see edge only as a binary", dep)
+		}
+	}
+}

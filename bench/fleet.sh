@@ -33,8 +33,10 @@ cleanup() {
 trap cleanup EXIT INT TERM
 
 log "building"
-go build -o "$out/bin/loadgen" ./bench/loadgen
-go build -o "$out/bin/fleet" ./bench/cmd/fleet
+# The benchmark's tools are a module of their own (bench/go.mod); edge and
+# its echo backend come from the parent module.
+(cd bench && go build -o "$root/$out/bin/loadgen" ./loadgen)
+(cd bench && go build -o "$root/$out/bin/fleet" ./cmd/fleet)
 edge=${EDGE_BIN:-}
 backend="$out/bin/fleet-edge-backend"
 # edge and the echo backend are built from the last commit rather than the

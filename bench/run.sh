@@ -33,8 +33,10 @@ for svc in haproxy nginx; do
 done
 
 log "building"
-go build -o "$out/bin/loadgen" ./bench/loadgen
-go build -o "$out/bin/benchrun" ./bench/cmd/benchrun
+# The benchmark's tools are a module of their own (bench/go.mod); edge and
+# its echo backend come from the parent module.
+(cd bench && go build -o "$root/$out/bin/loadgen" ./loadgen)
+(cd bench && go build -o "$root/$out/bin/benchrun" ./cmd/benchrun)
 # The repository's echo backend, the same one the tests and the demo use.
 go build -o "$out/bin/edge-backend" ./cmd/edge-backend
 backend="$out/bin/edge-backend"

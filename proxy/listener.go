@@ -109,7 +109,7 @@ func (c *edgeConn) Read(p []byte) (int, error) {
 
 // Write never reports a would-block after the takeover: what the socket
 // does not take is queued. crypto/tls turns any write error into a
-// permanent one (DATAPATH-NOTES), so only a dead socket is an error.
+// permanent one (docs/ARCHITECTURE.md), so only a dead socket is an error.
 func (c *edgeConn) Write(p []byte) (int, error) {
 	if c.s == nil {
 		return c.Conn.Write(p)

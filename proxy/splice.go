@@ -571,7 +571,7 @@ func (d *direction) read() (*[]byte, int, error) {
 			// Wait without a buffer. The callback peeks instead of merely
 			// waiting: RawConn.Read clears its readable flag before calling
 			// back, and a callback that only waits can miss data that arrived
-			// after the last EAGAIN (DATAPATH-NOTES).
+			// after the last EAGAIN (docs/ARCHITECTURE.md).
 			if err := d.raw.Read(peekReady); err != nil {
 				return nil, 0, err
 			}

@@ -554,7 +554,7 @@ func (s *Server) sweeper(ctx context.Context, done chan struct{}) {
 		case <-t.C:
 		}
 		now := time.Now().UnixNano()
-		// Returning memory after connection churn (DATAPATH-NOTES): every
+		// Returning memory after connection churn (docs/ARCHITECTURE.md): every
 		// handshake leaves garbage the collector keeps as headroom, so RSS
 		// after a burst of connections is about twice the live heap. Once
 		// a burst is over and nothing moves, one forced collection gives

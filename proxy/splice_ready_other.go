@@ -28,4 +28,5 @@ func (*sock) localAddr() net.Addr       { return &net.TCPAddr{} }
 func (c *wsConn) startReady(_, _, _ []byte) bool { return false }
 func (c *wsConn) closeReady()                    {}
 func (c *wsConn) kick()                          {}
+func (c *wsConn) lingerReady()                   {}
 func (s *Server) stopPoller()                    {}

@@ -44,7 +44,12 @@ if [ -n "$unformatted" ]; then
 fi
 echo "== go vet"
 go vet ./...
+(cd bench && go vet ./...)
 echo "== staticcheck"
 go run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
+(cd bench && go run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...)
 echo "== go test -race"
 go test -race -count=1 -timeout 15m ./...
+# bench/ is a module of its own (bench/go.mod): ./... above leaves it out.
+echo "== go test -race (bench module)"
+(cd bench && go test -race -count=1 -timeout 5m ./...)

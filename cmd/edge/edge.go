@@ -23,7 +23,6 @@ import (
 	"github.com/edgelb/edge/proxy"
 	edgetls "github.com/edgelb/edge/tls"
 	"golang.org/x/sync/errgroup"
-	"golang.org/x/sys/unix"
 )
 
 // edge is one running process: every component built from one config, and
@@ -157,7 +156,7 @@ func listenReusePort(addr string) (net.Listener, error) {
 			var serr error
 			err := c.Control(func(fd uintptr) {
 				for _, o := range listenerOptions() {
-					if serr = unix.SetsockoptInt(int(fd), o.level, o.opt, o.v); serr != nil {
+					if serr = setsockoptInt(fd, o.level, o.opt, o.v); serr != nil {
 						serr = fmt.Errorf("listener %s: setsockopt %s: %w", addr, o.name, serr)
 						return
 					}

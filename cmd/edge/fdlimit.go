@@ -1,22 +1,9 @@
 package main
 
-import "golang.org/x/sys/unix"
-
 // fdReserve is how many descriptors the client budget leaves for
 // everything else: the admin listener and its clients, Consul, health
 // checks, the listening sockets, epoll instances and log files.
 const fdReserve = 128
-
-// descriptorLimit is RLIMIT_NOFILE (the soft limit, which the Go runtime
-// raises to the hard one at start), or 0 when it is unknown or too large
-// to matter.
-func descriptorLimit() int64 {
-	var r unix.Rlimit
-	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &r); err != nil || r.Cur > 1<<30 {
-		return 0
-	}
-	return int64(r.Cur)
-}
 
 // connBudget shares nofile descriptors out the way HAProxy derives maxconn
 // from ulimit-n when maxconn is not set: every proxied connection holds two

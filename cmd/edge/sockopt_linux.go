@@ -25,3 +25,8 @@ func listenerOptions() []sockopt {
 		{"TCP_KEEPCNT", unix.IPPROTO_TCP, unix.TCP_KEEPCNT, keepAliveCount},
 	}
 }
+
+// setsockoptInt sets one integer option of the listening socket.
+func setsockoptInt(fd uintptr, level, opt, v int) error {
+	return unix.SetsockoptInt(int(fd), level, opt, v)
+}

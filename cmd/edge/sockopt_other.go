@@ -1,13 +1,23 @@
-//go:build !linux
+//go:build !unix || solaris
 
 package main
 
-import "golang.org/x/sys/unix"
+import (
+	"errors"
+	"fmt"
+)
 
-// acceptedKeepAlive: elsewhere Go sets its default keep-alive on every
-// accepted socket, since inheriting it from the listener is not assured.
+// acceptedKeepAlive: Go sets its default keep-alive on every accepted
+// socket.
 const acceptedKeepAlive = 0
 
-func listenerOptions() []sockopt {
-	return []sockopt{{"SO_REUSEPORT", unix.SOL_SOCKET, unix.SO_REUSEPORT, 1}}
+// listenerOptions is empty where there is no SO_REUSEPORT (Windows, and
+// Solaris and illumos, for which golang.org/x/sys/unix names none):
+// Windows' SO_REUSEADDR would let any process bind over edge's port, so a
+// listener here is an ordinary one and one port takes one edge.
+func listenerOptions() []sockopt { return nil }
+
+// setsockoptInt is never reached: listenerOptions names no option here.
+func setsockoptInt(_ uintptr, level, opt, _ int) error {
+	return fmt.Errorf("setsockopt level %d option %d: %w", level, opt, errors.ErrUnsupported)
 }

@@ -1,0 +1,120 @@
+package edge_test
+
+import (
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// mdLink matches an inline link or image target, [text](target "title"),
+// and a reference definition, [name]: target.
+var mdLink = regexp.MustCompile(`\]\(([^)\s]+)(?:\s+"[^"]*")?\)|(?m)^\s*\[[^\]]+\]:\s*(\S+)`)
+
+// TestDocLinksResolve keeps every relative link of the repository's
+// documents pointing at a file or folder of the repository, so that no
+// document cites a file that is not there.
+func TestDocLinksResolve(t *testing.T) {
+	docs, err := filepath.Glob("docs/*.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	docs = append(docs, "README.md", "bench/README.md")
+	root, err := filepath.Abs(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	checked := 0
+	for _, doc := range docs {
+		b, err := os.ReadFile(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, target := range relativeLinks(string(b)) {
+			checked++
+			p := filepath.Join(filepath.Dir(doc), filepath.FromSlash(target))
+			abs, err := filepath.Abs(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rel, err := filepath.Rel(root, abs); err != nil || strings.HasPrefix(rel, "..") {
+				t.Errorf("%s: link %q leaves the repository", doc, target)
+				continue
+			}
+			if _, err := os.Stat(p); err != nil {
+				t.Errorf("%s: link %q: %v", doc, target, err)
+			}
+		}
+	}
+	if checked == 0 {
+		t.Fatal("no relative link found: the link pattern is broken")
+	}
+}
+
+// relativeLinks returns the link targets of a markdown text outside fenced
+// code blocks, without their #fragment, leaving out URLs and links within
+// the page.
+func relativeLinks(md string) []string {
+	var out []string
+	fenced := false
+	for _, line := range strings.Split(md, "\n") {
+		if strings.HasPrefix(strings.TrimSpace(line), "```") {
+			fenced = !fenced
+			continue
+		}
+		if fenced {
+			continue
+		}
+		for _, m := range mdLink.FindAllStringSubmatch(line, -1) {
+			target := m[1] + m[2]
+			if i := strings.IndexByte(target, '#'); i >= 0 {
+				target = target[:i]
+			}
+			if target == "" || strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") {
+				continue
+			}
+			out = append(out, target)
+		}
+	}
+	return out
+}
+
+// docsPath matches a file of docs/ named in code or prose.
+var docsPath = regexp.MustCompile(`\bdocs/[\w.-]+\.(?:md|png)\b`)
+
+// TestDocsCitedExist checks that every file of docs/ that a Go file, a
+// script or a document names (a comment citing docs/ARCHITECTURE.md, a
+// report path) is in the repository.
+func TestDocsCitedExist(t *testing.T) {
+	err := filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if path != "." && (strings.HasPrefix(d.Name(), ".") || d.Name() == "node_modules" || path == filepath.Join("bench", "out")) {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		switch filepath.Ext(path) {
+		case ".go", ".md", ".sh":
+		default:
+			return nil
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		for _, ref := range docsPath.FindAllString(string(b), -1) {
+			if _, err := os.Stat(filepath.FromSlash(ref)); err != nil {
+				t.Errorf("%s names %s, which is not in the repository", path, ref)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
