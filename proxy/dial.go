@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/edgelb/edge/balance"
+	"github.com/edgelb/edge/internal/wswire"
 	"golang.org/x/net/http/httpguts"
 )
 
@@ -216,7 +217,7 @@ func (s *Server) handshake(ctx context.Context, p *Pool, b *balance.Backend, hea
 		return s.relayable(bc, br, p, b)
 	}
 	defer s.putReader(br)
-	if resp.Header.Get("Sec-WebSocket-Accept") != acceptKey(key) ||
+	if resp.Header.Get("Sec-WebSocket-Accept") != wswire.AcceptKey(key) ||
 		!httpguts.HeaderValuesContainsToken(resp.Header["Upgrade"], "websocket") {
 		conn.Close()
 		return nil, &handshakeError{fault: "bad_handshake", err: fmt.Errorf("backend %s: bad Sec-WebSocket-Accept or Upgrade: %w", b.ID(), errHandshake)}

@@ -26,6 +26,7 @@ import (
 
 	"github.com/edgelb/edge/balance"
 	"github.com/edgelb/edge/internal/testbackend"
+	"github.com/edgelb/edge/internal/wswire"
 	"github.com/gorilla/websocket"
 )
 
@@ -427,7 +428,7 @@ func readUpgrade(t *testing.T, br *bufio.Reader) (*http.Request, string) {
 		return nil, ""
 	}
 	return req, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: " +
-		acceptKey(req.Header.Get("Sec-WebSocket-Key")) + "\r\n\r\n"
+		wswire.AcceptKey(req.Header.Get("Sec-WebSocket-Key")) + "\r\n\r\n"
 }
 
 // closedPort returns a loopback address nobody listens on.

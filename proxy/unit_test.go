@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/edgelb/edge/balance"
+	"github.com/edgelb/edge/internal/wswire"
 )
 
 func TestRouteMatch(t *testing.T) {
@@ -311,7 +312,7 @@ func TestCheckUpgradeTokens(t *testing.T) {
 			}
 		}
 	}
-	if got, want := acceptKey(testKey), "s3pPLMBiTxaQ9kYGzzhZRbK+xOo="; got != want {
+	if got, want := wswire.AcceptKey(testKey), "s3pPLMBiTxaQ9kYGzzhZRbK+xOo="; got != want {
 		t.Fatalf("acceptKey: got %q, want %q (RFC 6455 §1.3)", got, want)
 	}
 }

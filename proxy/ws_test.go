@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/edgelb/edge/balance"
+	"github.com/edgelb/edge/internal/wswire"
 	"github.com/gorilla/websocket"
 )
 
@@ -382,7 +383,7 @@ func TestClientBufferedBytes(t *testing.T) {
 			if err != nil || resp.StatusCode != 101 {
 				t.Fatalf("tls=%v: handshake: %v %v", tlsOn, resp, err)
 			}
-			if got, want := resp.Header.Get("Sec-WebSocket-Accept"), acceptKey(testKey); got != want {
+			if got, want := resp.Header.Get("Sec-WebSocket-Accept"), wswire.AcceptKey(testKey); got != want {
 				t.Fatalf("accept: got %q, want %q", got, want)
 			}
 			if _, p := readFrame(t, br); string(p) != "b1" {
