@@ -18,13 +18,20 @@ import (
 // series).
 func TestCloseReasonsListed(t *testing.T) {
 	fset := token.NewFileSet()
+	// The reasons are declared in internal/wsession (type Reason) and
+	// recorded both there and here.
 	files, err := filepath.Glob("*.go")
 	if err != nil {
 		t.Fatal(err)
 	}
+	sess, err := filepath.Glob("internal/wsession/*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	files = append(files, sess...)
 	declared := map[string]bool{}
 	takesReason := map[string]int{ // function -> index of its reason argument
-		"setReason": 0, "closeBoth": 0, "requestClose": 1, "scheduleCloseLocked": 2,
+		"setReason": 0, "SetReason": 0, "closeBoth": 0, "requestClose": 1, "Request": 1, "scheduleCloseLocked": 2,
 		"writeReason": 1, "readReason": 1,
 	}
 	for _, name := range files {
@@ -38,7 +45,7 @@ func TestCloseReasonsListed(t *testing.T) {
 		ast.Inspect(f, func(n ast.Node) bool {
 			switch n := n.(type) {
 			case *ast.ValueSpec:
-				if id, ok := n.Type.(*ast.Ident); ok && id.Name == "CloseReason" {
+				if id, ok := n.Type.(*ast.Ident); ok && (id.Name == "CloseReason" || id.Name == "Reason") {
 					for _, v := range n.Values {
 						if lit, ok := v.(*ast.BasicLit); ok && lit.Value != `""` {
 							s, _ := strconv.Unquote(lit.Value)

@@ -171,7 +171,7 @@ func (s *Server) upgradeRequest(x *exchange) []byte {
 // *handshakeError saying whose fault it is.
 func (s *Server) handshake(ctx context.Context, p *Pool, b *balance.Backend, head []byte, key string) (*backendConn, error) {
 	d := net.Dialer{
-		Timeout: dialTimeout(p),
+		Timeout: p.settings().dialTimeout,
 		// A backend host that vanishes without a reset leaves an idle
 		// WebSocket open forever unless probed. Go's defaults (15 s, 15 s,
 		// 9), except that the count is the kernel's (also 9 unless tuned):
@@ -190,12 +190,12 @@ func (s *Server) handshake(ctx context.Context, p *Pool, b *balance.Backend, hea
 	// The request context ends when the client goes away: stop waiting then.
 	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
-	conn.SetDeadline(time.Now().Add(handshakeTimeout(p)))
+	conn.SetDeadline(time.Now().Add(p.settings().handshakeTimeout))
 	if _, err := conn.Write(head); err != nil {
 		conn.Close()
 		return nil, ioFault(fmt.Errorf("backend %s: write handshake: %w", b.ID(), err))
 	}
-	lim := &headLimit{r: conn, n: int64(maxResponseHeaderBytes(p)), hook: s.testReadHook}
+	lim := &headLimit{r: conn, n: int64(p.settings().maxResponseHeaderBytes), hook: s.testReadHook}
 	// Pooled: a fresh 4 KiB reader per connection is garbage the collector
 	// keeps as headroom (see doc.go), and the handshake needs it only here.
 	// Nothing read from br outlives it (a 101 has no body; a relayed body
@@ -207,7 +207,7 @@ func (s *Server) handshake(ctx context.Context, p *Pool, b *balance.Backend, hea
 		conn.Close()
 		err = fmt.Errorf("backend %s: read handshake: %w", b.ID(), err)
 		if lim.hit {
-			return nil, &handshakeError{fault: "head_too_large", err: fmt.Errorf("%w (limit %d bytes)", err, maxResponseHeaderBytes(p))}
+			return nil, &handshakeError{fault: "head_too_large", err: fmt.Errorf("%w (limit %d bytes)", err, p.settings().maxResponseHeaderBytes)}
 		}
 		return nil, readFault(err)
 	}
@@ -249,7 +249,7 @@ func (s *Server) relayable(bc *backendConn, br *bufio.Reader, p *Pool, b *balanc
 		bc.conn, bc.buffered = nil, body
 		return bc, nil
 	}
-	conn, timeout := bc.conn, handshakeTimeout(p)
+	conn, timeout := bc.conn, p.settings().handshakeTimeout
 	bc.stream = io.MultiReader(bytes.NewReader(body), &idleReader{conn: conn, r: resp.Body, timeout: timeout})
 	bc.release = func() {
 		conn.Close()
@@ -471,11 +471,4 @@ func readFault(err error) error {
 		return ioFault(err)
 	}
 	return &handshakeError{fault: "malformed_head", err: err}
-}
-
-func maxResponseHeaderBytes(p *Pool) int {
-	if p.MaxResponseHeaderBytes > 0 {
-		return p.MaxResponseHeaderBytes
-	}
-	return defaultMaxResponseHeaderBytes
 }

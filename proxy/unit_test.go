@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"bufio"
-	"bytes"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
@@ -224,74 +223,6 @@ func TestBackendHeader(t *testing.T) {
 	h := backendHeader(r, &lo, decideClient(r.RemoteAddr, nil, nil))
 	if got, want := h.Get("X-Client-Cert"), "alice"; got != want {
 		t.Fatalf("client cert header: got %q, want %q", got, want)
-	}
-}
-
-func TestFrameTracker(t *testing.T) {
-	// text "hi", binary with 16-bit length (300), masked ping, close.
-	var stream []byte
-	stream = append(stream, 0x81, 2, 'h', 'i')
-	stream = append(stream, 0x82, 126, 0x01, 0x2c)
-	stream = append(stream, bytes.Repeat([]byte{'x'}, 300)...)
-	stream = append(stream, 0x89, 0x80|1, 1, 2, 3, 4, 'p')
-	stream = append(stream, 0x88, 2, 0x03, 0xe8)
-	boundaries := []int{4, 4 + 4 + 300, 4 + 4 + 300 + 7, len(stream)}
-
-	for chunk := 1; chunk <= len(stream); chunk++ {
-		var tr frameTracker
-		var got []int
-		pos := 0
-		for pos < len(stream) {
-			end := min(pos+chunk, len(stream))
-			p := stream[pos:end]
-			for len(p) > 0 {
-				n := tr.feed(p, true)
-				pos += n
-				p = p[n:]
-				if tr.atBoundary() && (len(got) == 0 || got[len(got)-1] != pos) {
-					got = append(got, pos)
-				}
-			}
-		}
-		if len(got) != len(boundaries) {
-			t.Fatalf("chunk %d: boundaries got %v, want %v", chunk, got, boundaries)
-		}
-		for i := range got {
-			if got[i] != boundaries[i] {
-				t.Fatalf("chunk %d: boundaries got %v, want %v", chunk, got, boundaries)
-			}
-		}
-		if !tr.closeSeen {
-			t.Fatalf("chunk %d: close frame not seen", chunk)
-		}
-	}
-
-	// 64-bit length with the top bit set breaks framing.
-	var tr frameTracker
-	tr.feed([]byte{0x82, 127, 0x80, 0, 0, 0, 0, 0, 0, 0}, false)
-	if !tr.broken {
-		t.Fatal("64-bit length with MSB set: tracker not broken")
-	}
-}
-
-func TestParseFrameHeader(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		in   []byte
-		want frameHeader
-	}{
-		{"short", []byte{0x81}, frameHeader{}},
-		{"7-bit", []byte{0x81, 5}, frameHeader{fin: true, opcode: 1, length: 5, size: 2}},
-		{"16-bit incomplete", []byte{0x82, 126, 1}, frameHeader{}},
-		{"16-bit", []byte{0x02, 126, 1, 0}, frameHeader{opcode: 2, length: 256, size: 4}},
-		{"64-bit", []byte{0x82, 127, 0, 0, 0, 1, 0, 0, 0, 0}, frameHeader{fin: true, opcode: 2, length: 1 << 32, size: 10}},
-		{"masked", []byte{0x88, 0x82, 1, 2, 3, 4}, frameHeader{fin: true, opcode: 8, masked: true, length: 2, size: 6}},
-		{"masked incomplete", []byte{0x88, 0x82, 1, 2, 3}, frameHeader{}},
-	} {
-		got, err := parseFrameHeader(tc.in)
-		if err != nil || got != tc.want {
-			t.Errorf("%s: got %+v %v, want %+v", tc.name, got, err, tc.want)
-		}
 	}
 }
 

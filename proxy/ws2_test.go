@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/edgelb/edge/balance"
+	"github.com/edgelb/edge/internal/wswire"
 	"github.com/gorilla/websocket"
 	"github.com/pires/go-proxyproto"
 )
@@ -146,11 +147,11 @@ func TestDrainBetweenFrames(t *testing.T) {
 			t.Fatalf("second half: got %q %v", tail, err)
 		}
 		op, pl := readFrame(t, br)
-		if op != opClose || int(pl[0])<<8|int(pl[1]) != CloseGoingAway {
+		if op != wswire.OpClose || int(pl[0])<<8|int(pl[1]) != CloseGoingAway {
 			t.Fatalf("after the frame: got opcode %d %q, want close 1001", op, pl)
 		}
 		// The client's close reply still reaches the backend, which ends.
-		c.Write(maskedFrame(opClose, []byte{0x03, 0xe9}))
+		c.Write(maskedFrame(wswire.OpClose, []byte{0x03, 0xe9}))
 		if b, _ := io.ReadAll(br); len(b) != 0 {
 			t.Fatalf("after close: got %q, want nothing", b)
 		}

@@ -577,7 +577,7 @@ func TestDrainForceClose(t *testing.T) {
 		defer cancel()
 		e.srv.Drain(ctx, 0)
 		op, p := readFrame(t, br)
-		if op != opClose || len(p) < 2 || int(p[0])<<8|int(p[1]) != CloseGoingAway {
+		if op != wswire.OpClose || len(p) < 2 || int(p[0])<<8|int(p[1]) != CloseGoingAway {
 			t.Fatalf("got opcode %d payload %v, want close 1001", op, p)
 		}
 		if _, err := br.ReadByte(); err == nil {
