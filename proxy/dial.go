@@ -41,12 +41,12 @@ var errHandshake = errors.New("broken websocket handshake")
 // all before the client is hijacked: on a dial failure or a broken handshake
 // nothing has reached the client yet, so the next backend is tried (up to
 // Pool.Retries more). The returned backend is Acquired; the caller releases
-// it. status is the answer for the client when err is not nil.
+// it. upgradeStatus (errors.go) maps err to the client's answer.
 //
 // Only a failure that is the backend's own counts against it (see
 // handshakeError): edge running out of descriptors or memory, or the
 // client going away, says nothing about the backend and ejects nothing.
-func (s *Server) dialUpgrade(ctx context.Context, x *exchange) (bc *backendConn, status int, err error) {
+func (s *Server) dialUpgrade(ctx context.Context, x *exchange) (bc *backendConn, err error) {
 	p := x.pool
 	req := balance.Request{Cookie: stickyCookie(x.r, p), ClientIP: x.id.client}
 	var triedArr [4]*balance.Backend
@@ -59,7 +59,7 @@ func (s *Server) dialUpgrade(ctx context.Context, x *exchange) (bc *backendConn,
 		res, perr := p.Balancer.Pick(&req)
 		if perr != nil {
 			if attempt == 0 {
-				return nil, http.StatusServiceUnavailable, errNoBackend(p, perr)
+				return nil, errNoBackend(p, perr)
 			}
 			break
 		}
@@ -77,13 +77,13 @@ func (s *Server) dialUpgrade(ctx context.Context, x *exchange) (bc *backendConn,
 			b.ReportSuccess()
 			bc.backend, bc.setCookie = b, res.SetCookie
 			x.backend = b.ID()
-			return bc, 0, nil
+			return bc, nil
 		}
 		b.Release()
 		x.backend = b.ID()
 		if ctx.Err() != nil {
 			// The client went away; that says nothing about the backend.
-			return nil, 499, fmt.Errorf("backend %s: %w", b.ID(), ctx.Err())
+			return nil, fmt.Errorf("backend %s: %w: %w", b.ID(), errClientGone, ctx.Err())
 		}
 		var he *handshakeError
 		if errors.As(err, &he) && he.fault == "" {
@@ -92,12 +92,12 @@ func (s *Server) dialUpgrade(ctx context.Context, x *exchange) (bc *backendConn,
 				// backend would fail the same way, and none is to blame.
 				s.log.Warn("backend dial failed on a local resource; not counted against the backend",
 					"route", x.routeName(), "backend", b.ID(), "err", err)
-				return nil, http.StatusServiceUnavailable, err
+				return nil, fmt.Errorf("%w: %w", errLocalResource, err)
 			}
 			// The backend answered a complete head, then its body broke:
 			// no failure of the handshake, and nothing to retry.
 			s.log.Debug("backend answer broken after its head", "route", x.routeName(), "backend", b.ID(), "err", err)
-			return nil, http.StatusBadGateway, err
+			return nil, fmt.Errorf("%w: %w", errAnswerBroken, err)
 		}
 		reason := "handshake"
 		if he != nil {
@@ -108,13 +108,7 @@ func (s *Server) dialUpgrade(ctx context.Context, x *exchange) (bc *backendConn,
 		s.log.Debug("backend handshake failed", "route", x.routeName(), "backend", b.ID(), "reason", reason, "err", err)
 		req.Tried = append(req.Tried, b)
 	}
-	if isTimeout(err) {
-		return nil, http.StatusGatewayTimeout, err
-	}
-	if errors.Is(err, errBackendFull) {
-		return nil, http.StatusServiceUnavailable, err
-	}
-	return nil, http.StatusBadGateway, err
+	return nil, err
 }
 
 // appendHeader writes h as header lines, skipping the field named skip and

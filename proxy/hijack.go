@@ -4,16 +4,22 @@ import (
 	"net/http"
 )
 
+// statusClientClosed is the access log's status of a request whose client
+// went away before an answer (nginx's 499); it is never sent.
+const statusClientClosed = 499
+
 // serveWebSocket runs the upgrade: backend handshake first, hijack second.
 // After the hijack no HTTP error is ever written to the client: failures
 // just close the connection.
 func (s *Server) serveWebSocket(w http.ResponseWriter, x *exchange) {
-	bc, status, err := s.dialUpgrade(x.r.Context(), x)
+	bc, err := s.dialUpgrade(x.r.Context(), x)
 	if err != nil {
 		x.release()
+		status, answer := upgradeStatus(err)
 		x.status, x.reason = status, "dial_failed"
-		if status == 499 {
-			x.reason = "client_closed"
+		if !answer {
+			// Logged as nginx does (499): the client closed the request.
+			x.status, x.reason = statusClientClosed, "client_closed"
 		} else {
 			s.obs.Rejected(x.routeName(), status, "dial_failed")
 			http.Error(w, http.StatusText(status), status)
