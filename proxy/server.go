@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -136,16 +135,6 @@ func (s *Server) poolCounter(name string) *atomic.Int64 {
 	return c
 }
 
-// Handler returns the http.Handler for one listener.
-func (s *Server) Handler(lo ListenerOptions) http.Handler {
-	return &handler{s: s, lo: lo.withDefaults()}
-}
-
-type handler struct {
-	s  *Server
-	lo ListenerOptions
-}
-
 // exchange is the state of one request shared by the WebSocket and plain
 // HTTP paths, down to its access-log line.
 type exchange struct {
@@ -243,118 +232,6 @@ func (x *exchange) answer(w http.ResponseWriter, write func()) {
 func spreadRetryAfter(after time.Duration) string {
 	sec := max(int64(math.Ceil(after.Seconds())), 1)
 	return strconv.FormatInt(sec+rand.Int64N(3*sec+1), 10)
-}
-
-// ServeHTTP is the top of the path of one connection.
-func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	s := h.s
-	x := &exchange{s: s, lo: &h.lo, r: r, start: s.now(), kind: "http",
-		method: r.Method, host: r.Host, path: r.URL.Path, reqID: requestID(r.Header)}
-	if r.TLS != nil {
-		x.tls = tls.VersionName(r.TLS.Version)
-	}
-	ws := wantsUpgrade(r.Header)
-	if ws {
-		x.kind = "ws"
-	}
-	x.id = decideClient(r.RemoteAddr, r.Header["X-Forwarded-For"], h.lo.TrustedProxies)
-
-	if r.Method == http.MethodOptions && r.RequestURI == "*" {
-		// RFC 9110 §9.3.7: OPTIONS * asks about the server itself; edge
-		// answers it as net/http would, within AnswerTimeout (the server
-		// runs with DisableGeneralOptionsHandler so that it gets here).
-		x.status, x.reason = http.StatusOK, "options"
-		x.answer(w, func() { w.Header().Set("Content-Length", "0"); w.WriteHeader(http.StatusOK) })
-		x.logAccess()
-		return
-	}
-	if reason := invalidRequest(r); reason != "" {
-		w.Header().Set("Connection", "close")
-		x.reject(w, http.StatusBadRequest, reason)
-		return
-	}
-	if s.draining.Load() {
-		w.Header().Set("Connection", "close")
-		w.Header().Set("Retry-After", retryAfterBusy)
-		x.reject(w, http.StatusServiceUnavailable, "drain")
-		return
-	}
-	if h.lo.StrictSNIHost && r.TLS != nil && !sniMatchesHost(r.TLS.ServerName, r.Host) {
-		// A connection set up for one name must not carry requests for
-		// another (connection reuse across certificates, domain fronting).
-		x.reject(w, http.StatusMisdirectedRequest, "sni_mismatch")
-		return
-	}
-	x.route = s.routes.Load().match(r.Host, r.URL.Path)
-	if x.route == nil {
-		x.reject(w, http.StatusMisdirectedRequest, "no_route")
-		return
-	}
-	x.pool = x.route.Pool
-	if ws {
-		if e := checkUpgrade(r); e != nil {
-			x.status, x.reason = e.status, e.reason
-			s.obs.Rejected(x.routeName(), e.status, e.reason)
-			x.answer(w, func() { writeUpgradeError(w, e) })
-			x.logAccess()
-			return
-		}
-	}
-	if !x.admit(w) {
-		return
-	}
-	if ws {
-		s.serveWebSocket(w, x)
-		return
-	}
-	defer x.release()
-	s.servePlain(w, x)
-	x.logAccess()
-}
-
-// admit applies the limits narrowest first, so that a request refused by
-// one never spends a token of a wider one: one client bursting must not
-// leave other clients refused by the pool-wide rate. The per-client
-// limiter goes first; the concurrency caps (pool, then global) are given
-// back on refusal; the pool-wide admission bucket, whose token cannot be
-// given back, is last. On success x.release undoes them exactly once.
-func (x *exchange) admit(w http.ResponseWriter) bool {
-	s, p, ip := x.s, x.pool, x.id.client
-	if ok, after := p.Limiter.Admit(ip); !ok {
-		if after > 0 {
-			// A rate limit: the client may come back after the bucket refills.
-			return x.refuse(w, http.StatusTooManyRequests, "rate_limit", strconv.FormatInt(int64(math.Ceil(after.Seconds())), 10))
-		}
-		return x.refuse(w, http.StatusServiceUnavailable, "client_max_conns", retryAfterBusy)
-	}
-	pc := s.poolCounter(p.Name)
-	release := func() {
-		pc.Add(-1)
-		s.inflight.Add(-1)
-		p.Limiter.Done(ip)
-	}
-	n, total := pc.Add(1), s.inflight.Add(1)
-	switch {
-	case p.MaxConns > 0 && n > p.MaxConns:
-		release()
-		return x.refuse(w, http.StatusServiceUnavailable, "pool_max_conns", retryAfterBusy)
-	case s.maxConns > 0 && total > s.maxConns:
-		release()
-		return x.refuse(w, http.StatusServiceUnavailable, "max_conns", retryAfterBusy)
-	}
-	if ok, after := p.Admission.Take(); !ok {
-		release()
-		return x.refuse(w, http.StatusServiceUnavailable, "pool_rate_limit", spreadRetryAfter(after))
-	}
-	x.release = sync.OnceFunc(release)
-	return true
-}
-
-// refuse answers a request admit turned away, with its Retry-After.
-func (x *exchange) refuse(w http.ResponseWriter, status int, reason, retryAfter string) bool {
-	w.Header().Set("Retry-After", retryAfter)
-	x.reject(w, status, reason)
-	return false
 }
 
 // sniMatchesHost reports whether the request's Host names the server the
