@@ -22,9 +22,10 @@ func TestImportRules(t *testing.T) {
 		{pkg: "internal/hostname", noStdNet: true},
 		{pkg: "conf", ours: []string{"internal/hostname"}},
 		{pkg: "tls"},
-		{pkg: "proxy", ours: []string{"balance", "internal/hostname"}},
+		{pkg: "proxy", ours: []string{"balance", "internal/hostname", "internal/wswire", "proxy/internal/wsession"}},
 		{pkg: "discovery", ours: []string{"balance", "internal/hostname"}},
-		{pkg: "health", ours: []string{"balance"}},
+		{pkg: "health", ours: []string{"balance", "internal/wswire"}},
+		{pkg: "internal/wswire", noStdNet: true},
 	}
 	for _, r := range rules {
 		t.Run(r.pkg, func(t *testing.T) {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/edgelb/edge/balance"
+	"github.com/edgelb/edge/internal/wswire"
 	"github.com/gorilla/websocket"
 )
 
@@ -256,7 +257,7 @@ func TestWebSocketProbeRejects(t *testing.T) {
 				return
 			}
 			defer c.Close()
-			answer = strings.ReplaceAll(answer, "ACCEPT", acceptKey(r.Header.Get("Sec-WebSocket-Key")))
+			answer = strings.ReplaceAll(answer, "ACCEPT", wswire.AcceptKey(r.Header.Get("Sec-WebSocket-Key")))
 			_, _ = brw.WriteString(answer)
 			_ = brw.Flush()
 			if thenWait {
@@ -398,7 +399,7 @@ func TestNewValidates(t *testing.T) {
 
 func TestAcceptKey(t *testing.T) {
 	// The example of RFC 6455 section 1.3.
-	if got, want := acceptKey("dGhlIHNhbXBsZSBub25jZQ=="), "s3pPLMBiTxaQ9kYGzzhZRbK+xOo="; got != want {
+	if got, want := wswire.AcceptKey("dGhlIHNhbXBsZSBub25jZQ=="), "s3pPLMBiTxaQ9kYGzzhZRbK+xOo="; got != want {
 		t.Errorf("got %q, want %q", got, want)
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
-	"crypto/sha1"
 	"encoding/base64"
 	"encoding/binary"
 	"errors"
@@ -17,13 +16,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/edgelb/edge/internal/wswire"
 	"github.com/valyala/fasthttp"
 	"golang.org/x/net/http/httpguts"
 )
-
-// websocketGUID is the constant of RFC 6455 section 1.3 used to compute
-// Sec-WebSocket-Accept.
-const websocketGUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 
 // maxProbeRead bounds what a WebSocket probe reads while waiting for its
 // pong, so a backend streaming data cannot keep a probe busy.
@@ -172,7 +168,7 @@ func (p wsProber) probe(ctx context.Context, addr string) error {
 	if !httpguts.HeaderValuesContainsToken(resp.Header["Connection"], "upgrade") {
 		return fmt.Errorf("handshake: Connection %q, want upgrade", resp.Header.Get("Connection"))
 	}
-	if got, want := resp.Header.Get("Sec-WebSocket-Accept"), acceptKey(key); got != want {
+	if got, want := resp.Header.Get("Sec-WebSocket-Accept"), wswire.AcceptKey(key); got != want {
 		return fmt.Errorf("handshake: Sec-WebSocket-Accept %q, want %q", got, want)
 	}
 	if p.ping {
@@ -205,17 +201,11 @@ func (l *headLimit) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// acceptKey computes Sec-WebSocket-Accept for key (RFC 6455 section 4.2.2).
-func acceptKey(key string) string {
-	h := sha1.Sum([]byte(key + websocketGUID))
-	return base64.StdEncoding.EncodeToString(h[:])
-}
-
-// WebSocket opcodes (RFC 6455 section 5.2).
+// Opcodes are wswire's (RFC 6455 section 5.2).
 const (
-	opClose = 0x8
-	opPing  = 0x9
-	opPong  = 0xA
+	opClose = wswire.OpClose
+	opPing  = wswire.OpPing
+	opPong  = wswire.OpPong
 )
 
 // clientFrame builds a final, masked frame: clients must mask every frame
@@ -223,13 +213,7 @@ const (
 func clientFrame(op byte, payload []byte) []byte {
 	var mask [4]byte
 	_, _ = rand.Read(mask[:])
-	f := make([]byte, 0, 6+len(payload))
-	f = append(f, 0x80|op, 0x80|byte(len(payload)))
-	f = append(f, mask[:]...)
-	for i, b := range payload {
-		f = append(f, b^mask[i%4])
-	}
-	return f
+	return wswire.AppendFrame(make([]byte, 0, 6+len(payload)), op, payload, &mask)
 }
 
 // pingPong sends a ping with random data and reads frames until the pong

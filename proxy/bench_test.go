@@ -155,7 +155,9 @@ func envInt(name string, def int) int {
 func BenchmarkIdleMemory(b *testing.B) {
 	n := envInt("EDGE_IDLE_CONNS", 2000)
 	for _, p := range splicePaths {
-		b.Run(p, func(b *testing.B) {
+		b.Run(p.String(), func(b *testing.B) {
+			pathOf.Store(b, p)
+			defer pathOf.Delete(b)
 			defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
 			h := startHelper(b, fmt.Sprintf("idle %d", n))
 			e := benchEdge(b, h)
@@ -165,7 +167,7 @@ func BenchmarkIdleMemory(b *testing.B) {
 			g0 := runtime.NumGoroutine()
 			fmt.Fprintf(h.in, "edge %s\n", e.addr)
 			h.expect(b, "ready")
-			if n := e.srv.readyConns(); n != 0 && p == "goroutines" || n == 0 && p == "readiness" {
+			if n := e.srv.readyConns(); n != 0 && p == spliceGoroutines || n == 0 && p == spliceReadiness {
 				b.Fatalf("path %s: %d readiness-driven connections", p, n)
 			}
 			if got := e.srv.Active(); got != n {
@@ -174,7 +176,7 @@ func BenchmarkIdleMemory(b *testing.B) {
 			after := rssKiB(b)
 			if f := os.Getenv("EDGE_IDLE_HEAPPROFILE"); f != "" {
 				runtime.GC()
-				if w, err := os.Create(f + "." + p); err == nil {
+				if w, err := os.Create(f + "." + p.String()); err == nil {
 					pprof.Lookup("heap").WriteTo(w, 0)
 					w.Close()
 				}
@@ -201,7 +203,9 @@ func BenchmarkIdleMemory(b *testing.B) {
 func BenchmarkEchoCPU(b *testing.B) {
 	const conns, seconds = 50, 5
 	for _, p := range splicePaths {
-		b.Run(p, func(b *testing.B) {
+		b.Run(p.String(), func(b *testing.B) {
+			pathOf.Store(b, p)
+			defer pathOf.Delete(b)
 			defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
 			h := startHelper(b, fmt.Sprintf("echo %d %d", conns, seconds))
 			e := benchEdge(b, h)

@@ -3,75 +3,69 @@ package proxy
 import (
 	"net/http"
 	"strconv"
+
+	"github.com/edgelb/edge/proxy/internal/wsession"
 )
 
 // CloseReason says why a WebSocket connection ended: the access log's
-// "reason" and Observer.ConnClosed's reason. The first reason recorded
-// for a connection wins.
-type CloseReason string
+// "reason" and Observer.ConnClosed's reason. The reasons are declared
+// with the session policy that records them (internal/wsession); these
+// names are the package's API for them. The first reason recorded for a
+// connection wins.
+type CloseReason = wsession.Reason
 
 // Close reasons of spliced connections.
 const (
-	ReasonClientClosed       CloseReason = "client_closed"         // the client ended its stream (FIN, reset, failed write)
-	ReasonBackendClosed      CloseReason = "backend_closed"        // the backend ended its stream
-	ReasonShutdown           CloseReason = "shutdown"              // edge stopped, or a drain ran out of time
-	ReasonDrain              CloseReason = "drain"                 // edge drained: close 1001 to the client
-	ReasonBackendGone        CloseReason = "backend_gone"          // the backend left its pool: close 1012
-	ReasonAdminDrain         CloseReason = "admin_drain"           // an operator drained the backend: close 1012
-	ReasonIdleTimeout        CloseReason = "idle_timeout"          // nothing moved for the pool's idle timeout
-	ReasonWriteTimeout       CloseReason = "write_timeout"         // a write did not complete in the write timeout
-	ReasonFinTimeout         CloseReason = "fin_timeout"           // one side closed, the other did not within 10 s
-	ReasonPingTimeout        CloseReason = "ping_timeout"          // the client answered no ping: close 1011
-	ReasonFrameTooBig        CloseReason = "frame_too_big"         // a client frame over max_frame_bytes: close 1009
-	ReasonMessageTooBig      CloseReason = "message_too_big"       // a client message over max_message_bytes: close 1009
-	ReasonBackendFrameTooBig CloseReason = "backend_frame_too_big" // a backend frame over max_frame_bytes
-	ReasonError              CloseReason = "error"                 // a socket error the splice could not attribute
+	ReasonClientClosed       = wsession.ReasonClientClosed       // the client ended its stream (FIN, reset, failed write)
+	ReasonBackendClosed      = wsession.ReasonBackendClosed      // the backend ended its stream
+	ReasonShutdown           = wsession.ReasonShutdown           // edge stopped, or a drain ran out of time
+	ReasonDrain              = wsession.ReasonDrain              // edge drained: close 1001 to the client
+	ReasonBackendGone        = wsession.ReasonBackendGone        // the backend left its pool: close 1012
+	ReasonAdminDrain         = wsession.ReasonAdminDrain         // an operator drained the backend: close 1012
+	ReasonIdleTimeout        = wsession.ReasonIdleTimeout        // nothing moved for the pool's idle timeout
+	ReasonWriteTimeout       = wsession.ReasonWriteTimeout       // a write did not complete in the write timeout
+	ReasonFinTimeout         = wsession.ReasonFinTimeout         // one side closed, the other did not within 10 s
+	ReasonPingTimeout        = wsession.ReasonPingTimeout        // the client answered no ping: close 1011
+	ReasonFrameTooBig        = wsession.ReasonFrameTooBig        // a client frame over max_frame_bytes: close 1009
+	ReasonMessageTooBig      = wsession.ReasonMessageTooBig      // a client message over max_message_bytes: close 1009
+	ReasonBackendFrameTooBig = wsession.ReasonBackendFrameTooBig // a backend frame over max_frame_bytes
+	ReasonError              = wsession.ReasonError              // a socket error the splice could not attribute
 )
 
 // reasonKeep closes without recording a reason of its own: the one
 // already recorded stands.
-const reasonKeep CloseReason = ""
+const reasonKeep = wsession.ReasonKeep
 
 // CloseReasons lists every CloseReason, for metrics that must exist at
 // zero before the first connection ends.
-func CloseReasons() []CloseReason {
-	return []CloseReason{
-		ReasonClientClosed, ReasonBackendClosed, ReasonShutdown, ReasonDrain,
-		ReasonBackendGone, ReasonAdminDrain, ReasonIdleTimeout, ReasonWriteTimeout, ReasonFinTimeout,
-		ReasonPingTimeout, ReasonFrameTooBig, ReasonMessageTooBig,
-		ReasonBackendFrameTooBig, ReasonError,
-	}
-}
+func CloseReasons() []CloseReason { return wsession.Reasons() }
 
 // CloseSide says who closed a WebSocket first: the side whose close frame
 // edge saw first or, with no close frame seen, whose stream ended first.
-type CloseSide string
+type CloseSide = wsession.Side
 
 // Close sides.
 const (
-	SideClient  CloseSide = "client"
-	SideBackend CloseSide = "backend"
-	SideEdge    CloseSide = "edge"
+	SideClient  = wsession.SideClient
+	SideBackend = wsession.SideBackend
+	SideEdge    = wsession.SideEdge
 )
 
 // CloseSides lists every CloseSide.
 func CloseSides() []CloseSide { return []CloseSide{SideClient, SideBackend, SideEdge} }
 
-// side is the CloseSide of a connection that ended for r without any
-// close frame seen.
-func (r CloseReason) side() CloseSide {
-	switch r {
-	case ReasonClientClosed:
-		return SideClient
-	case ReasonBackendClosed:
-		return SideBackend
-	}
-	return SideEdge
-}
-
-// closeNoStatus is the code reported for a close frame without a status
-// code (RFC 6455 §7.1.5).
-const closeNoStatus = 1005
+// WebSocket close codes (RFC 6455 §7.4.1 and the IANA registry).
+const (
+	// CloseGoingAway (1001) is sent to every client when the proxy drains.
+	CloseGoingAway = wsession.CloseGoingAway
+	// CloseMessageTooBig (1009) is sent to a client whose frame exceeds
+	// Pool.MaxFrameBytes.
+	CloseMessageTooBig = wsession.CloseMessageTooBig
+	// CloseServiceRestart (1012) suits a backend that leaves the pool.
+	CloseServiceRestart = wsession.CloseServiceRestart
+	// closePingTimeout (1011) goes to a client that missed its ping timeout.
+	closePingTimeout = wsession.ClosePingTimeout
+)
 
 // edgeCloseCodes are the close codes edge itself sends to
 // clients: drain, a frame or message over the limit, a missed ping, a

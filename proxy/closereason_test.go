@@ -18,13 +18,20 @@ import (
 // series).
 func TestCloseReasonsListed(t *testing.T) {
 	fset := token.NewFileSet()
+	// The reasons are declared in internal/wsession (type Reason) and
+	// recorded both there and here.
 	files, err := filepath.Glob("*.go")
 	if err != nil {
 		t.Fatal(err)
 	}
+	sess, err := filepath.Glob("internal/wsession/*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	files = append(files, sess...)
 	declared := map[string]bool{}
 	takesReason := map[string]int{ // function -> index of its reason argument
-		"setReason": 0, "closeBoth": 0, "requestClose": 1, "scheduleCloseLocked": 2,
+		"setReason": 0, "SetReason": 0, "closeBoth": 0, "requestClose": 1, "Request": 1, "scheduleCloseLocked": 2,
 		"writeReason": 1, "readReason": 1,
 	}
 	for _, name := range files {
@@ -35,33 +42,7 @@ func TestCloseReasonsListed(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ast.Inspect(f, func(n ast.Node) bool {
-			switch n := n.(type) {
-			case *ast.ValueSpec:
-				if id, ok := n.Type.(*ast.Ident); ok && id.Name == "CloseReason" {
-					for _, v := range n.Values {
-						if lit, ok := v.(*ast.BasicLit); ok && lit.Value != `""` {
-							s, _ := strconv.Unquote(lit.Value)
-							declared[s] = true
-						}
-					}
-				}
-			case *ast.CallExpr:
-				var fn string
-				switch f := n.Fun.(type) {
-				case *ast.SelectorExpr:
-					fn = f.Sel.Name
-				case *ast.Ident:
-					fn = f.Name
-				}
-				if i, ok := takesReason[fn]; ok && i < len(n.Args) {
-					if lit, ok := n.Args[i].(*ast.BasicLit); ok {
-						t.Errorf("%s: %s(%s): use a CloseReason constant", fset.Position(lit.Pos()), fn, lit.Value)
-					}
-				}
-			}
-			return true
-		})
+		inspectReasons(t, fset, f, declared, takesReason)
 	}
 	listed := map[string]int{}
 	for _, r := range CloseReasons() {
@@ -91,7 +72,7 @@ func TestRejectionsListed(t *testing.T) {
 		listed[r.Reason] = true
 	}
 	fset := token.NewFileSet()
-	for _, name := range []string{"server.go", "upgrade.go", "request.go", "http.go", "hijack.go"} {
+	for _, name := range []string{"server.go", "upgrade.go", "request.go", "http.go", "handler.go"} {
 		f, err := parser.ParseFile(fset, name, nil, 0)
 		if err != nil {
 			t.Fatal(err)
@@ -126,4 +107,36 @@ func TestRejectionsListed(t *testing.T) {
 			return true
 		})
 	}
+}
+
+// inspectReasons collects the CloseReason constants f declares and flags
+// string literals passed where a close reason is recorded.
+func inspectReasons(t *testing.T, fset *token.FileSet, f *ast.File, declared map[string]bool, takesReason map[string]int) {
+	ast.Inspect(f, func(n ast.Node) bool {
+		switch n := n.(type) {
+		case *ast.ValueSpec:
+			if id, ok := n.Type.(*ast.Ident); ok && (id.Name == "CloseReason" || id.Name == "Reason") {
+				for _, v := range n.Values {
+					if lit, ok := v.(*ast.BasicLit); ok && lit.Value != `""` {
+						s, _ := strconv.Unquote(lit.Value)
+						declared[s] = true
+					}
+				}
+			}
+		case *ast.CallExpr:
+			var fn string
+			switch f := n.Fun.(type) {
+			case *ast.SelectorExpr:
+				fn = f.Sel.Name
+			case *ast.Ident:
+				fn = f.Name
+			}
+			if i, ok := takesReason[fn]; ok && i < len(n.Args) {
+				if lit, ok := n.Args[i].(*ast.BasicLit); ok {
+					t.Errorf("%s: %s(%s): use a CloseReason constant", fset.Position(lit.Pos()), fn, lit.Value)
+				}
+			}
+		}
+		return true
+	})
 }

@@ -9,17 +9,6 @@ import (
 	"github.com/edgelb/edge/balance"
 )
 
-// WebSocket close codes (RFC 6455 §7.4.1 and the IANA registry).
-const (
-	// CloseGoingAway (1001) is sent to every client when the proxy drains.
-	CloseGoingAway = 1001
-	// CloseMessageTooBig (1009) is sent to a client whose frame exceeds
-	// Pool.MaxFrameBytes.
-	CloseMessageTooBig = 1009
-	// CloseServiceRestart (1012) suits a backend that leaves the pool.
-	CloseServiceRestart = 1012
-)
-
 // registry holds every live upgraded connection. http.Server.Shutdown does
 // not know hijacked connections (traefik#3630): draining them is ours.
 type registry struct {
@@ -123,7 +112,7 @@ func (s *Server) ClosePending() int {
 	defer s.reg.mu.Unlock()
 	n := 0
 	for c := range s.reg.conns {
-		if c.timer != nil || c.closeCode.Load() != 0 {
+		if c.timer != nil || c.sess.Requested() {
 			n++
 		}
 	}
@@ -224,7 +213,7 @@ func (s *Server) Connections(b *balance.Backend) []ConnInfo {
 			return
 		}
 		ci := ConnInfo{Host: c.x.host, Path: c.x.path, Since: c.x.start, In: c.in.Load(), Out: c.out.Load(),
-			Closing: c.timer != nil || c.closeCode.Load() != 0}
+			Closing: c.timer != nil || c.sess.Requested()}
 		if c.x.id.client.IsValid() {
 			ci.Client = c.x.id.client.String()
 		}

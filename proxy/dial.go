@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/edgelb/edge/balance"
+	"github.com/edgelb/edge/internal/wswire"
 	"golang.org/x/net/http/httpguts"
 )
 
@@ -40,12 +41,12 @@ var errHandshake = errors.New("broken websocket handshake")
 // all before the client is hijacked: on a dial failure or a broken handshake
 // nothing has reached the client yet, so the next backend is tried (up to
 // Pool.Retries more). The returned backend is Acquired; the caller releases
-// it. status is the answer for the client when err is not nil.
+// it. upgradeStatus (errors.go) maps err to the client's answer.
 //
 // Only a failure that is the backend's own counts against it (see
 // handshakeError): edge running out of descriptors or memory, or the
 // client going away, says nothing about the backend and ejects nothing.
-func (s *Server) dialUpgrade(ctx context.Context, x *exchange) (bc *backendConn, status int, err error) {
+func (s *Server) dialUpgrade(ctx context.Context, x *exchange) (bc *backendConn, err error) {
 	p := x.pool
 	req := balance.Request{Cookie: stickyCookie(x.r, p), ClientIP: x.id.client}
 	var triedArr [4]*balance.Backend
@@ -58,7 +59,7 @@ func (s *Server) dialUpgrade(ctx context.Context, x *exchange) (bc *backendConn,
 		res, perr := p.Balancer.Pick(&req)
 		if perr != nil {
 			if attempt == 0 {
-				return nil, http.StatusServiceUnavailable, errNoBackend(p, perr)
+				return nil, errNoBackend(p, perr)
 			}
 			break
 		}
@@ -76,13 +77,13 @@ func (s *Server) dialUpgrade(ctx context.Context, x *exchange) (bc *backendConn,
 			b.ReportSuccess()
 			bc.backend, bc.setCookie = b, res.SetCookie
 			x.backend = b.ID()
-			return bc, 0, nil
+			return bc, nil
 		}
 		b.Release()
 		x.backend = b.ID()
 		if ctx.Err() != nil {
 			// The client went away; that says nothing about the backend.
-			return nil, 499, fmt.Errorf("backend %s: %w", b.ID(), ctx.Err())
+			return nil, fmt.Errorf("backend %s: %w: %w", b.ID(), errClientGone, ctx.Err())
 		}
 		var he *handshakeError
 		if errors.As(err, &he) && he.fault == "" {
@@ -91,12 +92,12 @@ func (s *Server) dialUpgrade(ctx context.Context, x *exchange) (bc *backendConn,
 				// backend would fail the same way, and none is to blame.
 				s.log.Warn("backend dial failed on a local resource; not counted against the backend",
 					"route", x.routeName(), "backend", b.ID(), "err", err)
-				return nil, http.StatusServiceUnavailable, err
+				return nil, fmt.Errorf("%w: %w", errLocalResource, err)
 			}
 			// The backend answered a complete head, then its body broke:
 			// no failure of the handshake, and nothing to retry.
 			s.log.Debug("backend answer broken after its head", "route", x.routeName(), "backend", b.ID(), "err", err)
-			return nil, http.StatusBadGateway, err
+			return nil, fmt.Errorf("%w: %w", errAnswerBroken, err)
 		}
 		reason := "handshake"
 		if he != nil {
@@ -107,13 +108,7 @@ func (s *Server) dialUpgrade(ctx context.Context, x *exchange) (bc *backendConn,
 		s.log.Debug("backend handshake failed", "route", x.routeName(), "backend", b.ID(), "reason", reason, "err", err)
 		req.Tried = append(req.Tried, b)
 	}
-	if isTimeout(err) {
-		return nil, http.StatusGatewayTimeout, err
-	}
-	if errors.Is(err, errBackendFull) {
-		return nil, http.StatusServiceUnavailable, err
-	}
-	return nil, http.StatusBadGateway, err
+	return nil, err
 }
 
 // appendHeader writes h as header lines, skipping the field named skip and
@@ -170,7 +165,7 @@ func (s *Server) upgradeRequest(x *exchange) []byte {
 // *handshakeError saying whose fault it is.
 func (s *Server) handshake(ctx context.Context, p *Pool, b *balance.Backend, head []byte, key string) (*backendConn, error) {
 	d := net.Dialer{
-		Timeout: dialTimeout(p),
+		Timeout: p.settings().dialTimeout,
 		// A backend host that vanishes without a reset leaves an idle
 		// WebSocket open forever unless probed. Go's defaults (15 s, 15 s,
 		// 9), except that the count is the kernel's (also 9 unless tuned):
@@ -189,12 +184,12 @@ func (s *Server) handshake(ctx context.Context, p *Pool, b *balance.Backend, hea
 	// The request context ends when the client goes away: stop waiting then.
 	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
-	conn.SetDeadline(time.Now().Add(handshakeTimeout(p)))
+	conn.SetDeadline(time.Now().Add(p.settings().handshakeTimeout))
 	if _, err := conn.Write(head); err != nil {
 		conn.Close()
 		return nil, ioFault(fmt.Errorf("backend %s: write handshake: %w", b.ID(), err))
 	}
-	lim := &headLimit{r: conn, n: int64(maxResponseHeaderBytes(p)), hook: s.testReadHook}
+	lim := &headLimit{r: conn, n: int64(p.settings().maxResponseHeaderBytes), hook: s.testReadHook}
 	// Pooled: a fresh 4 KiB reader per connection is garbage the collector
 	// keeps as headroom (see doc.go), and the handshake needs it only here.
 	// Nothing read from br outlives it (a 101 has no body; a relayed body
@@ -206,7 +201,7 @@ func (s *Server) handshake(ctx context.Context, p *Pool, b *balance.Backend, hea
 		conn.Close()
 		err = fmt.Errorf("backend %s: read handshake: %w", b.ID(), err)
 		if lim.hit {
-			return nil, &handshakeError{fault: "head_too_large", err: fmt.Errorf("%w (limit %d bytes)", err, maxResponseHeaderBytes(p))}
+			return nil, &handshakeError{fault: "head_too_large", err: fmt.Errorf("%w (limit %d bytes)", err, p.settings().maxResponseHeaderBytes)}
 		}
 		return nil, readFault(err)
 	}
@@ -216,7 +211,7 @@ func (s *Server) handshake(ctx context.Context, p *Pool, b *balance.Backend, hea
 		return s.relayable(bc, br, p, b)
 	}
 	defer s.putReader(br)
-	if resp.Header.Get("Sec-WebSocket-Accept") != acceptKey(key) ||
+	if resp.Header.Get("Sec-WebSocket-Accept") != wswire.AcceptKey(key) ||
 		!httpguts.HeaderValuesContainsToken(resp.Header["Upgrade"], "websocket") {
 		conn.Close()
 		return nil, &handshakeError{fault: "bad_handshake", err: fmt.Errorf("backend %s: bad Sec-WebSocket-Accept or Upgrade: %w", b.ID(), errHandshake)}
@@ -248,7 +243,7 @@ func (s *Server) relayable(bc *backendConn, br *bufio.Reader, p *Pool, b *balanc
 		bc.conn, bc.buffered = nil, body
 		return bc, nil
 	}
-	conn, timeout := bc.conn, handshakeTimeout(p)
+	conn, timeout := bc.conn, p.settings().handshakeTimeout
 	bc.stream = io.MultiReader(bytes.NewReader(body), &idleReader{conn: conn, r: resp.Body, timeout: timeout})
 	bc.release = func() {
 		conn.Close()
@@ -470,11 +465,4 @@ func readFault(err error) error {
 		return ioFault(err)
 	}
 	return &handshakeError{fault: "malformed_head", err: err}
-}
-
-func maxResponseHeaderBytes(p *Pool) int {
-	if p.MaxResponseHeaderBytes > 0 {
-		return p.MaxResponseHeaderBytes
-	}
-	return defaultMaxResponseHeaderBytes
 }

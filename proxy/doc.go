@@ -8,35 +8,47 @@
 //
 // A reader can follow one connection from top to bottom:
 //
-//	server.go     Handler -> ServeHTTP: drain gate, route, validate, client, limits
+//	handler.go    Handler -> ServeHTTP: drain gate, validate, client, route,
+//	              admit, then serveWebSocket: dial and upgrade, hijack, splice
+//	options.go    Options, Route, Pool, CookieSettings, ListenerOptions and
+//	              their defaults, filled once (Pool.settings)
+//	server.go     the Server: New, SetRoutes, Close, the exchange and its log line
 //	request.go    requests refused with 400 before routing (Host, target, CONNECT)
 //	routes.go     Host (exact and "*.suffix") and longest path-prefix matching
 //	upgrade.go    RFC 6455 §4.2.1 checks; non-upgrade requests go to http.go
 //	forwarded.go  client identity and X-Forwarded-*/Forwarded headers
 //	dial.go       pick, dial, backend handshake, retries, non-101 relay
-//	hijack.go     101 to the client, buffered bytes on both sides, splice start
-//	splice.go     two directions, readiness waits without buffers, half-close
+//	errors.go     the one mapping from upgrade errors to the client's status
+//	conn.go       wsConn: one live WebSocket, and the bridge both splices
+//	              use to carry out what its session decides
+//	internal/wsession  the session: frame tracking both ways, limits, pings,
+//	              close requests, close code and side, linger, close reason;
+//	              no I/O, no clock, no allocation per message
+//	splice.go     the goroutine splice: two directions, readiness waits
+//	              without buffers, half-close
 //	listener.go   WrapListener: accepted conns the splice can take over later
 //	acceptlimit.go the cap on open client sockets, accept-error warnings
-//	splice_ready_linux.go, sock_linux.go, poll_linux.go
+//	splice_ready_linux.go, sock_linux.go, poll_linux.go, rawio_linux.go
 //	              the readiness-driven splice: no goroutine per idle connection
-//	frame.go      RFC 6455 §5.2 frame-header tracking for boundary-safe closes
-//	frameaware.go frame and message limits, heartbeat pings (opt-in per pool)
 //	linger.go     lingering close after a close frame to the client
 //	conns.go      live-connection registry, Drain, CloseBackend, CloseConnsOn, Connections
-//	closereason.go close reasons, close sides and codes, refusals: the
-//	              lists metrics are zero-initialised from
+//	closereason.go close reasons, close sides and codes (declared in
+//	              wsession), refusals: the lists metrics are zero-initialised from
 //	requestid.go  X-Request-Id kept or made up, for the log and backends
 //	http.go       plain HTTP leg (long-polling transports) over net/http's
 //	              Transport: both bodies streamed, no replays
 //	proxyproto.go PROXY protocol v1/v2 listener wrapper for trusted peers
+//
+// The WebSocket wire format (GUID, accept key, frame header codec) is
+// internal/wswire, shared with health and the tests.
 //
 // # Two splices
 //
 // A connection accepted through WrapListener (cmd/edge wraps every
 // listener, under tls.NewListener) is spliced without any goroutine of its
 // own on Linux; any other connection, and every connection elsewhere, is
-// spliced by two goroutines (splice.go). Both keep the same behaviour:
+// spliced by two goroutines (splice.go). Both feed the same session
+// (internal/wsession) and carry out what it returns, so they keep the same behaviour:
 // half-close, idle and write timeouts, close frames between two frames on
 // drain, one access line and one Observer event per connection. The
 // readiness-driven splice exists for memory: a parked goroutine costs at

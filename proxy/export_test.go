@@ -4,7 +4,7 @@ package proxy
 func (s *Server) closeRequested() int {
 	n := 0
 	s.reg.each(func(c *wsConn) {
-		if c.closeCode.Load() != 0 {
+		if c.sess.Requested() {
 			n++
 		}
 	})
@@ -27,7 +27,7 @@ func (s *Server) readyConns() int {
 func (s *Server) closesSent() int {
 	n := 0
 	s.reg.each(func(c *wsConn) {
-		if c.closeOut.Load() {
+		if c.sess.CloseOut() {
 			n++
 		}
 	})

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/edgelb/edge/balance"
+	"github.com/edgelb/edge/internal/wswire"
 	"github.com/gorilla/websocket"
 )
 
@@ -137,7 +138,7 @@ func TestMaxFrameBytesSplitWrites(t *testing.T) {
 		// The header alone (2 bytes, 16-bit length, mask key) decides.
 		trickle(maskedFrameN(websocket.BinaryMessage, true, append(want, 'y'))[:8])
 		op, pl := readFrame(t, br)
-		if op != opClose || len(pl) < 2 || int(pl[0])<<8|int(pl[1]) != CloseMessageTooBig {
+		if op != wswire.OpClose || len(pl) < 2 || int(pl[0])<<8|int(pl[1]) != CloseMessageTooBig {
 			t.Fatalf("after a frame over the limit: got opcode %d %q, want close 1009", op, pl)
 		}
 		if got, want := e.obs.waitClosed(t), "frame_too_big"; got != want {
@@ -342,51 +343,4 @@ func TestPingNeverInsideFrame(t *testing.T) {
 			t.Fatalf("got no ping while %d messages streamed", maxMsgs)
 		}
 	})
-}
-
-// TestFrameTrackerLimit: the limit is judged on the header alone, at the
-// header's offset, whatever the length encoding.
-func TestFrameTrackerLimit(t *testing.T) {
-	for _, tc := range []struct {
-		name    string
-		limit   uint64
-		stream  []byte
-		wantN   int
-		wantBig bool
-	}{
-		{"7-bit at the limit", 3, []byte{0x81, 3, 'a', 'b', 'c'}, 5, false},
-		{"7-bit over", 3, []byte{0x81, 3, 'a', 'b', 'c', 0x81, 4}, 5, true},
-		{"16-bit over, masked", 125, []byte{0x82, 0x80 | 126, 0, 126, 1, 2, 3, 4}, 0, true},
-		{"64-bit over", 1 << 20, []byte{0x82, 127, 0, 0, 0, 0, 0, 0x10, 0, 1}, 0, true},
-		{"header incomplete", 1, []byte{0x82, 126, 0}, 3, false},
-		{"no limit", 0, []byte{0x82, 126, 0xff, 0xff}, 4, false},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			tr := frameTracker{limit: tc.limit}
-			n := tr.feed(tc.stream, false)
-			if n != tc.wantN || tr.tooBig != tc.wantBig {
-				t.Fatalf("feed: got %d, tooBig %v; want %d, %v", n, tr.tooBig, tc.wantN, tc.wantBig)
-			}
-			if tr.tooBig && tr.atBoundary() {
-				t.Fatal("a tracker over its limit reports a boundary")
-			}
-		})
-	}
-}
-
-// TestFrameTrackerMessageLimit: the message limit sums data frames from a
-// non-continuation opcode on, ignores control frames, and trips at the
-// header of the frame that crosses it.
-func TestFrameTrackerMessageLimit(t *testing.T) {
-	var s []byte
-	s = append(s, serverFrame(websocket.TextMessage, false, bytes.Repeat([]byte{'a'}, 40))...)
-	s = append(s, serverFrame(websocket.PingMessage, true, []byte("ping"))...)
-	s = append(s, serverFrame(0, true, bytes.Repeat([]byte{'b'}, 60))...) // 100: at the limit
-	s = append(s, serverFrame(websocket.BinaryMessage, false, bytes.Repeat([]byte{'c'}, 60))...)
-	over := len(s)
-	s = append(s, serverFrame(0, true, bytes.Repeat([]byte{'d'}, 41))...) // 101
-	tr := frameTracker{msgLimit: 100}
-	if n := tr.feed(s, false); n != over || !tr.tooBig || !tr.tooBigMsg {
-		t.Fatalf("feed: %d (tooBig %v, message %v), want %d, true, true", n, tr.tooBig, tr.tooBigMsg, over)
-	}
 }

@@ -26,6 +26,7 @@ import (
 
 	"github.com/edgelb/edge/balance"
 	"github.com/edgelb/edge/internal/testbackend"
+	"github.com/edgelb/edge/internal/wswire"
 	"github.com/gorilla/websocket"
 )
 
@@ -222,28 +223,61 @@ func startEdge(t testing.TB, cfg edgeConfig) *edge {
 	return e
 }
 
-// Splice paths: "readiness" (listener wrapped by WrapListener, the
-// default) and "goroutines" (plain listener, two goroutines per
-// connection). forEachPath runs f as a subtest per path; startEdge reads
-// the path from the subtest name.
-var splicePaths = []string{"readiness", "goroutines"}
+// splicePath names which splice a test's edge uses.
+type splicePath int
 
+// Splice paths: the readiness-driven splice (listener wrapped by
+// WrapListener, the default) and the goroutine splice (plain listener,
+// two goroutines per connection).
+const (
+	spliceReadiness splicePath = iota
+	spliceGoroutines
+)
+
+func (p splicePath) String() string {
+	if p == spliceGoroutines {
+		return "goroutines"
+	}
+	return "readiness"
+}
+
+var splicePaths = []splicePath{spliceReadiness, spliceGoroutines}
+
+// pathOf holds the splice forEachPath chose for each of its subtests,
+// keyed by the subtest: startEdge looks it up for the test or any test
+// nested in it, never by parsing a name.
+var pathOf sync.Map // testing.TB -> splicePath
+
+// forEachPath runs f as a subtest per splice path, the path passed
+// explicitly to everything under the subtest (spliceFor).
 func forEachPath(t *testing.T, f func(t *testing.T)) {
 	t.Helper()
 	for _, p := range splicePaths {
-		t.Run(p, f)
+		t.Run(p.String(), func(t *testing.T) {
+			pathOf.Store(t, p)
+			t.Cleanup(func() { pathOf.Delete(t) })
+			f(t)
+		})
 	}
 }
 
-// goroutinePath reports whether t runs under forEachPath's "goroutines".
-func goroutinePath(t testing.TB) bool {
-	for _, part := range strings.Split(t.Name(), "/") {
-		if part == "goroutines" {
-			return true
+// spliceFor is the splice forEachPath chose for t, or for the subtest
+// of forEachPath t runs under; the readiness splice by default.
+func spliceFor(t testing.TB) splicePath {
+	var found splicePath
+	name := t.Name()
+	pathOf.Range(func(k, v any) bool {
+		if pt := k.(testing.TB); pt == t || strings.HasPrefix(name, pt.Name()+"/") {
+			found = v.(splicePath)
+			return false
 		}
-	}
-	return false
+		return true
+	})
+	return found
 }
+
+// goroutinePath reports whether t's edge uses the goroutine splice.
+func goroutinePath(t testing.TB) bool { return spliceFor(t) == spliceGoroutines }
 
 // readinessExpected reports whether connections of t's edge should be
 // readiness-driven.
@@ -427,7 +461,7 @@ func readUpgrade(t *testing.T, br *bufio.Reader) (*http.Request, string) {
 		return nil, ""
 	}
 	return req, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: " +
-		acceptKey(req.Header.Get("Sec-WebSocket-Key")) + "\r\n\r\n"
+		wswire.AcceptKey(req.Header.Get("Sec-WebSocket-Key")) + "\r\n\r\n"
 }
 
 // closedPort returns a loopback address nobody listens on.

@@ -31,12 +31,6 @@ import (
 // a longer head is that backend's failure.
 const maxPlainResponseHead = 64 << 10
 
-// defaultReadBodyTimeout applies when ListenerOptions.ReadBodyTimeout is 0.
-const defaultReadBodyTimeout = 30 * time.Second
-
-// defaultAnswerTimeout applies when ListenerOptions.AnswerTimeout is 0.
-const defaultAnswerTimeout = 10 * time.Second
-
 // dialError marks a failure to connect: nothing was sent, so another
 // backend may be tried.
 type dialError struct{ err error }
@@ -66,7 +60,7 @@ type poolTransport struct {
 }
 
 func (h *hostClients) get(s *Server, p *Pool) *http.Transport {
-	dt := dialTimeout(p)
+	dt := p.settings().dialTimeout
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if pt := h.m[p.Name]; pt != nil && pt.dial == dt {
@@ -126,27 +120,6 @@ func (h *hostClients) closeAll() {
 		pt.t.CloseIdleConnections()
 		delete(h.m, k)
 	}
-}
-
-func requestTimeout(p *Pool) time.Duration {
-	if p.RequestTimeout > 0 {
-		return p.RequestTimeout
-	}
-	return defaultRequestTimeout
-}
-
-func maxBody(p *Pool) int64 {
-	if p.MaxBodyBytes > 0 {
-		return p.MaxBodyBytes
-	}
-	return defaultMaxBodyBytes
-}
-
-func readBodyTimeout(lo *ListenerOptions) time.Duration {
-	if lo.ReadBodyTimeout > 0 {
-		return lo.ReadBodyTimeout
-	}
-	return defaultReadBodyTimeout
 }
 
 // clientBody is the client's request body as the Transport reads it: each
@@ -351,7 +324,7 @@ func plainHeader(x *exchange) http.Header {
 // socket.io and SockJS use these) through the same pick and stickiness.
 func (s *Server) servePlain(w http.ResponseWriter, x *exchange) {
 	r, p := x.r, x.pool
-	limit := maxBody(p)
+	limit := p.settings().maxBodyBytes
 	if r.ContentLength > limit {
 		w.Header().Set("Connection", "close")
 		x.rejectBackend(w, http.StatusRequestEntityTooLarge, "body_too_large")
@@ -360,10 +333,10 @@ func (s *Server) servePlain(w http.ResponseWriter, x *exchange) {
 	rc := http.NewResponseController(w)
 	var cb *clientBody
 	if r.ContentLength != 0 {
-		cb = newClientBody(r, rc, readBodyTimeout(x.lo), limit)
+		cb = newClientBody(r, rc, x.lo.ReadBodyTimeout, limit)
 		defer cb.detach()
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), requestTimeout(p))
+	ctx, cancel := context.WithTimeout(r.Context(), p.settings().requestTimeout)
 	defer cancel()
 	hdr := plainHeader(x)
 
@@ -442,7 +415,7 @@ func (s *Server) plainAttempt(ctx context.Context, w http.ResponseWriter, rc *ht
 	}
 	defer resp.Body.Close()
 	b.ReportSuccess()
-	if resp.ContentLength > maxBody(x.pool) {
+	if resp.ContentLength > x.pool.settings().maxBodyBytes {
 		return false, false, errResponseTooLarge
 	}
 	s.relayPlain(w, rc, x, resp, res, b)
@@ -548,7 +521,7 @@ func (s *Server) relayPlain(w http.ResponseWriter, rc *http.ResponseController, 
 	x.status, x.reason = resp.StatusCode, "done"
 	setDeadline()
 	w.WriteHeader(resp.StatusCode)
-	err := s.copyPlain(w, rc, resp.Body, maxBody(x.pool), &x.out, setDeadline)
+	err := s.copyPlain(w, rc, resp.Body, x.pool.settings().maxBodyBytes, &x.out, setDeadline)
 	s.obs.HTTPRequest(x.routeName(), b.ID(), resp.StatusCode, s.now().Sub(x.start))
 	if err != nil {
 		x.reason = "aborted"

@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -10,7 +9,6 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
-	"net/netip"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -19,138 +17,6 @@ import (
 	"github.com/edgelb/edge/balance"
 	"github.com/edgelb/edge/internal/hostname"
 )
-
-// Defaults applied when a Pool leaves a field zero.
-const (
-	defaultDialTimeout      = 2 * time.Second
-	defaultHandshakeTimeout = 10 * time.Second
-	defaultRequestTimeout   = 60 * time.Second
-	defaultMaxBodyBytes     = 10 << 20
-	defaultCookieName       = "edge_sticky"
-	// defaultMaxResponseHeaderBytes bounds a backend's response head
-	// (status line and fields) during the upgrade.
-	defaultMaxResponseHeaderBytes = 64 << 10
-	// maxRelayBody bounds the body of a non-101 answer to an upgrade.
-	maxRelayBody = 64 << 10
-	// retryAfterBusy is the Retry-After sent with 503 for concurrency caps.
-	retryAfterBusy = "1"
-)
-
-// Options configure a Server.
-type Options struct {
-	Routes    []Route
-	MaxConns  int64        // connections and in-flight requests, all routes; 0 = unlimited
-	Logger    *slog.Logger // errors and debug; nil discards
-	AccessLog *slog.Logger // one Info line per connection or request; nil discards
-	Observer  Observer     // nil means NopObserver
-	Now       func() time.Time
-}
-
-// Route sends requests for some hosts and a path prefix to a pool.
-type Route struct {
-	// Hosts are exact names or "*.example.com" (one or more labels below
-	// example.com). Case-insensitive; a port in the request is ignored.
-	// Empty means any host.
-	Hosts []string
-	// PathPrefix matches on segment boundaries: "/chat" matches "/chat" and
-	// "/chat/x", not "/chatroom". Empty or "/" matches every path.
-	PathPrefix string
-	// Default marks the route used when no other matches. At most one.
-	Default bool
-	// Declared marks a route from the registry rather than the file. It
-	// is matched only for hosts no file route names, after the file's
-	// routes and before the default route; a declared route that does
-	// not compile is left out rather than failing SetRoutes.
-	Declared bool
-	Pool     *Pool
-}
-
-// Pool is a balance pool with its connection settings.
-type Pool struct {
-	Name     string
-	Balancer *balance.Pool
-	Limiter  *balance.Limiter // per client IP; nil means none
-	// Admission caps new connections and requests per second to the pool
-	// from all clients together; nil means no cap. Whoever is refused gets
-	// a 503 with a Retry-After spread over a few seconds, so a refused
-	// reconnect storm does not come back as one.
-	Admission        *balance.Bucket
-	MaxConns         int64         // connections and in-flight requests of this pool; 0 = unlimited
-	DialTimeout      time.Duration // 0 means 2s
-	HandshakeTimeout time.Duration // writing the upgrade and reading the answer; 0 means 10s
-	IdleTimeout      time.Duration // no bytes either way; 0 means none
-	WriteTimeout     time.Duration // one write to either side; 0 means none
-	Retries          int           // further backends tried after a dial or handshake failure
-	// MaxResponseHeaderBytes bounds the backend's answer to the upgrade
-	// request before its final head is complete (interim answers included);
-	// 0 means 64 KiB. More is that backend's failure.
-	MaxResponseHeaderBytes int
-	Cookie                 CookieSettings
-	// RequestTimeout bounds a whole plain HTTP exchange; 0 means 60s.
-	RequestTimeout time.Duration
-	// MaxBodyBytes bounds plain HTTP request and response bodies; 0 means 10 MiB.
-	MaxBodyBytes int64
-
-	// Frame-aware splice (see the package documentation); all zero keeps
-	// the splice opaque.
-	//
-	// MaxFrameBytes bounds the payload length of one WebSocket frame in
-	// either direction; 0 means no limit. A client frame over it gets the
-	// client a close 1009, a backend frame over it closes both sockets.
-	MaxFrameBytes int64
-	// MaxMessageBytes bounds the sum of the payload lengths of one client
-	// message's frames (continuation frames included, control frames
-	// excluded); 0 means no limit. A message over it gets the client a
-	// close 1009 at the header of the frame that crosses it.
-	MaxMessageBytes int64
-	// PingInterval is how long the client may send nothing before the
-	// proxy sends it a ping; 0 means no pings.
-	PingInterval time.Duration
-	// PingTimeout, with PingInterval, closes a connection whose client
-	// sends nothing at all within it after a ping; 0 means none.
-	PingTimeout time.Duration
-
-	// Lingering close (every pool, frame-aware or not): once the client
-	// was sent a close frame, edge shuts down its write half and reads and
-	// drops the client's input for at most LingerTimeout and LingerBytes
-	// before closing (RFC 6455 §7.1.1). LingerTimeout 0 means 5s, negative
-	// means no lingering; LingerBytes 0 means 16 MiB.
-	LingerTimeout time.Duration
-	LingerBytes   int64
-}
-
-// CookieSettings shape the sticky cookie issued when balance asks for one.
-type CookieSettings struct {
-	Name     string        // "" means "edge_sticky"
-	Path     string        // "" means "/"
-	MaxAge   time.Duration // 0 means a session cookie
-	SameSite http.SameSite
-}
-
-// ListenerOptions describe the listener a Handler serves.
-type ListenerOptions struct {
-	Name           string
-	TLS            bool           // the listener terminates TLS (cookies get Secure)
-	TrustedProxies []netip.Prefix // peers whose X-Forwarded-For is believed and extended
-	Forwarded      bool           // also send RFC 7239 Forwarded
-	// ClientCertHeader, when set, carries the verified client certificate's
-	// subject CN (or first SAN) to the backend; a client-sent copy is always
-	// removed.
-	ClientCertHeader string
-	// StrictSNIHost answers 421 Misdirected Request (RFC 9110 §15.5.20) to
-	// a TLS request whose Host is not the server name the client sent in
-	// SNI; a connection without SNI is not checked.
-	StrictSNIHost bool
-	// ReadBodyTimeout bounds the wait for each read of a plain request's
-	// body: a client that sends nothing of it for this long is answered
-	// 408 and its connection closed. 0 means 30s.
-	ReadBodyTimeout time.Duration
-	// AnswerTimeout bounds writing an answer edge makes itself (a refusal,
-	// an error, OPTIONS *): a client that pipelines requests and never
-	// reads the answers loses its connection instead of holding it for
-	// ever. 0 means 10s.
-	AnswerTimeout time.Duration
-}
 
 // Server proxies WebSocket and plain HTTP requests to backend pools.
 type Server struct {
@@ -227,6 +93,11 @@ func (s *Server) SetRoutes(routes []Route) error {
 	if err != nil {
 		return err
 	}
+	for i := range routes {
+		if p := routes[i].Pool; p != nil {
+			p.settings() // defaults filled before any request sees the pool
+		}
+	}
 	s.routes.Store(t)
 	return nil
 }
@@ -262,16 +133,6 @@ func (s *Server) poolCounter(name string) *atomic.Int64 {
 		s.poolUse[name] = c
 	}
 	return c
-}
-
-// Handler returns the http.Handler for one listener.
-func (s *Server) Handler(lo ListenerOptions) http.Handler {
-	return &handler{s: s, lo: lo}
-}
-
-type handler struct {
-	s  *Server
-	lo ListenerOptions
 }
 
 // exchange is the state of one request shared by the WebSocket and plain
@@ -357,12 +218,8 @@ func (x *exchange) reject(w http.ResponseWriter, status int, reason string) {
 // WriteTimeout cannot do this: it would also bound every proxied answer
 // and, once set, a hijacked WebSocket.
 func (x *exchange) answer(w http.ResponseWriter, write func()) {
-	d := x.lo.AnswerTimeout
-	if d <= 0 {
-		d = defaultAnswerTimeout
-	}
 	rc := http.NewResponseController(w)
-	_ = rc.SetWriteDeadline(time.Now().Add(d))
+	_ = rc.SetWriteDeadline(time.Now().Add(x.lo.AnswerTimeout))
 	write()
 	if rc.Flush() == nil {
 		_ = rc.SetWriteDeadline(time.Time{})
@@ -377,118 +234,6 @@ func spreadRetryAfter(after time.Duration) string {
 	return strconv.FormatInt(sec+rand.Int64N(3*sec+1), 10)
 }
 
-// ServeHTTP is the top of the path of one connection.
-func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	s := h.s
-	x := &exchange{s: s, lo: &h.lo, r: r, start: s.now(), kind: "http",
-		method: r.Method, host: r.Host, path: r.URL.Path, reqID: requestID(r.Header)}
-	if r.TLS != nil {
-		x.tls = tls.VersionName(r.TLS.Version)
-	}
-	ws := wantsUpgrade(r.Header)
-	if ws {
-		x.kind = "ws"
-	}
-	x.id = decideClient(r.RemoteAddr, r.Header["X-Forwarded-For"], h.lo.TrustedProxies)
-
-	if r.Method == http.MethodOptions && r.RequestURI == "*" {
-		// RFC 9110 §9.3.7: OPTIONS * asks about the server itself; edge
-		// answers it as net/http would, within AnswerTimeout (the server
-		// runs with DisableGeneralOptionsHandler so that it gets here).
-		x.status, x.reason = http.StatusOK, "options"
-		x.answer(w, func() { w.Header().Set("Content-Length", "0"); w.WriteHeader(http.StatusOK) })
-		x.logAccess()
-		return
-	}
-	if reason := invalidRequest(r); reason != "" {
-		w.Header().Set("Connection", "close")
-		x.reject(w, http.StatusBadRequest, reason)
-		return
-	}
-	if s.draining.Load() {
-		w.Header().Set("Connection", "close")
-		w.Header().Set("Retry-After", retryAfterBusy)
-		x.reject(w, http.StatusServiceUnavailable, "drain")
-		return
-	}
-	if h.lo.StrictSNIHost && r.TLS != nil && !sniMatchesHost(r.TLS.ServerName, r.Host) {
-		// A connection set up for one name must not carry requests for
-		// another (connection reuse across certificates, domain fronting).
-		x.reject(w, http.StatusMisdirectedRequest, "sni_mismatch")
-		return
-	}
-	x.route = s.routes.Load().match(r.Host, r.URL.Path)
-	if x.route == nil {
-		x.reject(w, http.StatusMisdirectedRequest, "no_route")
-		return
-	}
-	x.pool = x.route.Pool
-	if ws {
-		if e := checkUpgrade(r); e != nil {
-			x.status, x.reason = e.status, e.reason
-			s.obs.Rejected(x.routeName(), e.status, e.reason)
-			x.answer(w, func() { writeUpgradeError(w, e) })
-			x.logAccess()
-			return
-		}
-	}
-	if !x.admit(w) {
-		return
-	}
-	if ws {
-		s.serveWebSocket(w, x)
-		return
-	}
-	defer x.release()
-	s.servePlain(w, x)
-	x.logAccess()
-}
-
-// admit applies the limits narrowest first, so that a request refused by
-// one never spends a token of a wider one: one client bursting must not
-// leave other clients refused by the pool-wide rate. The per-client
-// limiter goes first; the concurrency caps (pool, then global) are given
-// back on refusal; the pool-wide admission bucket, whose token cannot be
-// given back, is last. On success x.release undoes them exactly once.
-func (x *exchange) admit(w http.ResponseWriter) bool {
-	s, p, ip := x.s, x.pool, x.id.client
-	if ok, after := p.Limiter.Admit(ip); !ok {
-		if after > 0 {
-			// A rate limit: the client may come back after the bucket refills.
-			return x.refuse(w, http.StatusTooManyRequests, "rate_limit", strconv.FormatInt(int64(math.Ceil(after.Seconds())), 10))
-		}
-		return x.refuse(w, http.StatusServiceUnavailable, "client_max_conns", retryAfterBusy)
-	}
-	pc := s.poolCounter(p.Name)
-	release := func() {
-		pc.Add(-1)
-		s.inflight.Add(-1)
-		p.Limiter.Done(ip)
-	}
-	n, total := pc.Add(1), s.inflight.Add(1)
-	switch {
-	case p.MaxConns > 0 && n > p.MaxConns:
-		release()
-		return x.refuse(w, http.StatusServiceUnavailable, "pool_max_conns", retryAfterBusy)
-	case s.maxConns > 0 && total > s.maxConns:
-		release()
-		return x.refuse(w, http.StatusServiceUnavailable, "max_conns", retryAfterBusy)
-	}
-	if ok, after := p.Admission.Take(); !ok {
-		release()
-		return x.refuse(w, http.StatusServiceUnavailable, "pool_rate_limit", spreadRetryAfter(after))
-	}
-	x.release = sync.OnceFunc(release)
-	return true
-}
-
-// refuse answers a request admit turned away, with its Retry-After.
-func (x *exchange) refuse(w http.ResponseWriter, status int, reason, retryAfter string) bool {
-	w.Header().Set("Retry-After", retryAfter)
-	x.reject(w, status, reason)
-	return false
-}
-
 // sniMatchesHost reports whether the request's Host names the server the
 // client asked for in SNI, ignoring case, a port and a trailing dot.
 func sniMatchesHost(sni, host string) bool {
@@ -497,11 +242,7 @@ func sniMatchesHost(sni, host string) bool {
 
 // stickyCookie reads the pool's sticky cookie from the request.
 func stickyCookie(r *http.Request, p *Pool) string {
-	name := p.Cookie.Name
-	if name == "" {
-		name = defaultCookieName
-	}
-	if c, err := r.Cookie(name); err == nil {
+	if c, err := r.Cookie(p.settings().cookieName); err == nil {
 		return c.Value
 	}
 	return ""
@@ -510,37 +251,17 @@ func stickyCookie(r *http.Request, p *Pool) string {
 // setCookieValue renders the Set-Cookie value naming backend b.
 func setCookieValue(p *Pool, b *balance.Backend, secure bool) string {
 	c := http.Cookie{
-		Name:     p.Cookie.Name,
+		Name:     p.settings().cookieName,
 		Value:    b.CookieValue(),
-		Path:     p.Cookie.Path,
+		Path:     p.settings().cookiePath,
 		Secure:   secure,
 		HttpOnly: true,
 		SameSite: p.Cookie.SameSite,
-	}
-	if c.Name == "" {
-		c.Name = defaultCookieName
-	}
-	if c.Path == "" {
-		c.Path = "/"
 	}
 	if p.Cookie.MaxAge > 0 {
 		c.MaxAge = int(math.Ceil(p.Cookie.MaxAge.Seconds()))
 	}
 	return c.String()
-}
-
-func dialTimeout(p *Pool) time.Duration {
-	if p.DialTimeout > 0 {
-		return p.DialTimeout
-	}
-	return defaultDialTimeout
-}
-
-func handshakeTimeout(p *Pool) time.Duration {
-	if p.HandshakeTimeout > 0 {
-		return p.HandshakeTimeout
-	}
-	return defaultHandshakeTimeout
 }
 
 // isTimeout reports whether err is a deadline or timeout error.

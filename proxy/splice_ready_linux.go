@@ -79,32 +79,9 @@ func (c *wsConn) startReady(head, clientBuffered, backendBuffered []byte) bool {
 	c.s.noteTimeouts(c.pool)
 	c.s.readyAdds.Add(1)
 
-	// The 101 and any frames the backend sent behind it; then what the
-	// client sent behind its request. Neither write blocks.
-	backendBuffered = backendBuffered[:c.frames.feed(backendBuffered, false)]
-	if c.fw != nil {
-		clientBuffered = c.clientChunk(clientBuffered)
-	}
-	if _, err := c.client.Write(append(head, backendBuffered...)); err != nil {
-		c.closeBoth(ReasonClientClosed)
+	if !c.readyStart(head, clientBuffered, backendBuffered) {
 		c.runReady()
 		return true
-	}
-	c.out.Add(int64(len(backendBuffered)))
-	if c.frames.tooBig {
-		// A frame over the limit came right behind the 101.
-		c.backendTooBig()
-		c.closeBoth(ReasonBackendFrameTooBig)
-		c.runReady()
-		return true
-	}
-	if len(clientBuffered) > 0 {
-		if _, err := bs.write(clientBuffered); err != nil {
-			c.closeBoth(ReasonBackendClosed)
-			c.runReady()
-			return true
-		}
-		c.in.Add(int64(len(clientBuffered)))
 	}
 
 	id := p.add(c)
@@ -124,6 +101,33 @@ func (c *wsConn) startReady(head, clientBuffered, backendBuffered []byte) bool {
 	r.c2bReady.Store(true)
 	r.b2cReady.Store(true)
 	c.runReady()
+	return true
+}
+
+// readyStart writes the 101 and any frames the backend sent behind it,
+// then what the client sent behind its request; neither write blocks. It
+// reports whether the splice goes on.
+func (c *wsConn) readyStart(head, clientBuffered, backendBuffered []byte) bool {
+	out, n, tooBig := c.head(head, backendBuffered)
+	if _, err := c.client.Write(out); err != nil {
+		c.closeBoth(ReasonClientClosed)
+		return false
+	}
+	c.out.Add(int64(n))
+	if tooBig {
+		// A frame over the limit came right behind the 101.
+		c.backendTooBig()
+		c.closeBoth(ReasonBackendFrameTooBig)
+		return false
+	}
+	if len(clientBuffered) > 0 {
+		k, err := c.forward(clientBuffered)
+		if err != nil {
+			c.closeBoth(ReasonBackendClosed)
+			return false
+		}
+		c.in.Add(int64(k))
+	}
 	return true
 }
 
@@ -213,20 +217,26 @@ func (c *wsConn) runReady() {
 // ends the connection when both directions are done.
 func (c *wsConn) step() {
 	r := &c.rd
-	if r.finished {
+	switch {
+	case r.finished:
 		return
+	case r.closed.Load():
+		c.finishReady()
+		return
+	case c.sess.Lingering():
+		c.lingerStep()
+	default:
+		c.flushQueues()
+		c.pumps()
 	}
 	if r.closed.Load() {
 		c.finishReady()
-		return
 	}
-	if c.linger.Load() == lingerOn {
-		c.lingerStep()
-		if r.closed.Load() {
-			c.finishReady()
-		}
-		return
-	}
+}
+
+// flushQueues writes what the sockets did not take before.
+func (c *wsConn) flushQueues() {
+	r := &c.rd
 	if r.bs.queued() {
 		if err := r.bs.flush(); err != nil {
 			c.closeBoth(ReasonBackendClosed)
@@ -237,17 +247,20 @@ func (c *wsConn) step() {
 			c.closeBoth(ReasonClientClosed)
 		}
 	}
+}
+
+// pumps drains each direction that may have bytes and whose destination
+// has no queue, and ends the connection once both are done.
+func (c *wsConn) pumps() {
+	r := &c.rd
 	if !r.closed.Load() && !r.c2bDone && !r.bs.queued() && r.cs.queuedBytes() <= clientQueueCap && r.c2bReady.Swap(false) {
 		c.pumpClientToBackend()
 	}
-	if !r.closed.Load() && !r.b2cDone && !r.cs.queued() && (r.b2cReady.Swap(false) || c.closePending() || c.pingPending()) {
+	if !r.closed.Load() && !r.b2cDone && !r.cs.queued() && (r.b2cReady.Swap(false) || c.sess.ClosePending() || c.sess.PingPending()) {
 		c.pumpBackendToClient()
 	}
 	if !r.closed.Load() && (r.ending || r.c2bDone && r.b2cDone) && !r.cs.queued() && !r.bs.queued() {
 		c.closeBoth(reasonKeep)
-	}
-	if r.closed.Load() {
-		c.finishReady()
 	}
 }
 
@@ -271,11 +284,6 @@ func (t *trimmer) due(now, adds int64, act uint64) bool {
 
 // done records a trim at now.
 func (t *trimmer) done(now int64) { t.trimmedAdds, t.lastTrim = t.adds, now }
-
-// closePending reports a requested close frame not yet sent.
-func (c *wsConn) closePending() bool {
-	return c.closeCode.Load() != 0 && !c.closeSent
-}
 
 // clientQueueCap bounds what reading from the client may queue towards the
 // client itself. Reading a TLS client makes crypto/tls answer a KeyUpdate
@@ -308,17 +316,12 @@ func (c *wsConn) pumpClientToBackend() {
 		n, err := c.client.Read(*bp)
 		if n > 0 {
 			c.touch()
-			p := (*bp)[:n]
-			if c.fw != nil {
-				p = c.clientChunk(p)
+			k, werr := c.forward((*bp)[:n])
+			if werr != nil {
+				c.closeBoth(ReasonBackendClosed)
+				return
 			}
-			if len(p) > 0 {
-				if _, werr := r.bs.write(p); werr != nil {
-					c.closeBoth(ReasonBackendClosed)
-					return
-				}
-			}
-			c.in.Add(int64(len(p)))
+			c.in.Add(int64(k))
 			moved += n
 		}
 		switch {
@@ -328,7 +331,7 @@ func (c *wsConn) pumpClientToBackend() {
 		case errors.Is(err, io.EOF):
 			// Propagate the half-close; the other direction goes on.
 			c.setReason(ReasonClientClosed)
-			c.clientEOF.Store(true)
+			c.sess.ClientEOF()
 			r.bs.closeWrite()
 			r.c2bDone = true
 			c.armFin()
@@ -344,65 +347,28 @@ func (c *wsConn) pumpClientToBackend() {
 	}
 }
 
-// pumpBackendToClient copies backend frames to the client, tracking frame
-// boundaries so a requested close frame goes between two frames.
+// pumpBackendToClient copies backend frames to the client; the session
+// puts control frames between two frames.
 func (c *wsConn) pumpBackendToClient() {
 	r := &c.rd
 	r.bs.startDrain(r.bHup.Load())
+	if c.sess.PingExpired() {
+		// The sweeper found the ping timeout passed: a close 1011 at this
+		// boundary and a lingering close, or the end at once.
+		c.pingTimeoutReady()
+		return
+	}
 	var bp *[]byte
 	defer func() {
 		if bp != nil {
 			c.s.putBuf(bp)
 		}
 	}()
-	if c.fw != nil && c.fw.pingExpired.Load() {
-		// The sweeper found the ping timeout passed: a close 1011 at this
-		// boundary and a lingering close, or the end at once.
-		if c.pingTimeoutClose(func(b []byte) error { _, err := c.client.Write(b); return err }) {
-			r.ending = true
-		} else {
-			c.closeBoth(ReasonPingTimeout)
-		}
-		return
-	}
 	moved := 0
 	for {
-		if code := c.closeCode.Load(); code != 0 && !c.closeSent {
-			switch {
-			case c.frames.broken:
-				// No known boundary: closing is the only safe move.
-				c.closeBoth(reasonKeep)
-				return
-			case c.frames.closeSeen && c.frames.atBoundary():
-				// The backend is already closing and its close frame has
-				// gone through whole; do not send a second close.
-				c.closeSent = true
-				c.closeOut.Store(true)
-			case c.frames.closeSeen:
-				// The backend's close frame is still passing through: let
-				// it finish before anything else is decided.
-			case c.frames.atBoundary():
-				c.closeSent = true
-				if _, err := c.client.Write(closeFrame(int(code))); err != nil {
-					c.closeBoth(ReasonClientClosed)
-					return
-				}
-				c.closeWritten(int(code))
-				c.closeOut.Store(true)
-			}
-			if c.closeSent && c.fw != nil && c.fw.endAfterClose.Load() {
-				// A client frame was over the limit and the client has its
-				// close: end once the queues are out.
-				r.ending = true
-				return
-			}
-		}
-		if c.fw != nil && c.mayPing() {
-			if _, err := c.client.Write(pingFrame()); err != nil {
-				c.closeBoth(ReasonClientClosed)
-				return
-			}
-			c.pinged()
+		if o := c.control(c.sess.BackendControl()); o.end {
+			c.endReady(o)
+			return
 		}
 		if r.cs.queued() {
 			r.b2cReady.Store(true)
@@ -417,70 +383,58 @@ func (c *wsConn) pumpBackendToClient() {
 			bp = c.s.getBuf()
 		}
 		n, err := r.bs.read(*bp)
-		switch {
-		case err == nil:
-		case errors.Is(err, errWouldBlock):
-			return
-		case errors.Is(err, io.EOF):
-			c.setReason(ReasonBackendClosed)
-			r.b2cDone = true
-			if c.closeSent {
-				// Close handshake done on our side: the server closes TCP
-				// first (RFC 6455 §7.1.1), once the queues are out.
-				r.ending = true
-				c.armFin()
-				return
-			}
-			closeWrite(c.client)
-			c.armFin()
-			return
-		default:
-			c.closeBoth(readReason(err, ReasonBackendClosed))
+		if err != nil {
+			c.backendReadEnd(err)
 			return
 		}
 		c.touch()
 		moved += n
-		p := (*bp)[:n]
-		switch {
-		case c.closeSent:
-			// After our close frame nothing more goes to the client.
-			p = nil
-		case c.closeCode.Load() != 0:
-			p = p[:c.frames.feed(p, true)]
-			if c.frames.tooBig {
-				// Whole frames before the one over the limit still go out.
-				if _, err := c.client.Write(p); err == nil {
-					c.out.Add(int64(len(p)))
-				}
-				c.backendTooBig()
-				c.closeBoth(ReasonBackendFrameTooBig)
-				return
-			}
-		case c.fw != nil:
-			n, err := c.relayFrames(p, func(b []byte) error {
-				_, err := c.client.Write(b)
-				return err
-			})
-			c.out.Add(int64(n))
-			switch {
-			case errors.Is(err, errBackendFrameTooBig):
-				c.closeBoth(ReasonBackendFrameTooBig)
-				return
-			case err != nil:
-				c.closeBoth(ReasonClientClosed)
-				return
-			}
-			continue
-		default:
-			c.frames.feed(p, false)
+		if o := c.relay((*bp)[:n]); o.end {
+			c.endReady(o)
+			return
 		}
-		if len(p) > 0 {
-			if _, err := c.client.Write(p); err != nil {
-				c.closeBoth(ReasonClientClosed)
-				return
-			}
-			c.out.Add(int64(len(p)))
+	}
+}
+
+// endReady ends the connection as a direction's outcome says: at once,
+// or once the client's queue (a close frame) is out.
+func (c *wsConn) endReady(o outcome) {
+	if o.flush {
+		c.rd.ending = true
+		return
+	}
+	c.closeBoth(o.reason)
+}
+
+// pingTimeoutReady sends the close 1011 of a missed ping timeout at this
+// boundary, or closes at once when there is none.
+func (c *wsConn) pingTimeoutReady() {
+	ctl, ok := c.sess.PingTimeoutClose()
+	if ok && c.control(ctl).err == errEnd {
+		c.rd.ending = true
+		return
+	}
+	c.closeBoth(ReasonPingTimeout)
+}
+
+// backendReadEnd handles a backend read that returned no bytes.
+func (c *wsConn) backendReadEnd(err error) {
+	r := &c.rd
+	switch {
+	case errors.Is(err, errWouldBlock):
+	case errors.Is(err, io.EOF):
+		c.setReason(ReasonBackendClosed)
+		r.b2cDone = true
+		if c.sess.CloseSent() {
+			// Close handshake done on our side: the server closes TCP
+			// first (RFC 6455 §7.1.1), once the queues are out.
+			r.ending = true
+		} else {
+			closeWrite(c.client)
 		}
+		c.armFin()
+	default:
+		c.closeBoth(readReason(err, ReasonBackendClosed))
 	}
 }
 
@@ -523,7 +477,7 @@ func (c *wsConn) finishReady() {
 // noteTimeouts lowers the sweep period to a quarter of the pool's idle,
 // write and ping timeouts, so short timeouts are honoured closely.
 func (s *Server) noteTimeouts(p *Pool) {
-	for _, d := range []time.Duration{p.IdleTimeout, p.WriteTimeout, p.PingInterval, p.PingTimeout, p.lingerTimeout()} {
+	for _, d := range []time.Duration{p.IdleTimeout, p.WriteTimeout, p.PingInterval, p.PingTimeout, p.settings().ws.LingerTimeout} {
 		if d <= 0 {
 			continue
 		}
@@ -566,50 +520,50 @@ func (s *Server) sweeper(ctx context.Context, done chan struct{}) {
 		}
 		buf = s.reg.appendAll(buf[:0])
 		for _, c := range buf {
-			if !c.rd.on {
-				continue
-			}
-			if c.linger.Load() == lingerOn {
-				if now >= c.lingerUntil.Load() {
-					c.lingerEnd()
-				}
-				continue
-			}
-			if it := c.pool.IdleTimeout; it > 0 && now-c.last.Load() >= int64(it) {
-				c.closeBoth(ReasonIdleTimeout)
-				continue
-			}
-			wt := c.pool.WriteTimeout
-			if wt <= 0 {
-				// Without a write timeout a peer that never reads would
-				// hold its queue (the 101 to a half-open client, say)
-				// forever: bound it like the handshake.
-				wt = handshakeTimeout(c.pool)
-			}
-			if c.rd.cs.stuck(now, wt) || c.rd.bs.stuck(now, wt) {
-				c.closeBoth(ReasonWriteTimeout)
-				continue
-			}
-			if c.fw == nil {
-				continue
-			}
-			if due, timedOut := c.pingCheck(now); timedOut {
-				// First a close 1011 at the next frame boundary (the
-				// runner's); still open one sweep later: closed at once.
-				if c.fw.pingExpired.Swap(true) {
-					c.closeBoth(ReasonPingTimeout)
-				} else {
-					c.kick()
-				}
-			} else if due {
-				// Injected by the runner at the next frame boundary, the
-				// way Drain's close frames are.
-				c.fw.pingWanted.Store(true)
-				c.kick()
+			if c.rd.on {
+				c.sweep(now)
 			}
 		}
 		clear(buf)
 		t.Reset(time.Duration(s.sweepEvery.Load()))
+	}
+}
+
+// sweep is one sweeper visit of a readiness-driven connection at now.
+func (c *wsConn) sweep(now int64) {
+	if c.sess.Lingering() {
+		if now >= c.sess.LingerDeadline() {
+			c.lingerEnd()
+		}
+		return
+	}
+	if it := c.pool.IdleTimeout; it > 0 && now-c.last.Load() >= int64(it) {
+		c.closeBoth(ReasonIdleTimeout)
+		return
+	}
+	// Without a write timeout a peer that never reads would hold its
+	// queue (the 101 to a half-open client, say) forever: bounded like
+	// the handshake (settings.writeTimeout).
+	if wt := c.pool.settings().writeTimeout; c.rd.cs.stuck(now, wt) || c.rd.bs.stuck(now, wt) {
+		c.closeBoth(ReasonWriteTimeout)
+		return
+	}
+	if !c.sess.FrameAware() {
+		return
+	}
+	if due, timedOut := c.sess.PingCheck(now); timedOut {
+		// First a close 1011 at the next frame boundary (the runner's);
+		// still open one sweep later: closed at once.
+		if c.sess.ExpirePing() {
+			c.closeBoth(ReasonPingTimeout)
+		} else {
+			c.kick()
+		}
+	} else if due {
+		// Injected by the runner at the next frame boundary, the way
+		// Drain's close frames are.
+		c.sess.WantPing()
+		c.kick()
 	}
 }
 
@@ -661,10 +615,4 @@ func (c *wsConn) lingerStep() {
 			return
 		}
 	}
-}
-
-// lingerEnd ends a lingering close: both sockets close now.
-func (c *wsConn) lingerEnd() {
-	c.linger.Store(lingerOver)
-	c.closeNow()
 }

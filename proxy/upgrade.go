@@ -1,15 +1,11 @@
 package proxy
 
 import (
-	"crypto/sha1"
 	"encoding/base64"
 	"net/http"
 
 	"golang.org/x/net/http/httpguts"
 )
-
-// websocketGUID is the fixed GUID of RFC 6455 §1.3.
-const websocketGUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 
 // upgradeError is the ordinary HTTP answer to a malformed upgrade request.
 type upgradeError struct {
@@ -65,15 +61,6 @@ func validKey(k string) bool {
 	var buf [18]byte
 	n, err := base64.StdEncoding.Decode(buf[:], []byte(k))
 	return err == nil && n == 16
-}
-
-// acceptKey computes Sec-WebSocket-Accept for a key (RFC 6455 §4.2.2 item 5.4).
-func acceptKey(key string) string {
-	h := sha1.New()
-	h.Write([]byte(key))
-	h.Write([]byte(websocketGUID))
-	var sum [sha1.Size]byte
-	return base64.StdEncoding.EncodeToString(h.Sum(sum[:0]))
 }
 
 // writeUpgradeError answers a failed validation as an ordinary response.

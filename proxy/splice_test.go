@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/edgelb/edge/balance"
+	"github.com/edgelb/edge/internal/wswire"
 	"github.com/gorilla/websocket"
 )
 
@@ -382,7 +383,7 @@ func TestClientBufferedBytes(t *testing.T) {
 			if err != nil || resp.StatusCode != 101 {
 				t.Fatalf("tls=%v: handshake: %v %v", tlsOn, resp, err)
 			}
-			if got, want := resp.Header.Get("Sec-WebSocket-Accept"), acceptKey(testKey); got != want {
+			if got, want := resp.Header.Get("Sec-WebSocket-Accept"), wswire.AcceptKey(testKey); got != want {
 				t.Fatalf("accept: got %q, want %q", got, want)
 			}
 			if _, p := readFrame(t, br); string(p) != "b1" {
@@ -576,7 +577,7 @@ func TestDrainForceClose(t *testing.T) {
 		defer cancel()
 		e.srv.Drain(ctx, 0)
 		op, p := readFrame(t, br)
-		if op != opClose || len(p) < 2 || int(p[0])<<8|int(p[1]) != CloseGoingAway {
+		if op != wswire.OpClose || len(p) < 2 || int(p[0])<<8|int(p[1]) != CloseGoingAway {
 			t.Fatalf("got opcode %d payload %v, want close 1001", op, p)
 		}
 		if _, err := br.ReadByte(); err == nil {

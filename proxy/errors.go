@@ -1,0 +1,41 @@
+package proxy
+
+import (
+	"errors"
+	"net/http"
+
+	"github.com/edgelb/edge/balance"
+)
+
+// Errors of the upgrade leg that decide the client's answer. Each failure
+// wraps one of them (or balance.ErrNoBackend, or a timeout), and
+// upgradeStatus maps them to the status, in one place, the way net/http's
+// reverse proxy has one error handler.
+var (
+	// errClientGone: the client went away while a backend was dialed;
+	// nobody is left to answer.
+	errClientGone = errors.New("client went away")
+	// errLocalResource: edge itself lacks descriptors, buffers or memory;
+	// another backend would fail the same way.
+	errLocalResource = errors.New("edge short of a local resource")
+	// errAnswerBroken: the backend answered a complete head, then its
+	// body broke: nothing to retry.
+	errAnswerBroken = errors.New("backend answer broken after its head")
+)
+
+// upgradeStatus is the status a failed dial or backend handshake is
+// answered with; answer is false when the client is gone (logged as
+// "client_closed", nothing written).
+func upgradeStatus(err error) (status int, answer bool) {
+	switch {
+	case errors.Is(err, errClientGone):
+		return 0, false
+	case errors.Is(err, balance.ErrNoBackend), errors.Is(err, errLocalResource), errors.Is(err, errBackendFull) && !isTimeout(err):
+		return http.StatusServiceUnavailable, true
+	case errors.Is(err, errAnswerBroken):
+		return http.StatusBadGateway, true
+	case isTimeout(err):
+		return http.StatusGatewayTimeout, true
+	}
+	return http.StatusBadGateway, true
+}

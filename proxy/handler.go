@@ -1,0 +1,229 @@
+package proxy
+
+import (
+	"crypto/tls"
+	"math"
+	"net/http"
+	"strconv"
+	"sync"
+)
+
+// The path of one request, in call order: ServeHTTP (the drain gate,
+// validation, deciding the client, routing), admit (the limits), then
+// for a WebSocket serveWebSocket: dial and upgrade the backend
+// (dial.go), hijack the client, and start the splice (conn.go, then
+// splice.go or splice_ready_linux.go). Plain requests go to servePlain
+// (http.go).
+
+// Handler returns the http.Handler for one listener.
+func (s *Server) Handler(lo ListenerOptions) http.Handler {
+	return &handler{s: s, lo: lo.withDefaults()}
+}
+
+type handler struct {
+	s  *Server
+	lo ListenerOptions
+}
+
+// ServeHTTP is the top of the path of one connection.
+func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	s := h.s
+	x := &exchange{s: s, lo: &h.lo, r: r, start: s.now(), kind: "http",
+		method: r.Method, host: r.Host, path: r.URL.Path, reqID: requestID(r.Header)}
+	if r.TLS != nil {
+		x.tls = tls.VersionName(r.TLS.Version)
+	}
+	ws := wantsUpgrade(r.Header)
+	if ws {
+		x.kind = "ws"
+	}
+	x.id = decideClient(r.RemoteAddr, r.Header["X-Forwarded-For"], h.lo.TrustedProxies)
+
+	if r.Method == http.MethodOptions && r.RequestURI == "*" {
+		// RFC 9110 §9.3.7: OPTIONS * asks about the server itself; edge
+		// answers it as net/http would, within AnswerTimeout (the server
+		// runs with DisableGeneralOptionsHandler so that it gets here).
+		x.status, x.reason = http.StatusOK, "options"
+		x.answer(w, func() { w.Header().Set("Content-Length", "0"); w.WriteHeader(http.StatusOK) })
+		x.logAccess()
+		return
+	}
+	if reason := invalidRequest(r); reason != "" {
+		w.Header().Set("Connection", "close")
+		x.reject(w, http.StatusBadRequest, reason)
+		return
+	}
+	if s.draining.Load() {
+		w.Header().Set("Connection", "close")
+		w.Header().Set("Retry-After", retryAfterBusy)
+		x.reject(w, http.StatusServiceUnavailable, "drain")
+		return
+	}
+	if h.lo.StrictSNIHost && r.TLS != nil && !sniMatchesHost(r.TLS.ServerName, r.Host) {
+		// A connection set up for one name must not carry requests for
+		// another (connection reuse across certificates, domain fronting).
+		x.reject(w, http.StatusMisdirectedRequest, "sni_mismatch")
+		return
+	}
+	x.route = s.routes.Load().match(r.Host, r.URL.Path)
+	if x.route == nil {
+		x.reject(w, http.StatusMisdirectedRequest, "no_route")
+		return
+	}
+	x.pool = x.route.Pool
+	if ws {
+		if e := checkUpgrade(r); e != nil {
+			x.status, x.reason = e.status, e.reason
+			s.obs.Rejected(x.routeName(), e.status, e.reason)
+			x.answer(w, func() { writeUpgradeError(w, e) })
+			x.logAccess()
+			return
+		}
+	}
+	if !x.admit(w) {
+		return
+	}
+	if ws {
+		s.serveWebSocket(w, x)
+		return
+	}
+	defer x.release()
+	s.servePlain(w, x)
+	x.logAccess()
+}
+
+// admit applies the limits narrowest first, so that a request refused by
+// one never spends a token of a wider one: one client bursting must not
+// leave other clients refused by the pool-wide rate. The per-client
+// limiter goes first; the concurrency caps (pool, then global) are given
+// back on refusal; the pool-wide admission bucket, whose token cannot be
+// given back, is last. On success x.release undoes them exactly once.
+func (x *exchange) admit(w http.ResponseWriter) bool {
+	s, p, ip := x.s, x.pool, x.id.client
+	if ok, after := p.Limiter.Admit(ip); !ok {
+		if after > 0 {
+			// A rate limit: the client may come back after the bucket refills.
+			return x.refuse(w, http.StatusTooManyRequests, "rate_limit", strconv.FormatInt(int64(math.Ceil(after.Seconds())), 10))
+		}
+		return x.refuse(w, http.StatusServiceUnavailable, "client_max_conns", retryAfterBusy)
+	}
+	pc := s.poolCounter(p.Name)
+	release := func() {
+		pc.Add(-1)
+		s.inflight.Add(-1)
+		p.Limiter.Done(ip)
+	}
+	n, total := pc.Add(1), s.inflight.Add(1)
+	switch {
+	case p.MaxConns > 0 && n > p.MaxConns:
+		release()
+		return x.refuse(w, http.StatusServiceUnavailable, "pool_max_conns", retryAfterBusy)
+	case s.maxConns > 0 && total > s.maxConns:
+		release()
+		return x.refuse(w, http.StatusServiceUnavailable, "max_conns", retryAfterBusy)
+	}
+	if ok, after := p.Admission.Take(); !ok {
+		release()
+		return x.refuse(w, http.StatusServiceUnavailable, "pool_rate_limit", spreadRetryAfter(after))
+	}
+	x.release = sync.OnceFunc(release)
+	return true
+}
+
+// refuse answers a request admit turned away, with its Retry-After.
+func (x *exchange) refuse(w http.ResponseWriter, status int, reason, retryAfter string) bool {
+	w.Header().Set("Retry-After", retryAfter)
+	x.reject(w, status, reason)
+	return false
+}
+
+// statusClientClosed is the access log's status of a request whose client
+// went away before an answer (nginx's 499); it is never sent.
+const statusClientClosed = 499
+
+// serveWebSocket runs the upgrade: backend handshake first, hijack second.
+// After the hijack no HTTP error is ever written to the client: failures
+// just close the connection.
+func (s *Server) serveWebSocket(w http.ResponseWriter, x *exchange) {
+	bc, err := s.dialUpgrade(x.r.Context(), x)
+	if err != nil {
+		x.release()
+		status, answer := upgradeStatus(err)
+		x.status, x.reason = status, "dial_failed"
+		if !answer {
+			// Logged as nginx does (499): the client closed the request.
+			x.status, x.reason = statusClientClosed, "client_closed"
+		} else {
+			s.obs.Rejected(x.routeName(), status, "dial_failed")
+			http.Error(w, http.StatusText(status), status)
+		}
+		x.logAccess()
+		return
+	}
+	if bc.resp.StatusCode != http.StatusSwitchingProtocols {
+		x.status, x.reason = bc.resp.StatusCode, "backend_refused"
+		// The slots are held until the answer is relayed: a streamed one
+		// keeps its backend connection open, and relays stalled by clients
+		// that do not read must not add up past the pool's limits.
+		n, err := relayResponse(w, bc, x.pool.WriteTimeout)
+		bc.backend.Release()
+		x.release()
+		x.out = n
+		if err != nil {
+			x.reason = "backend_body_broken"
+		}
+		x.logAccess()
+		if err != nil {
+			// The status line is out: only closing the connection tells
+			// the client the body is incomplete.
+			panic(http.ErrAbortHandler)
+		}
+		return
+	}
+	x.status = http.StatusSwitchingProtocols
+
+	client, brw, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		// Nothing was written yet (HTTP/2 or a wrapped writer): an ordinary
+		// error is still possible here.
+		bc.conn.Close()
+		bc.backend.Release()
+		x.release()
+		x.status, x.reason = http.StatusInternalServerError, "hijack_failed"
+		s.log.Error("hijack failed", "route", x.routeName(), "err", err)
+		http.Error(w, http.StatusText(x.status), x.status)
+		x.logAccess()
+		return
+	}
+	// Bytes the client sent right behind its request (often its first
+	// frame) were read by net/http into brw.Reader: forward them, or they
+	// are lost (a bug Caddy shipped).
+	var clientBuffered []byte
+	if n := brw.Reader.Buffered(); n > 0 {
+		clientBuffered, _ = brw.Reader.Peek(n)
+		clientBuffered = append([]byte(nil), clientBuffered...)
+	}
+
+	c := newWSConn(s, x, client, bc)
+	head := s.switchingResponse(x, bc)
+	// The request is not needed any more: an idle connection should not pin it.
+	x.r = nil
+	c.start(head, clientBuffered, bc.buffered)
+}
+
+// switchingResponse renders the 101 for the client: the backend's headers
+// (hop-by-hop fields normalised) plus the sticky cookie when balance asks
+// for one (traefik#3343: the cookie must be on the 101 itself).
+func (s *Server) switchingResponse(x *exchange, bc *backendConn) []byte {
+	b := make([]byte, 0, 512)
+	b = append(b, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"...)
+	h := bc.resp.Header
+	removeHopByHop(h)
+	b = appendHeader(b, h, "")
+	if bc.setCookie {
+		b = append(b, "Set-Cookie: "...)
+		b = append(b, setCookieValue(x.pool, bc.backend, x.lo.TLS || x.r.TLS != nil)...)
+		b = append(b, "\r\n"...)
+	}
+	return append(b, "\r\n"...)
+}

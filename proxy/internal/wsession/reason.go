@@ -1,0 +1,84 @@
+package wsession
+
+// Reason says why a WebSocket connection ended: the access log's "reason"
+// and the Observer's close reason (proxy.CloseReason is this type). The
+// first reason recorded for a connection wins.
+type Reason string
+
+// Close reasons of spliced connections.
+const (
+	ReasonClientClosed       Reason = "client_closed"         // the client ended its stream (FIN, reset, failed write)
+	ReasonBackendClosed      Reason = "backend_closed"        // the backend ended its stream
+	ReasonShutdown           Reason = "shutdown"              // edge stopped, or a drain ran out of time
+	ReasonDrain              Reason = "drain"                 // edge drained: close 1001 to the client
+	ReasonBackendGone        Reason = "backend_gone"          // the backend left its pool: close 1012
+	ReasonAdminDrain         Reason = "admin_drain"           // an operator drained the backend: close 1012
+	ReasonIdleTimeout        Reason = "idle_timeout"          // nothing moved for the pool's idle timeout
+	ReasonWriteTimeout       Reason = "write_timeout"         // a write did not complete in the write timeout
+	ReasonFinTimeout         Reason = "fin_timeout"           // one side closed, the other did not within 10 s
+	ReasonPingTimeout        Reason = "ping_timeout"          // the client answered no ping: close 1011
+	ReasonFrameTooBig        Reason = "frame_too_big"         // a client frame over max_frame_bytes: close 1009
+	ReasonMessageTooBig      Reason = "message_too_big"       // a client message over max_message_bytes: close 1009
+	ReasonBackendFrameTooBig Reason = "backend_frame_too_big" // a backend frame over max_frame_bytes
+	ReasonError              Reason = "error"                 // a socket error the splice could not attribute
+)
+
+// ReasonKeep closes without recording a reason of its own: the one
+// already recorded stands.
+const ReasonKeep Reason = ""
+
+// Reasons lists every Reason, for metrics that must exist at zero before
+// the first connection ends.
+func Reasons() []Reason {
+	return []Reason{
+		ReasonClientClosed, ReasonBackendClosed, ReasonShutdown, ReasonDrain,
+		ReasonBackendGone, ReasonAdminDrain, ReasonIdleTimeout, ReasonWriteTimeout, ReasonFinTimeout,
+		ReasonPingTimeout, ReasonFrameTooBig, ReasonMessageTooBig,
+		ReasonBackendFrameTooBig, ReasonError,
+	}
+}
+
+// Forced reports reasons that close both sockets at once: the server
+// stopping, a timeout, a dead client. Every other close of a connection
+// whose client was sent a close frame lingers.
+func (r Reason) Forced() bool {
+	switch r {
+	case ReasonShutdown, ReasonIdleTimeout, ReasonWriteTimeout, ReasonFinTimeout, ReasonPingTimeout, ReasonClientClosed, ReasonError:
+		return true
+	}
+	return false
+}
+
+// Side says who closed a WebSocket first: the side whose close frame edge
+// saw first or, with no close frame seen, whose stream ended first.
+type Side string
+
+// Close sides.
+const (
+	SideClient  Side = "client"
+	SideBackend Side = "backend"
+	SideEdge    Side = "edge"
+)
+
+// Side is the Side of a connection that ended for r without any close
+// frame seen.
+func (r Reason) Side() Side {
+	switch r {
+	case ReasonClientClosed:
+		return SideClient
+	case ReasonBackendClosed:
+		return SideBackend
+	}
+	return SideEdge
+}
+
+// WebSocket close codes edge sends or reports (RFC 6455 §7.4.1 and the
+// IANA registry).
+const (
+	CloseGoingAway      = 1001 // drain
+	CloseProtocolError  = 1002 // a one-byte close body
+	CloseNoStatus       = 1005 // a close frame without a status code (§7.1.5)
+	CloseMessageTooBig  = 1009 // a client frame or message over the limit
+	ClosePingTimeout    = 1011 // a missed ping timeout, as python-websockets does
+	CloseServiceRestart = 1012 // a backend that left its pool
+)

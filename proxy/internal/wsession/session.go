@@ -1,0 +1,504 @@
+// Package wsession is the policy of one spliced WebSocket connection,
+// without any I/O: frame tracking in both directions, control frames only
+// at frame boundaries, pings and the ping timeout, frame and message
+// limits, close requests (drain, a departing backend, an operator), the
+// close code and side edge observed, the lingering close after a close
+// frame, and the close reason.
+//
+// A driver (proxy's goroutine splice or its readiness-driven splice) reads
+// the sockets, feeds the bytes in and carries out what comes back: bytes
+// to forward, a control frame to write at a boundary, the end of the
+// connection. Time is passed in as unix nanoseconds; the session keeps no
+// clock, starts nothing and allocates nothing per message.
+//
+// Ownership: the backend->client half (FromBackend, BackendControl,
+// ControlWritten, PingTimeoutClose) belongs to whoever reads the backend,
+// the client->backend half (FromClient, Discard) to whoever reads the
+// client; everything else may be called from any goroutine.
+package wsession
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/edgelb/edge/internal/wswire"
+)
+
+// Config is the per-pool part of a session, filled once (lingering
+// defaults applied) and shared by every connection of the pool.
+type Config struct {
+	MaxFrameBytes   int64         // payload of one frame, either way; 0: none
+	MaxMessageBytes int64         // data payload of one client message; 0: none
+	PingInterval    time.Duration // client silence before a ping; 0: no pings
+	PingTimeout     time.Duration // silence after a ping before the end; 0: none
+	LingerTimeout   time.Duration // lingering close; <= 0: none
+	LingerBytes     int64         // client bytes dropped while lingering, at most
+}
+
+// FrameAware reports whether c asks for frame-aware mode: client frames
+// or the heartbeat followed. Without it the splice is opaque.
+func (c *Config) FrameAware() bool {
+	return c.MaxFrameBytes > 0 || c.MaxMessageBytes > 0 || c.PingInterval > 0
+}
+
+// tracksClient reports whether client frames are followed (a frame or a
+// message limit).
+func (c *Config) tracksClient() bool {
+	return c.MaxFrameBytes > 0 || c.MaxMessageBytes > 0
+}
+
+// Linger states.
+const (
+	lingerNone = iota // not lingering (yet)
+	lingerOn          // the backend is gone, the client's input is discarded
+	lingerOver        // lingering ended: the client socket closes now
+)
+
+// Session is the state of one connection. Its zero value is not ready:
+// use Init.
+type Session struct {
+	cfg *Config
+
+	// Backend->client half.
+	b2c          tracker
+	closeSent    bool // a close frame went (or is going) to the client
+	closeNoticed bool // a close request was seen by the backend reader
+	ctl          [4]byte
+
+	closeCode atomic.Int32 // requested close code; 0: none
+
+	mu sync.Mutex
+	// reason is the first reason recorded; closeBy and closeAt the first
+	// close frame edge saw or sent (closeSeen).
+	reason    Reason
+	closeBy   Side
+	closeAt   int
+	closeSeen bool
+
+	fw *aware // frame-aware mode; nil: opaque
+
+	// Lingering close. closeOut: the client has a close frame; clientEOF:
+	// the client's input ended. lingered is the client reader's.
+	closeOut, clientEOF atomic.Bool
+	linger              atomic.Int32
+	lingerUntil         atomic.Int64
+	lingered            int64
+}
+
+// aware is the frame-aware part of a session; a connection of a pool
+// without limits or pings has none.
+type aware struct {
+	// Client->backend half.
+	c2b    tracker
+	tooBig bool
+	mask   [8]byte
+
+	// endAfterClose: end once the close frame to the client is out (a
+	// client frame was over the limit).
+	endAfterClose atomic.Bool
+
+	// Heartbeat, in unix nanos. lastClient is the last byte read from the
+	// client, pingSent the last ping written, awaitSince the first ping
+	// written after lastClient (0: none). pingWanted asks the backend
+	// reader for a ping at its next frame boundary; pingExpired says the
+	// ping timeout passed (the readiness splice's sweeper sets it).
+	lastClient  atomic.Int64
+	pingSent    atomic.Int64
+	awaitSince  atomic.Int64
+	pingWanted  atomic.Bool
+	pingExpired atomic.Bool
+}
+
+// Init readies s for a connection of a pool with cfg, opened at now.
+func (s *Session) Init(cfg *Config, now int64) {
+	s.cfg = cfg
+	if !cfg.FrameAware() {
+		return
+	}
+	f := &aware{}
+	f.lastClient.Store(now)
+	if m := cfg.MaxFrameBytes; m > 0 {
+		f.c2b.limit = uint64(m)
+		s.b2c.limit = uint64(m)
+	}
+	if m := cfg.MaxMessageBytes; m > 0 {
+		f.c2b.msgLimit = uint64(m)
+	}
+	s.fw = f
+}
+
+// FrameAware reports whether the session follows limits or pings.
+func (s *Session) FrameAware() bool { return s.fw != nil }
+
+// SetReason records why the connection ends; the first reason wins.
+func (s *Session) SetReason(r Reason) {
+	s.mu.Lock()
+	if s.reason == "" {
+		s.reason = r
+	}
+	s.mu.Unlock()
+}
+
+// Reason is the reason recorded first.
+func (s *Session) Reason() Reason {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.reason
+}
+
+// NoteClose records the first close frame edge saw or sent; later ones
+// (the other side's answer) do not count.
+func (s *Session) NoteClose(side Side, code int) {
+	s.mu.Lock()
+	if !s.closeSeen {
+		s.closeSeen, s.closeBy, s.closeAt = true, side, code
+	}
+	s.mu.Unlock()
+}
+
+// ClosedBy says who closed first and with which code (0: no close frame
+// was seen, then the side whose stream ended first, edge for its own
+// timeouts and shutdown).
+func (s *Session) ClosedBy(reason Reason) (Side, int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closeSeen {
+		return s.closeBy, s.closeAt
+	}
+	return reason.Side(), 0
+}
+
+// Request asks for a close frame with code to the client at the next
+// backend->client frame boundary, for reason. It reports whether this was
+// the first request: the driver then wakes the backend reader.
+func (s *Session) Request(code int, reason Reason) bool {
+	if !s.closeCode.CompareAndSwap(0, int32(code)) {
+		return false
+	}
+	s.SetReason(reason)
+	return true
+}
+
+// Requested reports whether a close was requested.
+func (s *Session) Requested() bool { return s.closeCode.Load() != 0 }
+
+// ClosePending reports a requested close frame not yet sent.
+func (s *Session) ClosePending() bool { return s.Requested() && !s.closeSent }
+
+// CloseUnnoticed reports a close request the backend reader has not yet
+// acted on: a reader about to wait must not.
+func (s *Session) CloseUnnoticed() bool { return !s.closeNoticed && s.Requested() }
+
+// CloseOut reports that the client was sent a close frame.
+func (s *Session) CloseOut() bool { return s.closeOut.Load() }
+
+// CloseSent reports, to the backend reader, that the client has or is
+// about to get a close frame: the close handshake is done on edge's side.
+func (s *Session) CloseSent() bool { return s.closeSent }
+
+// ClientEOF records the end of the client's input.
+func (s *Session) ClientEOF() { s.clientEOF.Store(true) }
+
+// Verdict says what to do with bytes the session consumed.
+type Verdict uint8
+
+// Verdicts of FromBackend.
+const (
+	Forward Verdict = iota // write the bytes to the other side
+	Drop                   // read and drop: the close handshake is done
+	TooBig                 // write the bytes, then end: a frame over the limit follows
+)
+
+// Head consumes backend bytes that came behind the 101 and returns how
+// many go out with it; tooBig: a frame over the limit follows them.
+func (s *Session) Head(p []byte) (n int, tooBig bool) {
+	n = s.b2c.feed(p, false)
+	s.noteBackendClose()
+	return n, s.b2c.tooBig
+}
+
+// FromBackend consumes a prefix of the backend bytes p and says what to
+// do with its first n bytes. It stops at the first frame boundary when a
+// control frame may be due there; the driver then asks BackendControl and
+// feeds the rest.
+func (s *Session) FromBackend(p []byte) (n int, v Verdict) {
+	if s.closeSent {
+		// After a close frame to the client nothing more goes to it; the
+		// backend's bytes are read and dropped until it closes.
+		return len(p), Drop
+	}
+	stop := s.Requested() || s.fw != nil && s.fw.pingWanted.Load()
+	n = s.b2c.feed(p, stop)
+	s.noteBackendClose()
+	if s.b2c.tooBig {
+		return n, TooBig
+	}
+	return n, Forward
+}
+
+func (s *Session) noteBackendClose() {
+	if code, ok := s.b2c.newClose(); ok {
+		s.NoteClose(SideBackend, code)
+	}
+}
+
+// Control is a control frame to write to the client now, and what follows.
+type Control struct {
+	// Frame, when not nil, goes to the client now: a close with Code, or
+	// a ping. It is valid until the next call into the session.
+	Frame []byte
+	Code  int
+	// End: end the connection now (after Frame), with the reason already
+	// recorded; Flush: once what is queued to the client went out.
+	End, Flush bool
+}
+
+// BackendControl says, between two reads of the backend or at a frame
+// boundary FromBackend stopped at, whether a control frame goes to the
+// client now: a requested close (or none when the backend's own close
+// already went through), else a wanted ping. Control frames never land
+// inside a frame (RFC 6455 §5.4); without a known boundary the connection
+// ends. After writing Frame, the driver calls ControlWritten.
+func (s *Session) BackendControl() Control {
+	if code := s.closeCode.Load(); code != 0 && !s.closeSent {
+		return s.closeControl(int(code))
+	}
+	if s.mayPing() {
+		return Control{Frame: wswire.Ping}
+	}
+	return Control{}
+}
+
+func (s *Session) closeControl(code int) Control {
+	s.closeNoticed = true
+	var c Control
+	switch t := &s.b2c; {
+	case t.broken:
+		// No known boundary: closing is the only safe move.
+		return Control{End: true}
+	case t.closeSeen && t.atBoundary():
+		// The backend is already closing and its close frame has gone
+		// through whole; do not send a second close.
+		s.closeSent = true
+		s.closeOut.Store(true)
+	case t.closeSeen:
+		// The backend's close frame is still passing through: let it
+		// finish before anything else is decided.
+		return c
+	case t.atBoundary():
+		s.closeSent = true
+		c.Frame, c.Code = wswire.CloseFrame(&s.ctl, code), code
+	default:
+		return c
+	}
+	if s.fw != nil && s.fw.endAfterClose.Load() {
+		// A client frame was over the limit and the client has (or is
+		// getting) its close: nothing more is exchanged.
+		c.End, c.Flush = true, true
+	}
+	return c
+}
+
+// mayPing reports whether a ping can go to the client now: one was asked
+// for, the backend->client stream is between two frames, and no close
+// frame went or is about to go (RFC 6455 §5.5.1).
+func (s *Session) mayPing() bool {
+	return s.fw != nil && s.fw.pingWanted.Load() && !s.closeSent && !s.b2c.closeSeen &&
+		!s.Requested() && s.b2c.atBoundary()
+}
+
+// ControlWritten records that the frame of c was written at now.
+func (s *Session) ControlWritten(c Control, now int64) {
+	if c.Code != 0 {
+		s.NoteClose(SideEdge, c.Code)
+		s.closeOut.Store(true)
+		return
+	}
+	f := s.fw
+	f.pingWanted.Store(false)
+	f.pingSent.Store(now)
+	if a := f.awaitSince.Load(); a <= f.lastClient.Load() {
+		f.awaitSince.Store(now)
+	}
+}
+
+// PingTimeoutClose returns a close 1011 for a client that missed its ping
+// timeout when the backend->client stream is between two frames (the
+// connection then ends lingering once it is out, End); otherwise ok is
+// false and the driver closes at once.
+func (s *Session) PingTimeoutClose() (c Control, ok bool) {
+	if s.closeSent || s.b2c.closeSeen || !s.b2c.atBoundary() {
+		return c, false
+	}
+	s.SetReason(ReasonPingTimeout)
+	s.closeSent = true
+	return Control{Frame: wswire.CloseFrame(&s.ctl, ClosePingTimeout), Code: ClosePingTimeout, End: true, Flush: true}, true
+}
+
+// Client is what to do with client bytes.
+type Client struct {
+	// N bytes of the input go to the backend.
+	N int
+	// CloseBackend: a masked close 1001 (CloseFrame) follows them, the
+	// backend's stream being between two frames.
+	CloseBackend bool
+	// Wake: a close to the client was just requested; the driver wakes
+	// the backend reader.
+	Wake bool
+}
+
+// FromClient consumes the client bytes p read at now. At the header of a
+// frame over MaxFrameBytes, or of the frame that takes a message over
+// MaxMessageBytes, it requests a close 1009 (message too big, RFC 6455
+// §7.4.1) to the client, ends the backend's stream with a masked close
+// 1001 when that falls between two frames, and forwards nothing more: the
+// payload is never buffered, and the connection ends once the client's
+// close is out. A client stream whose framing is lost is treated the same
+// way: its frames can no longer be measured.
+func (s *Session) FromClient(p []byte, now int64) Client {
+	f := s.fw
+	if f == nil {
+		return Client{N: len(p)}
+	}
+	f.lastClient.Store(now)
+	if !s.cfg.tracksClient() {
+		return Client{N: len(p)}
+	}
+	if f.tooBig {
+		return Client{}
+	}
+	n := f.c2b.feed(p, false)
+	if code, ok := f.c2b.newClose(); ok {
+		s.NoteClose(SideClient, code)
+	}
+	var c Client
+	switch {
+	case f.c2b.tooBig:
+		c.N, c.CloseBackend = n, !f.c2b.split
+	case f.c2b.broken:
+	default:
+		return Client{N: len(p)}
+	}
+	f.tooBig = true
+	f.endAfterClose.Store(true)
+	reason := ReasonFrameTooBig
+	if f.c2b.tooBigMsg {
+		reason = ReasonMessageTooBig
+	}
+	c.Wake = s.Request(CloseMessageTooBig, reason)
+	return c
+}
+
+// MaskedClose returns the masked close 1001 FromClient asked for, masked
+// with mask (the driver's random key, RFC 6455 §5.3). Client reader only.
+func (s *Session) MaskedClose(mask [4]byte) []byte {
+	return wswire.MaskedCloseFrame(&s.fw.mask, CloseGoingAway, mask)
+}
+
+// PingPending reports a wanted ping or an expired ping timeout the
+// backend reader has not acted on.
+func (s *Session) PingPending() bool {
+	return s.fw != nil && (s.fw.pingWanted.Load() || s.fw.pingExpired.Load())
+}
+
+// WantPing asks for a ping at the next backend->client frame boundary.
+func (s *Session) WantPing() { s.fw.pingWanted.Store(true) }
+
+// ExpirePing marks the ping timeout passed and reports whether it was
+// already marked (the close 1011 did not get out in time).
+func (s *Session) ExpirePing() (already bool) { return s.fw.pingExpired.Swap(true) }
+
+// PingExpired reports an expired ping timeout.
+func (s *Session) PingExpired() bool { return s.fw != nil && s.fw.pingExpired.Load() }
+
+// PingCheck says what the heartbeat calls for at now: a ping (the client
+// has sent nothing for PingInterval since its last byte or our last ping),
+// or the end (nothing at all from the client within PingTimeout of the
+// first unanswered ping: a half-open socket, traefik#10627, traefik#8668).
+func (s *Session) PingCheck(now int64) (due, timedOut bool) {
+	f, iv := s.fw, s.cfg.PingInterval
+	if f == nil || iv <= 0 {
+		return false, false
+	}
+	last := f.lastClient.Load()
+	if to := s.cfg.PingTimeout; to > 0 {
+		if a := f.awaitSince.Load(); a > last && now-a >= int64(to) {
+			return false, true
+		}
+	}
+	return !f.pingWanted.Load() && now-max(last, f.pingSent.Load()) >= int64(iv), false
+}
+
+// PingDeadline is the next moment PingCheck may have something to say, in
+// unix nanos; 0: none.
+func (s *Session) PingDeadline() int64 {
+	f, iv := s.fw, s.cfg.PingInterval
+	if f == nil || iv <= 0 {
+		return 0
+	}
+	last := f.lastClient.Load()
+	next := int64(0)
+	if !f.pingWanted.Load() {
+		next = max(last, f.pingSent.Load()) + int64(iv)
+	}
+	if to := s.cfg.PingTimeout; to > 0 {
+		if a := f.awaitSince.Load(); a > last && (next == 0 || a+int64(to) < next) {
+			next = a + int64(to)
+		}
+	}
+	return next
+}
+
+// LingerStart begins a lingering close at now, and reports whether the
+// connection lingers and whether it began just now (the driver then
+// closes the backend and shuts the client's write half down).
+//
+// Once edge has sent the client a close frame, the client may still be
+// sending (the rest of a frame over the limit, messages queued before it
+// read the close). Closing a socket with unread input makes the kernel
+// send a reset instead of a FIN, and the client's stack may drop the close
+// frame it had already received (Node ws then reports 1006). So the
+// connection closes the way RFC 6455 §7.1.1 and nginx's lingering close
+// do: the backend is closed, the client's write half is shut down after
+// the queued close frame, and the client's input is read and discarded
+// until it closes, LingerBytes were discarded or LingerTimeout passed.
+// readerGone: nobody reads the client any more.
+func (s *Session) LingerStart(now int64, readerGone bool) (lingering, started bool) {
+	switch s.linger.Load() {
+	case lingerOn:
+		return true, false
+	case lingerOver:
+		return false, false
+	}
+	d := s.cfg.LingerTimeout
+	if !s.closeOut.Load() || s.clientEOF.Load() || d <= 0 || readerGone {
+		return false, false
+	}
+	s.lingerUntil.Store(now + int64(d))
+	if !s.linger.CompareAndSwap(lingerNone, lingerOn) {
+		return s.linger.Load() == lingerOn, false
+	}
+	return true, true
+}
+
+// Lingering reports a lingering close under way.
+func (s *Session) Lingering() bool { return s.linger.Load() == lingerOn }
+
+// LingerEnd ends lingering: the client socket closes now.
+func (s *Session) LingerEnd() { s.linger.Store(lingerOver) }
+
+// LingerDeadline is when lingering ends, in unix nanos; 0 when not lingering.
+func (s *Session) LingerDeadline() int64 {
+	if !s.Lingering() {
+		return 0
+	}
+	return s.lingerUntil.Load()
+}
+
+// Discard accounts for n client bytes dropped while lingering and
+// reports whether LingerBytes are used up. Client reader only.
+func (s *Session) Discard(n int) (over bool) {
+	s.lingered += int64(n)
+	return s.lingered > s.cfg.LingerBytes
+}

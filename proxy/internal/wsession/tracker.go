@@ -1,0 +1,179 @@
+package wsession
+
+import "github.com/edgelb/edge/internal/wswire"
+
+// tracker follows frame boundaries in one direction of a WebSocket
+// stream fed in arbitrary chunks, so that a control frame can be injected
+// between two frames and never inside one. Control frames may be injected
+// between the fragments of a message (RFC 6455 §5.4), so every frame
+// boundary is a safe point. It reads headers, never buffers payloads.
+type tracker struct {
+	hdr       [wswire.MaxHeader]byte // partial header carried across chunks
+	closeSeen bool                   // a close frame header went by
+	broken    bool                   // framing lost; boundaries unknown
+	hn        int                    // bytes in hdr
+	remaining uint64                 // payload bytes left in the current frame
+
+	// limit bounds a frame's payload length (0: none). A header over it
+	// stops the tracker for good (tooBig); split says that bytes of that
+	// header went by in an earlier chunk.
+	limit  uint64
+	tooBig bool
+	split  bool
+
+	// msgLimit bounds the sum of the payload lengths of one message's
+	// data frames, continuation frames included (0: none); msgLen is that
+	// sum so far. A header taking it over msgLimit stops the tracker like
+	// one over limit, with tooBigMsg set.
+	msgLimit  uint64
+	msgLen    uint64
+	tooBigMsg bool
+
+	// The status code of the first close frame (RFC 6455 §5.5.1: its
+	// first two payload bytes, unmasked; CloseNoStatus when it has none),
+	// in code once closeDone; noted tells the session it was taken.
+	closing   bool // reading the first close frame's code
+	closeDone bool
+	noted     bool
+	masked    bool
+	closeN    int
+	code      int
+	closeMask [4]byte
+	closeBuf  [2]byte
+}
+
+// atBoundary reports whether the stream is between two frames.
+func (t *tracker) atBoundary() bool {
+	return !t.broken && !t.tooBig && t.hn == 0 && t.remaining == 0
+}
+
+// newClose returns the code of the first close frame once, the first
+// time it is asked after the code went by.
+func (t *tracker) newClose() (int, bool) {
+	if !t.closeDone || t.noted {
+		return 0, false
+	}
+	t.noted = true
+	return t.code, true
+}
+
+// feed consumes p. When stop is true it stops right after the first frame
+// that ends inside p and returns how many bytes that is; otherwise, or when
+// no frame ends in p, it returns len(p). After a framing error the tracker is
+// broken and consumes everything. A header announcing more than limit
+// payload bytes is judged as soon as it is parsed, before any of the
+// payload arrives: feed returns the offset of that header in p (0 when it
+// began in an earlier chunk) and consumes nothing from then on.
+func (t *tracker) feed(p []byte, stop bool) int {
+	if t.tooBig {
+		return 0
+	}
+	i := 0
+	for i < len(p) && !t.broken {
+		if t.remaining > 0 {
+			k := min(uint64(len(p)-i), t.remaining)
+			if t.closing {
+				t.closeBytes(p[i : i+int(k)])
+			}
+			i += int(k)
+			t.remaining -= k
+			if t.remaining == 0 && stop {
+				return i
+			}
+			continue
+		}
+		// Collect header bytes: copy what may belong to the header, parse,
+		// and hand back whatever turned out to be payload.
+		before := t.hn
+		k := copy(t.hdr[t.hn:], p[i:])
+		t.hn += k
+		h, err := wswire.ParseHeader(t.hdr[:t.hn])
+		if err != nil {
+			t.broken = true
+			return len(p)
+		}
+		if h.Size == 0 {
+			i += k
+			continue
+		}
+		if t.over(h) {
+			t.tooBig, t.split = true, before > 0
+			t.hn = 0
+			return i
+		}
+		i += h.Size - before
+		t.hn = 0
+		t.remaining = h.Length
+		if h.Opcode == wswire.OpClose {
+			t.closeSeen = true
+			t.closeStart(h, t.hdr[:h.Size])
+		}
+		if t.remaining == 0 && stop {
+			return i
+		}
+	}
+	return len(p)
+}
+
+// over reports whether the frame with header h takes the stream over the
+// frame limit or its message over the message limit, and counts it into
+// the message otherwise.
+func (t *tracker) over(h wswire.Header) bool {
+	if t.limit > 0 && h.Length > t.limit {
+		return true
+	}
+	if t.msgLimit == 0 || h.IsControl() {
+		// Control frames (RFC 6455 §5.5) are not part of a message.
+		return false
+	}
+	if h.Opcode != wswire.OpContinuation {
+		// A non-continuation data frame starts a new message (§5.4).
+		t.msgLen = 0
+	}
+	if h.Length > t.msgLimit-t.msgLen {
+		t.tooBigMsg = true
+		return true
+	}
+	t.msgLen += h.Length
+	return false
+}
+
+// closeStart begins reading the code of the first close frame, whose
+// header is h with its bytes hdr.
+func (t *tracker) closeStart(h wswire.Header, hdr []byte) {
+	if t.closeDone {
+		return
+	}
+	switch h.Length {
+	case 0:
+		t.closeReport(CloseNoStatus)
+		return
+	case 1:
+		// A one-byte body is no status code (RFC 6455 §5.5.1): protocol error.
+		t.closeReport(CloseProtocolError)
+		return
+	}
+	t.closing, t.closeN, t.masked = true, 0, h.Masked
+	if h.Masked {
+		copy(t.closeMask[:], hdr[len(hdr)-4:])
+	}
+}
+
+// closeBytes takes payload bytes of the close frame whose code is read.
+func (t *tracker) closeBytes(b []byte) {
+	for _, v := range b {
+		if t.masked {
+			v ^= t.closeMask[t.closeN]
+		}
+		t.closeBuf[t.closeN] = v
+		t.closeN++
+		if t.closeN == 2 {
+			t.closeReport(int(t.closeBuf[0])<<8 | int(t.closeBuf[1]))
+			return
+		}
+	}
+}
+
+func (t *tracker) closeReport(code int) {
+	t.closing, t.closeDone, t.code = false, true, code
+}

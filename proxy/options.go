@@ -1,0 +1,226 @@
+package proxy
+
+import (
+	"log/slog"
+	"net/http"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/edgelb/edge/balance"
+	"github.com/edgelb/edge/proxy/internal/wsession"
+)
+
+// Defaults applied when a Pool leaves a field zero.
+const (
+	defaultDialTimeout      = 2 * time.Second
+	defaultHandshakeTimeout = 10 * time.Second
+	defaultRequestTimeout   = 60 * time.Second
+	defaultMaxBodyBytes     = 10 << 20
+	defaultCookieName       = "edge_sticky"
+	// defaultMaxResponseHeaderBytes bounds a backend's response head
+	// (status line and fields) during the upgrade.
+	defaultMaxResponseHeaderBytes = 64 << 10
+	// maxRelayBody bounds the body of a non-101 answer to an upgrade.
+	maxRelayBody = 64 << 10
+	// retryAfterBusy is the Retry-After sent with 503 for concurrency caps.
+	retryAfterBusy = "1"
+)
+
+// defaultReadBodyTimeout applies when ListenerOptions.ReadBodyTimeout is 0.
+const defaultReadBodyTimeout = 30 * time.Second
+
+// defaultAnswerTimeout applies when ListenerOptions.AnswerTimeout is 0.
+const defaultAnswerTimeout = 10 * time.Second
+
+// Lingering close defaults (Pool.LingerTimeout, Pool.LingerBytes). The
+// bytes cover what a client fast on loopback still has in flight after a
+// frame over a limit (its own buffer and both kernels' buffers: several
+// MiB); the time is nginx's lingering_timeout.
+const (
+	defaultLingerTimeout = 5 * time.Second
+	defaultLingerBytes   = 16 << 20
+)
+
+// Options configure a Server.
+type Options struct {
+	Routes    []Route
+	MaxConns  int64        // connections and in-flight requests, all routes; 0 = unlimited
+	Logger    *slog.Logger // errors and debug; nil discards
+	AccessLog *slog.Logger // one Info line per connection or request; nil discards
+	Observer  Observer     // nil means NopObserver
+	Now       func() time.Time
+}
+
+// Route sends requests for some hosts and a path prefix to a pool.
+type Route struct {
+	// Hosts are exact names or "*.example.com" (one or more labels below
+	// example.com). Case-insensitive; a port in the request is ignored.
+	// Empty means any host.
+	Hosts []string
+	// PathPrefix matches on segment boundaries: "/chat" matches "/chat" and
+	// "/chat/x", not "/chatroom". Empty or "/" matches every path.
+	PathPrefix string
+	// Default marks the route used when no other matches. At most one.
+	Default bool
+	// Declared marks a route from the registry rather than the file. It
+	// is matched only for hosts no file route names, after the file's
+	// routes and before the default route; a declared route that does
+	// not compile is left out rather than failing SetRoutes.
+	Declared bool
+	Pool     *Pool
+}
+
+// Pool is a balance pool with its connection settings.
+type Pool struct {
+	Name     string
+	Balancer *balance.Pool
+	Limiter  *balance.Limiter // per client IP; nil means none
+	// Admission caps new connections and requests per second to the pool
+	// from all clients together; nil means no cap. Whoever is refused gets
+	// a 503 with a Retry-After spread over a few seconds, so a refused
+	// reconnect storm does not come back as one.
+	Admission        *balance.Bucket
+	MaxConns         int64         // connections and in-flight requests of this pool; 0 = unlimited
+	DialTimeout      time.Duration // 0 means 2s
+	HandshakeTimeout time.Duration // writing the upgrade and reading the answer; 0 means 10s
+	IdleTimeout      time.Duration // no bytes either way; 0 means none
+	WriteTimeout     time.Duration // one write to either side; 0 means none
+	Retries          int           // further backends tried after a dial or handshake failure
+	// MaxResponseHeaderBytes bounds the backend's answer to the upgrade
+	// request before its final head is complete (interim answers included);
+	// 0 means 64 KiB. More is that backend's failure.
+	MaxResponseHeaderBytes int
+	Cookie                 CookieSettings
+	// RequestTimeout bounds a whole plain HTTP exchange; 0 means 60s.
+	RequestTimeout time.Duration
+	// MaxBodyBytes bounds plain HTTP request and response bodies; 0 means 10 MiB.
+	MaxBodyBytes int64
+
+	// Frame-aware splice (see the package documentation); all zero keeps
+	// the splice opaque.
+	//
+	// MaxFrameBytes bounds the payload length of one WebSocket frame in
+	// either direction; 0 means no limit. A client frame over it gets the
+	// client a close 1009, a backend frame over it closes both sockets.
+	MaxFrameBytes int64
+	// MaxMessageBytes bounds the sum of the payload lengths of one client
+	// message's frames (continuation frames included, control frames
+	// excluded); 0 means no limit. A message over it gets the client a
+	// close 1009 at the header of the frame that crosses it.
+	MaxMessageBytes int64
+	// PingInterval is how long the client may send nothing before the
+	// proxy sends it a ping; 0 means no pings.
+	PingInterval time.Duration
+	// PingTimeout, with PingInterval, closes a connection whose client
+	// sends nothing at all within it after a ping; 0 means none.
+	PingTimeout time.Duration
+
+	// Lingering close (every pool, frame-aware or not): once the client
+	// was sent a close frame, edge shuts down its write half and reads and
+	// drops the client's input for at most LingerTimeout and LingerBytes
+	// before closing (RFC 6455 §7.1.1). LingerTimeout 0 means 5s, negative
+	// means no lingering; LingerBytes 0 means 16 MiB.
+	LingerTimeout time.Duration
+	LingerBytes   int64
+
+	once sync.Once
+	eff  settings // filled by settings()
+}
+
+// CookieSettings shape the sticky cookie issued when balance asks for one.
+type CookieSettings struct {
+	Name     string        // "" means "edge_sticky"
+	Path     string        // "" means "/"
+	MaxAge   time.Duration // 0 means a session cookie
+	SameSite http.SameSite
+}
+
+// ListenerOptions describe the listener a Handler serves.
+type ListenerOptions struct {
+	Name           string
+	TLS            bool           // the listener terminates TLS (cookies get Secure)
+	TrustedProxies []netip.Prefix // peers whose X-Forwarded-For is believed and extended
+	Forwarded      bool           // also send RFC 7239 Forwarded
+	// ClientCertHeader, when set, carries the verified client certificate's
+	// subject CN (or first SAN) to the backend; a client-sent copy is always
+	// removed.
+	ClientCertHeader string
+	// StrictSNIHost answers 421 Misdirected Request (RFC 9110 §15.5.20) to
+	// a TLS request whose Host is not the server name the client sent in
+	// SNI; a connection without SNI is not checked.
+	StrictSNIHost bool
+	// ReadBodyTimeout bounds the wait for each read of a plain request's
+	// body: a client that sends nothing of it for this long is answered
+	// 408 and its connection closed. 0 means 30s.
+	ReadBodyTimeout time.Duration
+	// AnswerTimeout bounds writing an answer edge makes itself (a refusal,
+	// an error, OPTIONS *): a client that pipelines requests and never
+	// reads the answers loses its connection instead of holding it for
+	// ever. 0 means 10s.
+	AnswerTimeout time.Duration
+}
+
+// settings are a Pool's fields with every default applied, filled once
+// (Pool.settings) and read by the whole data path: no default is applied
+// where a value is used.
+type settings struct {
+	dialTimeout, handshakeTimeout, requestTimeout time.Duration
+	// writeTimeout bounds a write to either side of a WebSocket; without
+	// a pool write timeout a peer that never reads would hold its queue
+	// (the 101 to a half-open client, say) forever: bounded like the
+	// handshake.
+	writeTimeout           time.Duration
+	maxBodyBytes           int64
+	maxResponseHeaderBytes int
+	cookieName, cookiePath string
+	ws                     wsession.Config
+}
+
+// settings returns p's settings, filled on first use. A Pool is read-only
+// once it serves, so filling once is safe: SetRoutes fills every pool
+// before publishing the table.
+func (p *Pool) settings() *settings {
+	p.once.Do(p.fill)
+	return &p.eff
+}
+
+// fill applies the defaults: the one place they are decided.
+func (p *Pool) fill() {
+	d := &p.eff
+	d.dialTimeout = orDefault(p.DialTimeout, defaultDialTimeout)
+	d.handshakeTimeout = orDefault(p.HandshakeTimeout, defaultHandshakeTimeout)
+	d.requestTimeout = orDefault(p.RequestTimeout, defaultRequestTimeout)
+	d.writeTimeout = orDefault(p.WriteTimeout, d.handshakeTimeout)
+	d.maxBodyBytes = orDefault(p.MaxBodyBytes, defaultMaxBodyBytes)
+	d.maxResponseHeaderBytes = orDefault(p.MaxResponseHeaderBytes, defaultMaxResponseHeaderBytes)
+	d.cookieName = orDefault(p.Cookie.Name, defaultCookieName)
+	d.cookiePath = orDefault(p.Cookie.Path, "/")
+	d.ws = wsession.Config{
+		MaxFrameBytes:   p.MaxFrameBytes,
+		MaxMessageBytes: p.MaxMessageBytes,
+		PingInterval:    p.PingInterval,
+		PingTimeout:     p.PingTimeout,
+		LingerTimeout:   p.LingerTimeout,
+		LingerBytes:     orDefault(p.LingerBytes, defaultLingerBytes),
+	}
+	if p.LingerTimeout == 0 {
+		d.ws.LingerTimeout = defaultLingerTimeout
+	}
+}
+
+// withDefaults returns lo with its defaults applied, once per Handler.
+func (lo ListenerOptions) withDefaults() ListenerOptions {
+	lo.ReadBodyTimeout = orDefault(lo.ReadBodyTimeout, defaultReadBodyTimeout)
+	lo.AnswerTimeout = orDefault(lo.AnswerTimeout, defaultAnswerTimeout)
+	return lo
+}
+
+// orDefault is v, or def when v is not positive (zero or empty).
+func orDefault[T int | int64 | time.Duration | string](v, def T) T {
+	var zero T
+	if v <= zero {
+		return def
+	}
+	return v
+}
