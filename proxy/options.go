@@ -4,7 +4,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/netip"
-	"sync"
 	"time"
 
 	"github.com/edgelb/edge/balance"
@@ -124,8 +123,10 @@ type Pool struct {
 	LingerTimeout time.Duration
 	LingerBytes   int64
 
-	once sync.Once
-	eff  settings // filled by settings()
+	// eff is filled by SetRoutes before the pool serves, and read-only
+	// from then on (a pointer, not a sync.Once, so a Pool stays a value
+	// callers may copy while they build it).
+	eff *settings
 }
 
 // CookieSettings shape the sticky cookie issued when balance asks for one.
@@ -177,17 +178,27 @@ type settings struct {
 	ws                     wsession.Config
 }
 
-// settings returns p's settings, filled on first use. A Pool is read-only
-// once it serves, so filling once is safe: SetRoutes fills every pool
-// before publishing the table.
+// settings returns p's settings. SetRoutes fills them (prepare) before it
+// publishes the table, so every pool a request can reach has them; a pool
+// used outside any routing table (in a test) gets them computed afresh.
 func (p *Pool) settings() *settings {
-	p.once.Do(p.fill)
-	return &p.eff
+	if p.eff != nil {
+		return p.eff
+	}
+	return p.fill()
+}
+
+// prepare fills p's settings once; SetRoutes calls it, serialised, before
+// the table holding p is published.
+func (p *Pool) prepare() {
+	if p.eff == nil {
+		p.eff = p.fill()
+	}
 }
 
 // fill applies the defaults: the one place they are decided.
-func (p *Pool) fill() {
-	d := &p.eff
+func (p *Pool) fill() *settings {
+	d := new(settings)
 	d.dialTimeout = orDefault(p.DialTimeout, defaultDialTimeout)
 	d.handshakeTimeout = orDefault(p.HandshakeTimeout, defaultHandshakeTimeout)
 	d.requestTimeout = orDefault(p.RequestTimeout, defaultRequestTimeout)
@@ -207,6 +218,7 @@ func (p *Pool) fill() {
 	if p.LingerTimeout == 0 {
 		d.ws.LingerTimeout = defaultLingerTimeout
 	}
+	return d
 }
 
 // withDefaults returns lo with its defaults applied, once per Handler.

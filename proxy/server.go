@@ -26,6 +26,7 @@ type Server struct {
 	maxConns    int64
 
 	routes   atomic.Pointer[routeTable]
+	setMu    sync.Mutex   // serialises SetRoutes (Pool.prepare)
 	inflight atomic.Int64 // for MaxConns
 	poolMu   sync.Mutex
 	poolUse  map[string]*atomic.Int64 // per pool name, kept across reloads
@@ -93,9 +94,11 @@ func (s *Server) SetRoutes(routes []Route) error {
 	if err != nil {
 		return err
 	}
+	s.setMu.Lock()
+	defer s.setMu.Unlock()
 	for i := range routes {
 		if p := routes[i].Pool; p != nil {
-			p.settings() // defaults filled before any request sees the pool
+			p.prepare() // defaults filled before any request sees the pool
 		}
 	}
 	s.routes.Store(t)

@@ -11,7 +11,10 @@ import (
 var errNoSocket = errors.New("readiness splice not available on this platform")
 
 // readyState is empty here: every connection is spliced by two goroutines.
-type readyState struct{ on bool }
+type readyState struct {
+	on     bool
+	cs, bs *sock
+}
 
 // poller does not exist here.
 type poller struct{}
