@@ -361,7 +361,10 @@ func TestDeadBackendCounts(t *testing.T) {
 	p := newPool(t, "chat", balance.LeastConn, map[string]string{"b1": b.Addr(), "dead": closedPort(t)})
 	p.Retries = 1
 	e := startEdge(t, edgeConfig{opts: Options{Routes: []Route{{Default: true, Pool: p}}}})
-	for range 4 {
+	// The pick is random between two idle backends: ask until the dead
+	// one has been tried (each try has even odds; 64 misses in a row
+	// would mean it is never picked at all).
+	for i := 0; i < 64 && len(e.obs.dialFailures()) == 0; i++ {
 		resp, body := rawRequest(t, e, "POST /whoami HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\n\r\nx")
 		if resp.StatusCode != 200 || body != "b1" {
 			t.Fatalf("got %d %q, want 200 b1", resp.StatusCode, body)
