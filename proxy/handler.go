@@ -5,7 +5,6 @@ import (
 	"math"
 	"net/http"
 	"strconv"
-	"sync"
 )
 
 // The path of one request, in call order: ServeHTTP (the drain gate,
@@ -107,27 +106,34 @@ func (x *exchange) admit(w http.ResponseWriter) bool {
 		}
 		return x.refuse(w, http.StatusServiceUnavailable, "client_max_conns", retryAfterBusy)
 	}
-	pc := s.poolCounter(p.Name)
-	release := func() {
-		pc.Add(-1)
-		s.inflight.Add(-1)
-		p.Limiter.Done(ip)
-	}
-	n, total := pc.Add(1), s.inflight.Add(1)
+	x.admitted = s.poolCounter(p.Name)
+	n, total := x.admitted.Add(1), s.inflight.Add(1)
 	switch {
 	case p.MaxConns > 0 && n > p.MaxConns:
-		release()
+		x.release()
 		return x.refuse(w, http.StatusServiceUnavailable, "pool_max_conns", retryAfterBusy)
 	case s.maxConns > 0 && total > s.maxConns:
-		release()
+		x.release()
 		return x.refuse(w, http.StatusServiceUnavailable, "max_conns", retryAfterBusy)
 	}
 	if ok, after := p.Admission.Take(); !ok {
-		release()
+		x.release()
 		return x.refuse(w, http.StatusServiceUnavailable, "pool_rate_limit", spreadRetryAfter(after))
 	}
-	x.release = sync.OnceFunc(release)
 	return true
+}
+
+// release gives back what admit took, exactly once, however many paths
+// call it (a handler's defer, the splice's end). Fields of the exchange
+// rather than a closure: a long-lived WebSocket holds the exchange anyway,
+// and a closure with its sync.Once would be one more allocation each.
+func (x *exchange) release() {
+	if x.admitted == nil || !x.released.CompareAndSwap(false, true) {
+		return
+	}
+	x.admitted.Add(-1)
+	x.s.inflight.Add(-1)
+	x.pool.Limiter.Done(x.id.client)
 }
 
 // refuse answers a request admit turned away, with its Retry-After.

@@ -153,7 +153,9 @@ type exchange struct {
 	reason  string
 	in, out int64
 	kind    string // "ws" or "http"
-	release func()
+	// What admit took, given back by release.
+	admitted *atomic.Int64 // the pool's connection counter; nil until admitted
+	released atomic.Bool
 	// Copied from r for the access log, so a long-lived connection can
 	// drop the request (and its header map) after the handshake.
 	method, host, path string
