@@ -112,6 +112,8 @@ Try, in another terminal:
   bin/wsclient -n 5 -no-cookies ws://127.0.0.1:8080/            # without the cookie, least-connections spreads you
   bin/wsclient -msg headers -insecure wss://127.0.0.1:8443/     # X-Forwarded-* as the backend saw them
   curl -s http://127.0.0.1:9901/status                         # pools, backends, TLS and discovery state
+  open http://127.0.0.1:9901/ in a browser                      # the status page (refreshes itself)
+  curl -s http://127.0.0.1:9901/api/v1/pools                   # the admin API (README: "Admin API")
   curl -s http://127.0.0.1:9901/metrics | grep ^edge_
 TXT
 $discovery && cat <<TXT
