@@ -38,6 +38,11 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	edgeBin = filepath.Join(dir, "edge")
+	// The commit the binary is built from, read just before the build: a
+	// commit made while the tests run must not look like a wrong stamp.
+	if rev, err := exec.Command("git", "rev-parse", "HEAD").Output(); err == nil {
+		builtRevision = strings.TrimSpace(string(rev))
+	}
 	// Built by the script users run, so the tests see its version stamps.
 	out, err := exec.Command("../../scripts/build.sh", "-race", "-o", edgeBin, "./cmd/edge").CombinedOutput()
 	if err != nil {
@@ -235,16 +240,18 @@ func ask(t *testing.T, c *websocket.Conn, msg string) string {
 	return string(b)
 }
 
-// checkoutRevision is the commit the tests run in, or "" outside a git
-// checkout (then the binary cannot know it either).
+// builtRevision is the commit edgeBin was built from; "" outside a git
+// checkout.
+var builtRevision string
+
+// checkoutRevision is the commit the tests' binary was built from, or ""
+// outside a git checkout (then the binary cannot know it either).
 func checkoutRevision(t *testing.T) string {
 	t.Helper()
-	out, err := exec.Command("git", "rev-parse", "HEAD").Output()
-	if err != nil {
-		t.Logf("not a git checkout (%v): the revision is not checked", err)
-		return ""
+	if builtRevision == "" {
+		t.Log("not a git checkout: the revision is not checked")
 	}
-	return strings.TrimSpace(string(out))
+	return builtRevision
 }
 
 // TestVersion: the binary built by scripts/build.sh names its version and
