@@ -42,11 +42,11 @@ type wsConn struct {
 	sess wsession.Session
 
 	closeOnce sync.Once
-	last      atomic.Int64 // unix nanos of the last byte read either way
-	in, out   atomic.Int64
-
-	// c2bGone: the goroutine splice's client reader returned.
+	// c2bGone: the goroutine splice's client reader returned. (Beside
+	// closeOnce, whose 12 bytes it pads to 16: no padding in the struct.)
 	c2bGone atomic.Bool
+	last    atomic.Int64 // unix nanos of the last byte read either way
+	in, out atomic.Int64
 
 	rd readyState // readiness-driven splice only
 }

@@ -8,27 +8,16 @@ import "github.com/edgelb/edge/internal/wswire"
 // between the fragments of a message (RFC 6455 §5.4), so every frame
 // boundary is a safe point. It reads headers, never buffers payloads.
 type tracker struct {
+	// The byte arrays and flags first, together, so the struct has no
+	// padding: every connection holds one (two when frame-aware).
 	hdr       [wswire.MaxHeader]byte // partial header carried across chunks
-	closeSeen bool                   // a close frame header went by
-	broken    bool                   // framing lost; boundaries unknown
-	hn        int                    // bytes in hdr
-	remaining uint64                 // payload bytes left in the current frame
-
-	// limit bounds a frame's payload length (0: none). A header over it
-	// stops the tracker for good (tooBig); split says that bytes of that
-	// header went by in an earlier chunk.
-	limit  uint64
-	tooBig bool
-	split  bool
-
-	// msgLimit bounds the sum of the payload lengths of one message's
-	// data frames, continuation frames included (0: none); msgLen is that
-	// sum so far. A header taking it over msgLimit stops the tracker like
-	// one over limit, with tooBigMsg set.
-	msgLimit  uint64
-	msgLen    uint64
-	tooBigMsg bool
-
+	closeMask [4]byte
+	closeBuf  [2]byte
+	closeSeen bool // a close frame header went by
+	broken    bool // framing lost; boundaries unknown
+	tooBig    bool // see limit
+	split     bool // see limit
+	tooBigMsg bool // see msgLimit
 	// The status code of the first close frame (RFC 6455 §5.5.1: its
 	// first two payload bytes, unmasked; CloseNoStatus when it has none),
 	// in code once closeDone; noted tells the session it was taken.
@@ -36,10 +25,24 @@ type tracker struct {
 	closeDone bool
 	noted     bool
 	masked    bool
-	closeN    int
-	code      int
-	closeMask [4]byte
-	closeBuf  [2]byte
+
+	hn        int    // bytes in hdr
+	remaining uint64 // payload bytes left in the current frame
+
+	// limit bounds a frame's payload length (0: none). A header over it
+	// stops the tracker for good (tooBig); split says that bytes of that
+	// header went by in an earlier chunk.
+	limit uint64
+
+	// msgLimit bounds the sum of the payload lengths of one message's
+	// data frames, continuation frames included (0: none); msgLen is that
+	// sum so far. A header taking it over msgLimit stops the tracker like
+	// one over limit, with tooBigMsg set.
+	msgLimit uint64
+	msgLen   uint64
+
+	closeN int
+	code   int
 }
 
 // atBoundary reports whether the stream is between two frames.
