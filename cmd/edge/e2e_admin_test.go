@@ -89,21 +89,7 @@ func TestDescriptorLimitRefusesCleanly(t *testing.T) {
 	s := newSetup(t, bs, "least_conn", "")
 	writeFile(t, s.cfg, strings.Replace(readFile(t, s.cfg), "  - name: ws\n", "  - name: ws\n    read_header_timeout: 5m\n", 1))
 
-	p := &proc{done: make(chan error, 1), seen: make(chan struct{}, 1)}
-	p.cmd = exec.Command("/bin/sh", "-c", fmt.Sprintf(`ulimit -n %d && exec "$0" "$@"`, nofile), edgeBin, "-config", s.cfg)
-	p.cmd.Stdout, p.cmd.Stderr = p, p
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { p.done <- p.cmd.Wait() }()
-	t.Cleanup(func() {
-		_ = p.cmd.Process.Kill()
-		<-p.done
-		if t.Failed() {
-			t.Logf("edge log:\n%s", p.logs())
-		}
-	})
-	p.waitLog(t, `"msg":"edge started"`)
+	p := startEdgeCmd(t, exec.Command("/bin/sh", "-c", fmt.Sprintf(`ulimit -n %d && exec "$0" "$@"`, nofile), edgeBin, "-config", s.cfg))
 	// (200 - 128) / 2 sockets with a backend, as many again without.
 	p.waitLog(t, `"rlimit_nofile":200,"max_connections":36,"max_client_sockets":36`)
 

@@ -154,9 +154,17 @@ func startEdge(t *testing.T, cfgFile string) *proc {
 // startEdgeEnv starts edge with env added to the test's environment.
 func startEdgeEnv(t *testing.T, cfgFile string, env ...string) *proc {
 	t.Helper()
-	p := &proc{done: make(chan error, 1), seen: make(chan struct{}, 1)}
-	p.cmd = exec.Command(edgeBin, "-config", cfgFile)
-	p.cmd.Env = append(os.Environ(), env...)
+	cmd := exec.Command(edgeBin, "-config", cfgFile)
+	cmd.Env = append(os.Environ(), env...)
+	return startEdgeCmd(t, cmd)
+}
+
+// startEdgeCmd starts cmd, which runs edge (maybe through a shell that
+// sets limits first), and waits until edge has started; the test's end
+// kills it.
+func startEdgeCmd(t *testing.T, cmd *exec.Cmd) *proc {
+	t.Helper()
+	p := &proc{cmd: cmd, done: make(chan error, 1), seen: make(chan struct{}, 1)}
 	p.cmd.Stdout = p
 	p.cmd.Stderr = p
 	if err := p.cmd.Start(); err != nil {
