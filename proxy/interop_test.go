@@ -43,6 +43,25 @@ func runClient(t *testing.T, cmd *exec.Cmd) clientResult {
 	return r
 }
 
+// startClient runs cmd in the background, for a test that acts on the
+// connection while the client sends; its result (or what went wrong, in
+// Error) arrives on the channel once the client exits.
+func startClient(cmd *exec.Cmd) <-chan clientResult {
+	res := make(chan clientResult, 1)
+	go func() {
+		var r clientResult
+		out, err := cmd.Output()
+		if err == nil {
+			err = json.Unmarshal(out, &r)
+		}
+		if err != nil {
+			r.Error = err.Error() + ": " + string(out)
+		}
+		res <- r
+	}()
+	return res
+}
+
 // countingBackend is a raw WebSocket backend that answers the upgrade and
 // counts the bytes it receives after it until the proxy closes it.
 func countingBackend(t *testing.T) (string, *atomic.Int64) {
@@ -162,18 +181,7 @@ func TestNodeWSDrainWhileSending(t *testing.T) {
 	forEachPath(t, func(t *testing.T) {
 		e, got := limitedEdge(t, 0, 0)
 		cmd := interop.Node(t, interopCtx(t), "testdata/wsclient.js", e.url("/"), "stream", strconv.Itoa(1<<30))
-		res := make(chan clientResult, 1)
-		go func() {
-			var r clientResult
-			out, err := cmd.Output()
-			if err == nil {
-				err = json.Unmarshal(out, &r)
-			}
-			if err != nil {
-				r.Error = err.Error() + ": " + string(out)
-			}
-			res <- r
-		}()
+		res := startClient(cmd)
 		waitFor(t, "the client to be sending", func() bool { return got.Load() > 8<<20 })
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
@@ -209,18 +217,7 @@ func TestNodeWSBackendLeavingWhileSending(t *testing.T) {
 		p := newPool(t, "leaving", balance.LeastConn, map[string]string{"b": addr})
 		e := startEdge(t, edgeConfig{opts: Options{Routes: []Route{{Default: true, Pool: p}}}})
 		cmd := interop.Node(t, interopCtx(t), "testdata/wsclient.js", e.url("/"), "stream", strconv.Itoa(1<<30))
-		res := make(chan clientResult, 1)
-		go func() {
-			var r clientResult
-			out, err := cmd.Output()
-			if err == nil {
-				err = json.Unmarshal(out, &r)
-			}
-			if err != nil {
-				r.Error = err.Error() + ": " + string(out)
-			}
-			res <- r
-		}()
+		res := startClient(cmd)
 		waitFor(t, "the client to be sending", func() bool { return got.Load() > 8<<20 })
 		if n := e.srv.CloseBackend(p.Balancer.Snapshot().Backends[0], 0); n != 1 {
 			t.Fatalf("CloseBackend: %d connections, want 1", n)
