@@ -42,12 +42,7 @@ func TestRouteMatch(t *testing.T) {
 		{"other.org", "/", "default"},
 		{"[::1]:8443", "/", "default"},
 	} {
-		r := tbl.match(tc.host, tc.path)
-		if r == nil || r.Pool.Name != tc.want {
-			got := "<nil>"
-			if r != nil {
-				got = r.Pool.Name
-			}
+		if got := matchedPool(tbl, tc.host, tc.path); got != tc.want {
 			t.Errorf("match(%q, %q): got %s, want %s", tc.host, tc.path, got, tc.want)
 		}
 	}
@@ -105,16 +100,20 @@ func TestRouteTiersFileFirst(t *testing.T) {
 		{"other.example.com", "/", "decl-wild"},
 		{"other.org", "/", "default"},
 	} {
-		r := tbl.match(tc.host, tc.path)
-		if r == nil || r.Pool.Name != tc.want {
-			got := "<nil>"
-			if r != nil {
-				got = r.Pool.Name
-			}
+		if got := matchedPool(tbl, tc.host, tc.path); got != tc.want {
 			t.Errorf("match(%q, %q): got %s, want %s", tc.host, tc.path, got, tc.want)
 		}
 	}
 	if len(tbl.dropped) != 3 {
 		t.Errorf("dropped: got %q, want the duplicate, the bad pattern and the declared default", tbl.dropped)
 	}
+}
+
+// matchedPool is the name of the pool tbl routes host and path to, or
+// "<nil>" when no route matches.
+func matchedPool(tbl *routeTable, host, path string) string {
+	if r := tbl.match(host, path); r != nil {
+		return r.Pool.Name
+	}
+	return "<nil>"
 }

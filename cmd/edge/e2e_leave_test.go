@@ -309,6 +309,19 @@ func TestReloadRemovingBackendKeep(t *testing.T) {
 // consulLeaveSetup writes a config whose pool app follows the Consul
 // service app, with no active checks of edge's own (Consul's word decides)
 // and a short backend_leave window.
+// startConsulLeaveEdge starts an edge on consulLeaveSetup's file and waits
+// until its pool has the members instances registered.
+func startConsulLeaveEdge(t *testing.T, agent *consultest.Agent, members int) *setup {
+	t.Helper()
+	s := consulLeaveSetup(t, agent)
+	startEdge(t, s.cfg)
+	waitUntil(t, fmt.Sprintf("%d members", members), func() (bool, string) {
+		st := backendStates(t, s.admin)
+		return len(st) == members, fmt.Sprint(st)
+	})
+	return s
+}
+
 func consulLeaveSetup(t *testing.T, agent *consultest.Agent) *setup {
 	t.Helper()
 	s := &setup{dir: t.TempDir(), ws: freeAddr(t), admin: freeAddr(t)}
@@ -400,12 +413,7 @@ func TestConsulBackendLeaveDrains(t *testing.T) {
 	for _, b := range bs {
 		registerTTL(t, agent.Client, b)
 	}
-	s := consulLeaveSetup(t, agent)
-	startEdge(t, s.cfg)
-	waitUntil(t, "three members", func() (bool, string) {
-		st := backendStates(t, s.admin)
-		return len(st) == 3, fmt.Sprint(st)
-	})
+	s := startConsulLeaveEdge(t, agent, 3)
 	on := s.spread(t, 2, "b1", "b2", "b3")
 
 	// One at a time: two of three at once would trip the panic threshold.
@@ -440,12 +448,7 @@ func TestConsulFailingCheckKeepsConnections(t *testing.T) {
 	bs := backends(t, "b1", "b2")
 	registerTTL(t, agent.Client, bs[0])
 	check := registerTTL(t, agent.Client, bs[1])
-	s := consulLeaveSetup(t, agent)
-	startEdge(t, s.cfg)
-	waitUntil(t, "two members", func() (bool, string) {
-		st := backendStates(t, s.admin)
-		return len(st) == 2, fmt.Sprint(st)
-	})
+	s := startConsulLeaveEdge(t, agent, 2)
 	on := s.spread(t, 2, "b1", "b2")
 	n := len(on["b2"])
 
@@ -481,12 +484,7 @@ func TestConsulPanicKeepsConnections(t *testing.T) {
 	for _, b := range bs {
 		registerTTL(t, agent.Client, b)
 	}
-	s := consulLeaveSetup(t, agent)
-	startEdge(t, s.cfg)
-	waitUntil(t, "two members", func() (bool, string) {
-		st := backendStates(t, s.admin)
-		return len(st) == 2, fmt.Sprint(st)
-	})
+	s := startConsulLeaveEdge(t, agent, 2)
 	on := s.spread(t, 2, "b1", "b2")
 	// A Consul that lost its state: every instance missing at once.
 	agent.RestartEmpty()
