@@ -22,7 +22,7 @@ func TestImportRules(t *testing.T) {
 		{pkg: "internal/hostname", noStdNet: true},
 		{pkg: "conf", ours: []string{"internal/hostname"}},
 		{pkg: "tls"},
-		{pkg: "proxy", ours: []string{"balance", "internal/hostname", "internal/wswire", "proxy/internal/wsession"}},
+		{pkg: "proxy", ours: []string{"balance", "internal/hostname", "internal/wswire", "proxy/internal/wsession", "tls/record"}},
 		{pkg: "discovery", ours: []string{"balance", "internal/hostname"}},
 		{pkg: "health", ours: []string{"balance", "internal/wswire"}},
 		{pkg: "internal/wswire", noStdNet: true},

@@ -35,6 +35,9 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	ws := wantsUpgrade(r.Header)
 	if ws {
 		x.kind = "ws"
+	} else {
+		// A plain request never leads to the record layer's takeover.
+		stopHandshakeLog(r.Context())
 	}
 	x.id = decideClient(r.RemoteAddr, r.Header["X-Forwarded-For"], h.lo.TrustedProxies)
 

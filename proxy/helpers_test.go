@@ -156,6 +156,7 @@ type edgeConfig struct {
 	maxHeaderBytes    int
 	wrap              func(net.Listener) net.Listener
 	accept            *AcceptLimit // readiness path only: WrapListenerLimit
+	cryptoTLS         bool         // TLS records stay with crypto/tls
 }
 
 func startEdge(t testing.TB, cfg edgeConfig) *edge {
@@ -180,17 +181,30 @@ func startEdge(t testing.TB, cfg edgeConfig) *edge {
 	if cfg.wrap != nil {
 		ln = cfg.wrap(ln)
 	}
+	// As cmd/edge wraps a TLS listener: the readiness splice owns the TLS
+	// 1.3 records (RecordLayer) unless the test keeps crypto/tls.
+	var rl *RecordLayer
+	if cfg.tls && !cfg.cryptoTLS {
+		rl = NewRecordLayer()
+	}
 	switch {
+	case goroutinePath(t) && cfg.accept == nil:
+	case rl != nil:
+		ln = WrapListenerTLS(ln, cfg.accept, nil, rl)
 	case cfg.accept != nil:
 		ln = WrapListenerLimit(ln, cfg.accept)
-	case !goroutinePath(t):
+	default:
 		ln = WrapListener(ln)
 	}
 	cfg.lo.TLS = cfg.tls
 	if cfg.tls {
 		cert, pool := selfSigned(t)
 		e.certs = pool
-		ln = tls.NewListener(ln, &tls.Config{Certificates: []tls.Certificate{cert}, NextProtos: []string{"http/1.1"}})
+		tc := &tls.Config{Certificates: []tls.Certificate{cert}, NextProtos: []string{"http/1.1"}}
+		if rl != nil {
+			tc.KeyLogWriter = rl.KeyLogWriter()
+		}
+		ln = tls.NewListener(ln, tc)
 	}
 	if cfg.readHeaderTimeout == 0 {
 		cfg.readHeaderTimeout = 5 * time.Second
@@ -205,6 +219,7 @@ func startEdge(t testing.TB, cfg edgeConfig) *edge {
 		ErrorLog:          nil,
 		// As cmd/edge runs it: OPTIONS * reaches the handler.
 		DisableGeneralOptionsHandler: true,
+		ConnContext:                  ConnContext,
 	}
 	done := make(chan struct{})
 	go func() { defer close(done); hs.Serve(ln) }()

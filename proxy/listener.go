@@ -30,6 +30,7 @@ type readyListener struct {
 	net.Listener
 	lim *AcceptLimit   // nil: no cap
 	cnt *ListenerConns // nil: not counted
+	rec *RecordLayer   // nil: crypto/tls keeps the records
 }
 
 // ListenerConns counts the open client sockets of one listener, from
@@ -46,6 +47,14 @@ func WrapListenerCount(l net.Listener, lim *AcceptLimit, n *ListenerConns) net.L
 	return &readyListener{Listener: l, lim: lim, cnt: n}
 }
 
+// WrapListenerTLS is WrapListenerCount for a listener under tls.NewListener
+// whose tls.Config has rl's KeyLogWriter: the readiness splice then owns
+// the TLS 1.3 record layer of its WebSockets once the handshake is done
+// (tlsrecord_linux.go). n may be nil.
+func WrapListenerTLS(l net.Listener, lim *AcceptLimit, n *ListenerConns, rl *RecordLayer) net.Listener {
+	return &readyListener{Listener: l, lim: lim, cnt: n, rec: rl}
+}
+
 func (l *readyListener) Accept() (net.Conn, error) {
 	for {
 		c, err := l.Listener.Accept()
@@ -60,7 +69,11 @@ func (l *readyListener) Accept() (net.Conn, error) {
 		if l.cnt != nil {
 			l.cnt.open.Add(1)
 		}
-		return &edgeConn{Conn: c, lim: l.lim, cnt: l.cnt}, nil
+		ec := &edgeConn{Conn: c, lim: l.lim, cnt: l.cnt}
+		if l.rec != nil && recordLayerOn {
+			ec.log = &tlsLog{keys: l.rec.keys}
+		}
+		return ec, nil
 	}
 }
 
@@ -78,6 +91,8 @@ type edgeConn struct {
 	lim      *AcceptLimit   // counts this socket until its descriptor closes
 	cnt      *ListenerConns // likewise, per listener
 	released atomic.Bool
+
+	log *tlsLog // what crypto/tls read and wrote, until the takeover; nil: not kept
 }
 
 // release gives the socket's place under the AcceptLimit back, once.
@@ -93,6 +108,14 @@ func (c *edgeConn) release() {
 }
 
 func (c *edgeConn) Read(p []byte) (int, error) {
+	n, err := c.read(p)
+	if c.log != nil && n > 0 {
+		c.log.read(p[:n])
+	}
+	return n, err
+}
+
+func (c *edgeConn) read(p []byte) (int, error) {
 	if c.s == nil {
 		return c.Conn.Read(p)
 	}
@@ -111,6 +134,9 @@ func (c *edgeConn) Read(p []byte) (int, error) {
 // does not take is queued. crypto/tls turns any write error into a
 // permanent one (docs/ARCHITECTURE.md), so only a dead socket is an error.
 func (c *edgeConn) Write(p []byte) (int, error) {
+	if c.log != nil {
+		c.log.wrote(p)
+	}
 	if c.s == nil {
 		return c.Conn.Write(p)
 	}
@@ -118,6 +144,9 @@ func (c *edgeConn) Write(p []byte) (int, error) {
 }
 
 func (c *edgeConn) Close() error {
+	if c.log != nil {
+		c.log.stop()
+	}
 	if c.s == nil {
 		err := c.Conn.Close()
 		c.release()

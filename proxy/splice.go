@@ -13,13 +13,14 @@ import (
 	"github.com/pires/go-proxyproto"
 )
 
-// Buffer sizes. A busy direction borrows a 16 KiB buffer (one TLS record)
+// Buffer sizes. A busy direction borrows an 18 KiB buffer (one whole TLS
+// record with its header and tag, record.MaxRecord, for the record layer)
 // and gives it back as soon as its source would block, so an idle
 // connection holds no copy buffer at all: memory per idle connection is the
 // headline figure. Sources that expose no socket fall back to a small buffer
 // held across a blocking read.
 const (
-	bufSize      = 16 << 10
+	bufSize      = 18 << 10
 	smallBufSize = 2 << 10
 )
 

@@ -34,6 +34,12 @@ type readyState struct {
 	cHup, bHup         atomic.Bool // hang-up or error reported: read to EOF
 	closed             atomic.Bool
 
+	// TLS 1.3 clients whose records the splice owns (tlsrecord_linux.go):
+	// hot while the record state may hold ciphers, rest asks the runner
+	// to drop them.
+	rec       *recConn
+	hot, rest atomic.Bool
+
 	// Runner-owned.
 	c2bDone, b2cDone bool // EOF seen and passed on
 	ending           bool // close once the queues are flushed
@@ -67,6 +73,7 @@ func (c *wsConn) startReady(head, clientBuffered, backendBuffered []byte) bool {
 	}
 	r := &c.rd
 	r.on, r.cs, r.bs, r.p = true, cs, bs, p
+	clientBuffered, _ = c.ownRecords(ec, clientBuffered)
 	c.backend = nil
 	c.cancel() // the per-connection context only serves the goroutine splice
 	c.ctx, c.cancel = nil, nil
@@ -231,6 +238,14 @@ func (c *wsConn) step() {
 	}
 	if r.closed.Load() {
 		c.finishReady()
+		return
+	}
+	if r.rec != nil {
+		if r.rest.Swap(false) {
+			r.rec.idle()
+		} else {
+			r.hot.Store(true)
+		}
 	}
 }
 
@@ -529,6 +544,12 @@ func (s *Server) sweeper(ctx context.Context, done chan struct{}) {
 	}
 }
 
+// restAfter is how long a TLS client whose records the splice owns must
+// be quiet before its ciphers (key schedules, about 0.8 KiB a direction)
+// are dropped; the next record rebuilds them, which costs about as much
+// as sealing a few small records.
+const restAfter = time.Second
+
 // sweep is one sweeper visit of a readiness-driven connection at now.
 func (c *wsConn) sweep(now int64) {
 	if c.sess.Lingering() {
@@ -547,6 +568,10 @@ func (c *wsConn) sweep(now int64) {
 	if wt := c.pool.settings().writeTimeout; c.rd.cs.stuck(now, wt) || c.rd.bs.stuck(now, wt) {
 		c.closeBoth(ReasonWriteTimeout)
 		return
+	}
+	if c.rd.rec != nil && now-c.last.Load() >= int64(restAfter) && c.rd.hot.CompareAndSwap(true, false) {
+		c.rd.rest.Store(true)
+		c.kick()
 	}
 	if !c.sess.FrameAware() {
 		return

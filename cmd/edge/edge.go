@@ -210,12 +210,19 @@ func (e *edge) buildListener(cfg *conf.Config, lc conf.Listener) (*listener, err
 	if lc.ProxyProtocol.Enabled {
 		ln = proxy.ListenProxyProtocol(ln, lc.ProxyProtocol.Trusted, lc.ProxyProtocol.Timeout.Std())
 	}
-	ln = proxy.WrapListenerCount(ln, e.accept, &l.conns)
 	var tlsCfg *tls.Config
 	if l.term != nil {
+		// The splice owns the TLS 1.3 records of WebSockets once the
+		// handshake is done (proxy.RecordLayer): crypto/tls hands it
+		// the traffic secrets through the key log hook.
+		rl := proxy.NewRecordLayer()
+		ln = proxy.WrapListenerTLS(ln, e.accept, &l.conns, rl)
 		tlsCfg = l.term.TLSConfig()
+		tlsCfg.KeyLogWriter = rl.KeyLogWriter()
 		e.metrics.countHandshakes(lc.Name, tlsCfg)
 		ln = tls.NewListener(ln, tlsCfg)
+	} else {
+		ln = proxy.WrapListenerCount(ln, e.accept, &l.conns)
 	}
 	l.ln = ln
 	// net/http bounds the TLS handshake by the smallest of its read
@@ -235,6 +242,9 @@ func (e *edge) buildListener(cfg *conf.Config, lc conf.Listener) (*listener, err
 		// OPTIONS * goes to the proxy, which answers it within its answer
 		// timeout; net/http's own handler would write with no deadline.
 		DisableGeneralOptionsHandler: true,
+	}
+	if l.term != nil {
+		l.srv.ConnContext = proxy.ConnContext
 	}
 	return l, nil
 }

@@ -1,0 +1,142 @@
+package proxy
+
+import (
+	"context"
+	"io"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/edgelb/edge/tls/record"
+)
+
+// Bounds of what an accepted TLS connection keeps of its own bytes until
+// the takeover. A WebSocket handshake (ClientHello, the client's Finished
+// and the upgrade request one way; the server's flight, its tickets and
+// nothing else the other way) fits well inside; a connection that goes
+// past a bound is left to crypto/tls for its whole life.
+const (
+	maxReadLog  = 16 << 10
+	maxWriteLog = 32 << 10
+)
+
+// keyLogAge bounds how long the secrets of a handshake wait for their
+// connection's takeover (a handshake that ends in a plain request, or in
+// an upgrade refused, never takes them).
+const (
+	keyLogAge     = 2 * time.Minute
+	keyLogEntries = 1 << 16
+)
+
+// RecordLayer lets the readiness-driven splice protect and unprotect the
+// TLS 1.3 records of a listener's WebSockets itself once the handshake
+// and the upgrade are done (tls/record), so that an idle connection holds
+// its keys and sequence numbers instead of crypto/tls's buffers. Set
+// KeyLogWriter as the listener's tls.Config.KeyLogWriter and wrap the
+// listener with WrapListenerTLS.
+type RecordLayer struct {
+	keys *record.KeyLog
+}
+
+// NewRecordLayer returns a RecordLayer for one listener.
+func NewRecordLayer() *RecordLayer {
+	return &RecordLayer{keys: record.NewKeyLog(keyLogAge, keyLogEntries, time.Now)}
+}
+
+// KeyLogWriter is the tls.Config.KeyLogWriter that hands the application
+// traffic secrets of each handshake to its connection. It keeps nothing
+// else, writes nothing anywhere, and forgets secrets nobody took.
+func (rl *RecordLayer) KeyLogWriter() io.Writer { return rl.keys }
+
+// tlsLog holds the bytes crypto/tls read from and wrote to one accepted
+// connection, from the ClientHello to the takeover: record.Resume replays
+// them to find the sequence numbers and key generation crypto/tls
+// reached. net/http's background read can run beside a handler's write,
+// hence the lock.
+type tlsLog struct {
+	mu   sync.Mutex
+	keys *record.KeyLog
+	r, w []byte
+	off  bool
+}
+
+func (l *tlsLog) read(p []byte) {
+	l.mu.Lock()
+	if !l.off {
+		if len(l.r)+len(p) > maxReadLog {
+			l.stopLocked()
+		} else {
+			l.r = append(l.r, p...)
+		}
+	}
+	l.mu.Unlock()
+}
+
+func (l *tlsLog) wrote(p []byte) {
+	l.mu.Lock()
+	if !l.off {
+		if len(l.w)+len(p) > maxWriteLog {
+			l.stopLocked()
+		} else {
+			l.w = append(l.w, p...)
+		}
+	}
+	l.mu.Unlock()
+}
+
+// stop ends the log for good and drops the handshake's secrets.
+func (l *tlsLog) stop() {
+	l.mu.Lock()
+	l.stopLocked()
+	l.mu.Unlock()
+}
+
+func (l *tlsLog) stopLocked() {
+	if l.off {
+		return
+	}
+	l.off = true
+	if cr, ok := record.ClientRandom(l.r); ok {
+		l.keys.Forget(cr)
+	}
+	l.r, l.w = nil, nil
+}
+
+// take ends the log and returns both halves and the handshake's secrets;
+// ok is false when the log was stopped or the secrets are gone.
+func (l *tlsLog) take() (rlog, wlog, cs, ss []byte, ok bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.off {
+		return nil, nil, nil, nil, false
+	}
+	l.off = true
+	rlog, wlog = l.r, l.w
+	l.r, l.w = nil, nil
+	cr, found := record.ClientRandom(rlog)
+	if !found {
+		return nil, nil, nil, nil, false
+	}
+	cs, ss, ok = l.keys.Take(cr)
+	return rlog, wlog, cs, ss, ok
+}
+
+type connCtxKey struct{}
+
+// ConnContext is the http.Server.ConnContext of a listener wrapped by
+// WrapListenerTLS: a connection whose first request is not a WebSocket
+// upgrade then drops its handshake log at once instead of keeping it
+// until it closes.
+func ConnContext(ctx context.Context, c net.Conn) context.Context {
+	if ec := edgeConnOf(c); ec != nil && ec.log != nil {
+		return context.WithValue(ctx, connCtxKey{}, ec.log)
+	}
+	return ctx
+}
+
+// stopHandshakeLog drops the handshake log of the request's connection.
+func stopHandshakeLog(ctx context.Context) {
+	if l, ok := ctx.Value(connCtxKey{}).(*tlsLog); ok {
+		l.stop()
+	}
+}
