@@ -1,0 +1,176 @@
+package record
+
+import (
+	"crypto/aes"
+	"crypto/cipher"
+	"crypto/hkdf"
+	"crypto/sha256"
+	"crypto/sha512"
+	"errors"
+	"fmt"
+
+	"golang.org/x/crypto/chacha20poly1305"
+)
+
+// The TLS 1.3 cipher suites of RFC 8446 §B.4 that this package protects
+// records with. Their values are those of crypto/tls.
+const (
+	TLS_AES_128_GCM_SHA256       uint16 = 0x1301
+	TLS_AES_256_GCM_SHA384       uint16 = 0x1302
+	TLS_CHACHA20_POLY1305_SHA256 uint16 = 0x1303
+)
+
+const (
+	ivLen     = 12 // RFC 8446 §5.3: iv_length is max(8, N_MIN) = 12 for all three AEADs
+	tagLen    = 16 // every suite of §B.4 has a 16-byte tag
+	maxSecret = sha512.Size384
+	maxKey    = 32
+)
+
+var errSuite = errors.New("tls record: unsupported cipher suite")
+
+// suiteParams returns the hash length and key length of a suite (RFC 8446
+// §B.4), or ok false for a suite this package does not handle.
+func suiteParams(suite uint16) (hashLen, keyLen int, ok bool) {
+	switch suite {
+	case TLS_AES_128_GCM_SHA256:
+		return sha256.Size, 16, true
+	case TLS_AES_256_GCM_SHA384:
+		return sha512.Size384, 32, true
+	case TLS_CHACHA20_POLY1305_SHA256:
+		return sha256.Size, chacha20poly1305.KeySize, true
+	}
+	return 0, 0, false
+}
+
+// expandLabel is HKDF-Expand-Label of RFC 8446 §7.1 with an empty context:
+//
+//	struct { uint16 length; opaque label<7..255> = "tls13 " + Label; opaque context<0..255>; } HkdfLabel;
+func expandLabel(suite uint16, secret []byte, label string, length int) []byte {
+	var info [2 + 1 + 6 + 16 + 1]byte
+	b := append(info[:0], byte(length>>8), byte(length), byte(6+len(label)))
+	b = append(b, "tls13 "...)
+	b = append(b, label...)
+	b = append(b, 0) // zero-length context
+	var out []byte
+	var err error
+	if suite == TLS_AES_256_GCM_SHA384 {
+		out, err = hkdf.Expand(sha512.New384, secret, string(b), length)
+	} else {
+		out, err = hkdf.Expand(sha256.New, secret, string(b), length)
+	}
+	if err != nil {
+		// Only a length above 255 hash lengths fails, and ours are fixed and small.
+		panic(fmt.Sprintf("tls record: HKDF-Expand-Label %q: %v", label, err))
+	}
+	return out
+}
+
+// dir is one direction of the record layer: the traffic secret of the
+// current generation, the key and iv derived from it (RFC 8446 §7.3), the
+// sequence number (§5.3) and, while the connection is active, the AEAD.
+type dir struct {
+	aead   cipher.AEAD // nil while idle; rebuilt from key on first use
+	seq    uint64
+	secret [maxSecret]byte
+	key    [maxKey]byte
+	iv     [ivLen]byte
+	nonce  [ivLen]byte // scratch for the per-record nonce, kept here so it does not escape per record
+}
+
+// setSecret installs a traffic secret: key and iv are derived (§7.3), the
+// sequence number restarts at 0 and the AEAD is rebuilt on next use.
+func (d *dir) setSecret(suite uint16, secret []byte) {
+	hashLen, keyLen, _ := suiteParams(suite)
+	*d = dir{}
+	copy(d.secret[:hashLen], secret)
+	copy(d.key[:keyLen], expandLabel(suite, secret, "key", keyLen))
+	copy(d.iv[:], expandLabel(suite, secret, "iv", ivLen))
+}
+
+// next moves to the next generation of traffic secret (RFC 8446 §7.2):
+// application_traffic_secret_N+1 = HKDF-Expand-Label(secret_N, "traffic upd", "", Hash.length).
+func (d *dir) next(suite uint16) {
+	hashLen, _, _ := suiteParams(suite)
+	next := expandLabel(suite, d.secret[:hashLen], "traffic upd", hashLen)
+	d.setSecret(suite, next)
+	clear(next)
+}
+
+// build makes the AEAD from the key. The key lengths are fixed by the suite,
+// so the constructors cannot fail.
+func (d *dir) build(suite uint16) {
+	_, keyLen, _ := suiteParams(suite)
+	var err error
+	if suite == TLS_CHACHA20_POLY1305_SHA256 {
+		d.aead, err = chacha20poly1305.New(d.key[:keyLen])
+	} else {
+		var block cipher.Block
+		if block, err = aes.NewCipher(d.key[:keyLen]); err == nil {
+			d.aead, err = cipher.NewGCM(block)
+		}
+	}
+	if err != nil {
+		panic(fmt.Sprintf("tls record: building the AEAD: %v", err))
+	}
+}
+
+// setNonce computes the per-record nonce of RFC 8446 §5.3: the 64-bit
+// sequence number in network order, left-padded to iv_length, XORed with the iv.
+func (d *dir) setNonce() {
+	d.nonce = d.iv
+	for i := 0; i < 8; i++ {
+		d.nonce[ivLen-1-i] ^= byte(d.seq >> (8 * i))
+	}
+}
+
+// open authenticates and decrypts one complete record in place and returns
+// its TLSInnerPlaintext (content, type, padding), aliasing rec.
+func (d *dir) open(suite uint16, rec []byte) ([]byte, bool) {
+	if d.aead == nil {
+		d.build(suite)
+	}
+	d.setNonce()
+	inner, err := d.aead.Open(rec[headerLen:headerLen], d.nonce[:], rec[headerLen:], rec[:headerLen])
+	if err != nil {
+		return nil, false
+	}
+	d.seq++
+	return inner, true
+}
+
+// encrypt protects the record that starts at dst[start:]: five header bytes
+// (filled here) then the TLSInnerPlaintext. dst has room for the tag.
+func (d *dir) encrypt(suite uint16, dst []byte, start int) []byte {
+	if d.aead == nil {
+		d.build(suite)
+	}
+	n := len(dst) - start - headerLen + tagLen
+	hdr := dst[start : start+headerLen]
+	hdr[0], hdr[1], hdr[2], hdr[3], hdr[4] = typeApplicationData, 3, 3, byte(n>>8), byte(n)
+	body := dst[start+headerLen:]
+	d.setNonce()
+	d.aead.Seal(body[:0], d.nonce[:], body, hdr)
+	d.seq++
+	return dst[:start+headerLen+n]
+}
+
+// seal appends one record: content p of inner content type typ, no padding.
+func (d *dir) seal(suite uint16, dst []byte, typ byte, p []byte) []byte {
+	dst = grow(dst, headerLen+len(p)+1+tagLen)
+	start := len(dst)
+	dst = append(dst, 0, 0, 0, 0, 0)
+	dst = append(dst, p...)
+	dst = append(dst, typ)
+	return d.encrypt(suite, dst, start)
+}
+
+// grow makes room for n more bytes, allocating only when cap is short.
+func grow(b []byte, n int) []byte {
+	if cap(b)-len(b) >= n {
+		return b
+	}
+	nb := make([]byte, len(b), len(b)+n+len(b)/4)
+	copy(nb, b)
+	return nb
+}

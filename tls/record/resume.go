@@ -1,0 +1,135 @@
+package record
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Resume computes the state crypto/tls reached from the raw bytes it read
+// from and wrote to the socket since the start of the connection
+// (ClientHello onwards), so that edge can take the connection over.
+//
+// Each log is split into records. The records before the first one that
+// authenticates under the application key at sequence 0 are the
+// handshake's: plaintext hellos, change_cipher_spec, and records under the
+// handshake keys, which fail authentication under the application key
+// (that is how they are told apart). Every complete record from there on
+// is replayed through the same state machine as Open, so KeyUpdates that
+// crypto/tls read or answered are followed, and their plaintext discarded:
+// the caller takes over only when crypto/tls holds no data it read and has
+// not yet delivered. A client's update_requested that the write log does
+// not answer leaves an answer pending.
+//
+// readTail is a copy of the incomplete record at the end of the read log,
+// to be passed to Open in front of the next bytes from the socket. The
+// write log must end on a record boundary. Neither log is modified. Any
+// error means: do not take over, keep crypto/tls.
+func Resume(suite uint16, clientSecret, serverSecret, readLog, writeLog []byte) (s *State, readTail []byte, err error) {
+	s, err = New(suite, clientSecret, serverSecret)
+	if err != nil {
+		return nil, nil, err
+	}
+	// The write log is replayed by the client's view of the connection: its
+	// read direction is the server's write direction, and NewSessionTicket
+	// is legal in it.
+	view := &State{peerIsServer: true}
+	if err := view.init(suite, serverSecret, clientSecret); err != nil {
+		return nil, nil, err
+	}
+	requests, _, tail, err := replay(s, readLog)
+	if err != nil {
+		return nil, nil, fmt.Errorf("tls record: replaying the read log: %w", err)
+	}
+	_, updates, wtail, err := replay(view, writeLog)
+	if err != nil {
+		return nil, nil, fmt.Errorf("tls record: replaying the write log: %w", err)
+	}
+	if len(wtail) > 0 || view.hsHave > 0 {
+		return nil, nil, errors.New("tls record: the write log ends inside a record or a handshake message")
+	}
+	s.write = view.read
+	// crypto/tls answers each update_requested as it reads it (and never
+	// updates its key otherwise), so an answer is owed only if fewer
+	// KeyUpdates were written than requested.
+	s.pending.Store(requests > updates)
+	return s, append([]byte(nil), tail...), nil
+}
+
+// replay opens the application records of log with st and counts the
+// update_requested KeyUpdates it read and the key switches it made.
+func replay(st *State, log []byte) (requests, updates int, tail []byte, err error) {
+	start, err := applicationStart(st, log)
+	if err != nil {
+		return 0, 0, nil, err
+	}
+	buf := append([]byte(nil), log[start:]...)
+	for off := 0; ; {
+		rest := buf[off:]
+		if len(rest) < headerLen || len(rest) < headerLen+bodyLen(rest) {
+			return requests, updates, log[start+off:], nil
+		}
+		n := headerLen + bodyLen(rest)
+		_, used, err := st.Open(rest[:n])
+		if err != nil {
+			return 0, 0, nil, fmt.Errorf("record at offset %d: %w", start+off, err)
+		}
+		if st.pending.Swap(false) {
+			requests++
+		}
+		if st.read.seq == 0 {
+			updates++
+		}
+		off += used
+	}
+}
+
+// applicationStart returns the offset of the first record of log that
+// authenticates under st's read key at its sequence number, or of the
+// incomplete record at the end, or len(log).
+func applicationStart(st *State, log []byte) (int, error) {
+	if st.read.aead == nil {
+		st.read.build(st.suite)
+	}
+	var scratch []byte
+	for off := 0; ; {
+		rest := log[off:]
+		if len(rest) < headerLen {
+			return off, nil
+		}
+		n := headerLen + bodyLen(rest)
+		if n > MaxRecord {
+			return 0, fmt.Errorf("handshake record of %d bytes at offset %d", n-headerLen, off)
+		}
+		if len(rest) < n {
+			return off, nil
+		}
+		switch rest[0] {
+		case typeHandshake, typeChangeCipherSpec:
+			// The plaintext hellos and the compatibility change_cipher_spec (RFC 8446 §D.4).
+		case typeApplicationData:
+			scratch = append(scratch[:0], rest[:n]...)
+			trial := st.read // a copy: a failed or successful trial leaves st alone
+			if _, ok := trial.open(st.suite, scratch); ok {
+				return off, nil
+			}
+		default:
+			return 0, fmt.Errorf("record type %d at offset %d in the handshake", rest[0], off)
+		}
+		off += n
+	}
+}
+
+// ClientRandom returns the 32-byte random of the ClientHello at the front of
+// a read log (record header 5 bytes, handshake header 4, legacy_version 2,
+// then random; RFC 8446 §4.1.2), aliasing readLog, or false if the log does
+// not start with a handshake record holding a ClientHello's first 38 bytes.
+func ClientRandom(readLog []byte) ([]byte, bool) {
+	const end = headerLen + 4 + 2 + 32
+	if len(readLog) < end || readLog[0] != typeHandshake || readLog[headerLen] != 1 {
+		return nil, false
+	}
+	if bodyLen(readLog) < end-headerLen {
+		return nil, false
+	}
+	return readLog[end-32 : end], true
+}
