@@ -11,3 +11,15 @@ func (s *Server) maxClientQueue() int64 {
 	})
 	return m
 }
+
+// recordConns counts the live connections whose TLS records the splice
+// owns (tlsrecord_linux.go).
+func (s *Server) recordConns() int {
+	n := 0
+	s.reg.each(func(c *wsConn) {
+		if c.rd.rec != nil {
+			n++
+		}
+	})
+	return n
+}

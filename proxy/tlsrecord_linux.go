@@ -128,10 +128,13 @@ func (r *recConn) Read(p []byte) (int, error) {
 		if oerr != nil {
 			return len(plain), r.readFailed(oerr)
 		}
-		if len(plain) > 0 {
+		if len(plain) > 0 || used > 0 {
+			// Records without application data (a KeyUpdate, whose
+			// answer may have queued): back to the pump, which stops
+			// reading a client whose queue is over clientQueueCap.
 			return len(plain), nil
 		}
-		// Only a key update, an empty record or part of one: read on.
+		// Only part of a record so far: read on.
 	}
 }
 
