@@ -1,37 +1,24 @@
 package proxy
 
 import (
-	"bufio"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/json"
-	"errors"
-	"io"
 	"log/slog"
-	"math/big"
 	"net"
 	"net/http"
 	"net/netip"
 	"runtime"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/edgelb/edge/balance"
 	"github.com/edgelb/edge/internal/testbackend"
-	"github.com/edgelb/edge/internal/wswire"
+	"github.com/edgelb/edge/internal/testkit"
 	"github.com/gorilla/websocket"
 )
-
-// testKey is a valid Sec-WebSocket-Key (the RFC 6455 §1.3 example).
-const testKey = "dGhlIHNhbXBsZSBub25jZQ=="
 
 // startBackend starts a testbackend and closes it at the end of the test.
 func startBackend(t *testing.T, id string) *testbackend.Server {
@@ -156,6 +143,9 @@ type edgeConfig struct {
 	maxHeaderBytes    int
 	wrap              func(net.Listener) net.Listener
 	accept            *AcceptLimit // readiness path only: WrapListenerLimit
+	// splice is the splice path under test; the readiness splice unless
+	// a test run by forEachPath passes its own.
+	splice splicePath
 }
 
 func startEdge(t testing.TB, cfg edgeConfig) *edge {
@@ -183,14 +173,14 @@ func startEdge(t testing.TB, cfg edgeConfig) *edge {
 	switch {
 	case cfg.accept != nil:
 		ln = WrapListenerLimit(ln, cfg.accept)
-	case !goroutinePath(t):
+	case cfg.splice != spliceGoroutines:
 		ln = WrapListener(ln)
 	}
 	cfg.lo.TLS = cfg.tls
 	if cfg.tls {
-		cert, pool := selfSigned(t)
-		e.certs = pool
-		ln = tls.NewListener(ln, &tls.Config{Certificates: []tls.Certificate{cert}, NextProtos: []string{"http/1.1"}})
+		cert := testkit.SelfSigned(t, "edge.test")
+		e.certs = cert.Pool()
+		ln = tls.NewListener(ln, &tls.Config{Certificates: []tls.Certificate{cert.TLS()}, NextProtos: []string{"http/1.1"}})
 	}
 	if cfg.readHeaderTimeout == 0 {
 		cfg.readHeaderTimeout = 5 * time.Second
@@ -243,46 +233,19 @@ func (p splicePath) String() string {
 
 var splicePaths = []splicePath{spliceReadiness, spliceGoroutines}
 
-// pathOf holds the splice forEachPath chose for each of its subtests,
-// keyed by the subtest: startEdge looks it up for the test or any test
-// nested in it, never by parsing a name.
-var pathOf sync.Map // testing.TB -> splicePath
-
-// forEachPath runs f as a subtest per splice path, the path passed
-// explicitly to everything under the subtest (spliceFor).
-func forEachPath(t *testing.T, f func(t *testing.T)) {
+// forEachPath runs f as a subtest per splice path, passing the path to
+// f: f puts it in the edgeConfig of every edge it starts.
+func forEachPath(t *testing.T, f func(t *testing.T, sp splicePath)) {
 	t.Helper()
-	for _, p := range splicePaths {
-		t.Run(p.String(), func(t *testing.T) {
-			pathOf.Store(t, p)
-			t.Cleanup(func() { pathOf.Delete(t) })
-			f(t)
-		})
+	for _, sp := range splicePaths {
+		t.Run(sp.String(), func(t *testing.T) { f(t, sp) })
 	}
 }
 
-// spliceFor is the splice forEachPath chose for t, or for the subtest
-// of forEachPath t runs under; the readiness splice by default.
-func spliceFor(t testing.TB) splicePath {
-	var found splicePath
-	name := t.Name()
-	pathOf.Range(func(k, v any) bool {
-		if pt := k.(testing.TB); pt == t || strings.HasPrefix(name, pt.Name()+"/") {
-			found = v.(splicePath)
-			return false
-		}
-		return true
-	})
-	return found
-}
-
-// goroutinePath reports whether t's edge uses the goroutine splice.
-func goroutinePath(t testing.TB) bool { return spliceFor(t) == spliceGoroutines }
-
-// readinessExpected reports whether connections of t's edge should be
-// readiness-driven.
-func readinessExpected(t testing.TB) bool {
-	return readinessOn && runtime.GOOS == "linux" && !goroutinePath(t)
+// readinessExpected reports whether connections of an edge on splice
+// path sp should be readiness-driven.
+func readinessExpected(sp splicePath) bool {
+	return readinessOn && runtime.GOOS == "linux" && sp != spliceGoroutines
 }
 
 // url returns the WebSocket URL of path on the edge.
@@ -300,17 +263,13 @@ func (e *edge) httpURL(path string) string {
 	return "http://" + e.addr + path
 }
 
-func (e *edge) tlsConfig() *tls.Config {
-	return &tls.Config{RootCAs: e.certs, ServerName: "edge.test"}
-}
+// tlsConfig, dialer and httpClient are clients trusting the edge's
+// certificate (for edge.test); without TLS they connect in the clear.
+func (e *edge) tlsConfig() *tls.Config { return testkit.ClientTLS(e.certs, "edge.test") }
 
-func (e *edge) dialer() *websocket.Dialer {
-	return &websocket.Dialer{TLSClientConfig: e.tlsConfig(), HandshakeTimeout: 5 * time.Second}
-}
+func (e *edge) dialer() *websocket.Dialer { return testkit.Dialer(e.certs, "edge.test") }
 
-func (e *edge) httpClient() *http.Client {
-	return &http.Client{Transport: &http.Transport{TLSClientConfig: e.tlsConfig()}, Timeout: 5 * time.Second}
-}
+func (e *edge) httpClient() *http.Client { return testkit.HTTPClient(e.certs, "edge.test") }
 
 // dialWS opens a WebSocket through the edge and closes it at test end.
 func (e *edge) dialWS(t *testing.T, path string, h http.Header) (*websocket.Conn, *http.Response) {
@@ -341,208 +300,10 @@ func (e *edge) rawConn(t *testing.T) net.Conn {
 	return c
 }
 
-// ask sends a text message and returns the answer.
-func ask(t *testing.T, c *websocket.Conn, msg string) string {
-	t.Helper()
-	c.SetReadDeadline(time.Now().Add(5 * time.Second))
-	if err := c.WriteMessage(websocket.TextMessage, []byte(msg)); err != nil {
-		t.Fatalf("write %q: %v", msg, err)
-	}
-	_, b, err := c.ReadMessage()
-	if err != nil {
-		t.Fatalf("read answer to %q: %v", msg, err)
-	}
-	return string(b)
-}
-
-// askHeaders returns the backend's view of the upgrade request headers.
-func askHeaders(t *testing.T, c *websocket.Conn) map[string][]string {
-	t.Helper()
-	var h map[string][]string
-	if err := json.Unmarshal([]byte(ask(t, c, "headers")), &h); err != nil {
-		t.Fatalf("headers JSON: %v", err)
-	}
-	return h
-}
-
-// upgradeRequest renders a raw upgrade request.
-func rawUpgrade(path, host string, extra ...string) string {
-	var b strings.Builder
-	b.WriteString("GET " + path + " HTTP/1.1\r\nHost: " + host + "\r\n")
-	b.WriteString("Connection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: " + testKey + "\r\n")
-	for _, h := range extra {
-		b.WriteString(h + "\r\n")
-	}
-	b.WriteString("\r\n")
-	return b.String()
-}
-
-// maskedFrame renders a client frame (masked, RFC 6455 §5.3).
-func maskedFrame(opcode byte, payload []byte) []byte {
-	if len(payload) > 125 {
-		panic("test frame too long")
-	}
-	mask := [4]byte{1, 2, 3, 4}
-	f := []byte{0x80 | opcode, 0x80 | byte(len(payload)), mask[0], mask[1], mask[2], mask[3]}
-	for i, c := range payload {
-		f = append(f, c^mask[i%4])
-	}
-	return f
-}
-
-// readFrame reads one unmasked server frame.
-func readFrame(t *testing.T, br *bufio.Reader) (byte, []byte) {
-	t.Helper()
-	var hdr [2]byte
-	if _, err := io.ReadFull(br, hdr[:]); err != nil {
-		t.Fatalf("read frame header: %v", err)
-	}
-	n := int(hdr[1] & 0x7f)
-	switch n {
-	case 126:
-		var l [2]byte
-		io.ReadFull(br, l[:])
-		n = int(l[0])<<8 | int(l[1])
-	case 127:
-		t.Fatal("unexpected 64-bit frame")
-	}
-	p := make([]byte, n)
-	if _, err := io.ReadFull(br, p); err != nil {
-		t.Fatalf("read frame payload: %v", err)
-	}
-	return hdr[0] & 0x0f, p
-}
-
-// rawBackend runs handle for every connection accepted on a loopback port.
-func rawBackend(t *testing.T, handle func(c net.Conn)) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("listen: %v", err)
-	}
-	var wg sync.WaitGroup
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				defer c.Close()
-				handle(c)
-			}()
-		}
-	}()
-	t.Cleanup(func() { ln.Close(); wg.Wait() })
-	return ln.Addr().String()
-}
-
-// read101 reads the answer to the upgrade request written on c, within
-// five seconds, and fails the test unless it is a 101; the reader holds
-// what came after it.
-func read101(t *testing.T, c net.Conn) *bufio.Reader {
-	t.Helper()
-	c.SetReadDeadline(time.Now().Add(5 * time.Second))
-	br := bufio.NewReader(c)
-	if resp, err := http.ReadResponse(br, nil); err != nil || resp.StatusCode != 101 {
-		t.Fatalf("handshake: %v %v", resp, err)
-	}
-	return br
-}
-
-// readUpgrade reads an upgrade request on a raw backend and returns the
-// 101 answer for it.
-func readUpgrade(t *testing.T, br *bufio.Reader) (*http.Request, string) {
-	req, err := http.ReadRequest(br)
-	if err != nil {
-		t.Errorf("backend read request: %v", err)
-		return nil, ""
-	}
-	return req, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: " +
-		wswire.AcceptKey(req.Header.Get("Sec-WebSocket-Key")) + "\r\n\r\n"
-}
-
-// closedPort returns a loopback address nobody listens on.
-func closedPort(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("listen: %v", err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
-}
-
-// selfSigned makes a certificate for edge.test and a pool trusting it.
-func selfSigned(t testing.TB) (tls.Certificate, *x509.CertPool) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatalf("key: %v", err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: "edge.test"},
-		DNSNames:              []string{"edge.test"},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(time.Hour),
-		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
-		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		IsCA:                  true,
-		BasicConstraintsValid: true,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatalf("certificate: %v", err)
-	}
-	leaf, _ := x509.ParseCertificate(der)
-	pool := x509.NewCertPool()
-	pool.AddCert(leaf)
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}, pool
-}
-
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
-// waitGoroutines waits until the goroutine count is back to base.
-func waitGoroutines(t *testing.T, base int) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		n := runtime.NumGoroutine()
-		if n <= base {
-			return
-		}
-		if time.Now().After(deadline) {
-			buf := make([]byte, 1<<20)
-			buf = buf[:runtime.Stack(buf, true)]
-			t.Fatalf("goroutines: got %d, want <= %d\n%s", n, base, buf)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 func mustPrefixes(s ...string) []netip.Prefix {
 	var ps []netip.Prefix
 	for _, p := range s {
 		ps = append(ps, netip.MustParsePrefix(p))
 	}
 	return ps
-}
-
-// isClosed reports whether err means the peer closed the connection.
-func isClosed(err error) bool {
-	return errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) || strings.Contains(err.Error(), "reset") || strings.Contains(err.Error(), "close")
 }
