@@ -269,3 +269,10 @@ func create(t testing.TB, tmpl, parent *x509.Certificate, key, signer crypto.Sig
 	}
 	return c
 }
+
+// Write writes the CA's certificate as name.pem and its key as name.key
+// in dir and returns the two paths.
+func (ca *CA) Write(t testing.TB, dir, name string) (certFile, keyFile string) {
+	t.Helper()
+	return (&Cert{Cert: ca.Cert, Key: ca.Key}).Write(t, dir, name)
+}
