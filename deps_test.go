@@ -26,6 +26,7 @@ func TestImportRules(t *testing.T) {
 		{pkg: "discovery", ours: []string{"balance", "internal/hostname"}},
 		{pkg: "health", ours: []string{"balance", "internal/wswire"}},
 		{pkg: "internal/wswire", noStdNet: true},
+		{pkg: "internal/testkit", ours: []string{"internal/wswire"}},
 	}
 	for _, r := range rules {
 		t.Run(r.pkg, func(t *testing.T) {
@@ -49,6 +50,23 @@ func TestImportRules(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestTestkitOnlyInTests keeps internal/testkit out of the product: it
+// calls testing's Fatal, so only _test.go files may import it.
+func TestTestkitOnlyInTests(t *testing.T) {
+	out, err := exec.Command("go", "list", "-f", "{{.ImportPath}}: {{join .Imports \" \"}}", "./...").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list ./...: %v\n%s", err, out)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		pkg, imports, _ := strings.Cut(line, ": ")
+		for _, imp := range strings.Fields(imports) {
+			if imp == module+"/internal/testkit" {
+				t.Errorf("%s imports internal/testkit outside its _test.go files", pkg)
+			}
+		}
 	}
 }
 

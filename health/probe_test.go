@@ -8,10 +8,11 @@ import (
 	"net"
 	"net/http"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/edgelb/edge/internal/testkit"
 )
 
 func FuzzReadFrame(f *testing.F) {
@@ -76,39 +77,22 @@ func TestReadFrame(t *testing.T) {
 // there, so the backend gets rid of a few MiB at most (the limit plus the
 // loopback socket buffers), not the 256 MiB it would send.
 func TestProbeEndlessHeader(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var wg sync.WaitGroup
 	var sent atomic.Int64
 	ended := make(chan struct{}, 64) // a client may retry (fasthttp does)
-	go func() {
-		for {
-			c, err := ln.Accept()
+	addr := testkit.RawBackend(t, func(c net.Conn) {
+		defer func() { ended <- struct{}{} }()
+		http.ReadRequest(bufio.NewReader(c))
+		io.WriteString(c, "HTTP/1.1 101 Switching Protocols\r\nX-Endless: ")
+		chunk := []byte(strings.Repeat("a", 32<<10))
+		c.SetWriteDeadline(time.Now().Add(20 * time.Second))
+		for range 8 << 10 { // 256 MiB at most; stops when the prober closes
+			n, err := c.Write(chunk)
+			sent.Add(int64(n))
 			if err != nil {
 				return
 			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				defer func() { ended <- struct{}{} }()
-				defer c.Close()
-				http.ReadRequest(bufio.NewReader(c))
-				io.WriteString(c, "HTTP/1.1 101 Switching Protocols\r\nX-Endless: ")
-				chunk := []byte(strings.Repeat("a", 32<<10))
-				c.SetWriteDeadline(time.Now().Add(20 * time.Second))
-				for range 8 << 10 { // 256 MiB at most; stops when the prober closes
-					n, err := c.Write(chunk)
-					sent.Add(int64(n))
-					if err != nil {
-						return
-					}
-				}
-			}()
 		}
-	}()
-	t.Cleanup(func() { ln.Close(); wg.Wait() })
+	})
 	for _, tc := range []struct {
 		name string
 		p    prober
@@ -120,7 +104,7 @@ func TestProbeEndlessHeader(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
 			start := time.Now()
-			err := tc.p.probe(ctx, ln.Addr().String())
+			err := tc.p.probe(ctx, addr)
 			if err == nil {
 				t.Fatal("probe passed, want a failure")
 			}

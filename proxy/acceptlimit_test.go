@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/edgelb/edge/internal/testkit"
 )
 
 // TestAcceptLimitClosesOverCap: at the cap a new client socket is closed
@@ -19,12 +21,12 @@ import (
 func TestAcceptLimitClosesOverCap(t *testing.T) {
 	var logBuf syncBuffer
 	lim := NewAcceptLimit(2, slog.New(slog.NewTextHandler(&logBuf, nil)))
-	e, _ := oneBackendEdge(t, false, func(_ *Pool, cfg *edgeConfig) { cfg.accept = lim })
+	e, _ := oneBackendEdge(t, spliceReadiness, false, func(_ *Pool, cfg *edgeConfig) { cfg.accept = lim })
 
 	ws, _ := e.dialWS(t, "/", nil)
-	ask(t, ws, "x")
+	testkit.Ask(t, ws, "x")
 	idle := e.rawConn(t)
-	waitFor(t, "two sockets open", func() bool { return lim.Open() == 2 })
+	testkit.WaitFor(t, "two sockets open", func() bool { return lim.Open() == 2 })
 
 	for i := 0; i < 3; i++ {
 		c := e.rawConn(t)
@@ -42,7 +44,7 @@ func TestAcceptLimitClosesOverCap(t *testing.T) {
 
 	ws.Close() // a taken-over socket gives its place back when its descriptor closes
 	idle.Close()
-	waitFor(t, "no socket open", func() bool { return lim.Open() == 0 })
+	testkit.WaitFor(t, "no socket open", func() bool { return lim.Open() == 0 })
 	resp, err := e.httpClient().Get(e.httpURL("/whoami"))
 	if err != nil {
 		t.Fatalf("after the sockets closed: %v", err)

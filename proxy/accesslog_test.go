@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edgelb/edge/internal/testkit"
 	"github.com/gorilla/websocket"
 )
 
@@ -36,7 +37,7 @@ func (l *logCounter) loggedID(t *testing.T, k, id string) {
 		}
 		return false
 	}
-	waitFor(t, "the access line with request_id "+id, found)
+	testkit.WaitFor(t, "the access line with request_id "+id, found)
 }
 
 func (l *logCounter) lastKind(t *testing.T, k string) map[string]slog.Value {
@@ -58,14 +59,14 @@ var generatedID = regexp.MustCompile(`^[0-9a-f]{32}$`)
 // side that closed, the time to the 101, the TLS version, the duration in
 // seconds as a float and a request id; the close reached the Observer too.
 func TestAccessLogEdgeClose1009(t *testing.T) {
-	forEachPath(t, func(t *testing.T) {
+	forEachPath(t, func(t *testing.T, sp splicePath) {
 		lc := &logCounter{}
-		e, _ := oneBackendEdge(t, true, func(p *Pool, cfg *edgeConfig) {
+		e, _ := oneBackendEdge(t, sp, true, func(p *Pool, cfg *edgeConfig) {
 			p.MaxFrameBytes = 100
 			cfg.opts.AccessLog = slog.New(lc)
 		})
 		c, _ := e.dialWS(t, "/", nil)
-		ask(t, c, "x")
+		testkit.Ask(t, c, "x")
 		if err := c.WriteMessage(websocket.TextMessage, bytes.Repeat([]byte{'b'}, 101)); err != nil {
 			t.Fatal(err)
 		}
@@ -115,14 +116,14 @@ func TestAccessLogEdgeClose1009(t *testing.T) {
 // mode follows client frames) and one from the backend (backend frames
 // are always followed) are attributed to their side with their code.
 func TestAccessLogCloseSides(t *testing.T) {
-	forEachPath(t, func(t *testing.T) {
+	forEachPath(t, func(t *testing.T, sp splicePath) {
 		lc := &logCounter{}
-		e, _ := oneBackendEdge(t, false, func(p *Pool, cfg *edgeConfig) {
+		e, _ := oneBackendEdge(t, sp, false, func(p *Pool, cfg *edgeConfig) {
 			p.MaxMessageBytes = 1 << 20
 			cfg.opts.AccessLog = slog.New(lc)
 		})
 		c, _ := e.dialWS(t, "/", nil)
-		ask(t, c, "x")
+		testkit.Ask(t, c, "x")
 		msg := websocket.FormatCloseMessage(4001, "bye")
 		if err := c.WriteControl(websocket.CloseMessage, msg, time.Now().Add(5*time.Second)); err != nil {
 			t.Fatal(err)
@@ -157,7 +158,7 @@ func TestAccessLogCloseSides(t *testing.T) {
 // lookalike spelling cannot smuggle a second one.
 func TestRequestIDKeptAndPassed(t *testing.T) {
 	lc := &logCounter{}
-	e, _ := oneBackendEdge(t, false, func(_ *Pool, cfg *edgeConfig) { cfg.opts.AccessLog = slog.New(lc) })
+	e, _ := oneBackendEdge(t, spliceReadiness, false, func(_ *Pool, cfg *edgeConfig) { cfg.opts.AccessLog = slog.New(lc) })
 	req, _ := http.NewRequest("GET", e.httpURL("/headers"), nil)
 	req.Header["X-Request-Id"] = []string{"abc-123.XYZ"}
 	req.Header["X_Request_Id"] = []string{"smuggled"}
@@ -173,7 +174,7 @@ func TestRequestIDKeptAndPassed(t *testing.T) {
 	lc.loggedID(t, "http", "abc-123.XYZ")
 
 	c, _ := e.dialWS(t, "/", http.Header{"X-Request-Id": {"ws-id-1"}})
-	if got := askHeaders(t, c)["X-Request-Id"]; len(got) != 1 || got[0] != "ws-id-1" {
+	if got := testkit.AskHeaders(t, c)["X-Request-Id"]; len(got) != 1 || got[0] != "ws-id-1" {
 		t.Errorf("ws backend X-Request-Id: got %q", got)
 	}
 	c.Close()
@@ -187,7 +188,7 @@ func TestRequestIDKeptAndPassed(t *testing.T) {
 // long or not visible ASCII, edge makes one up, logs it and sends it.
 func TestRequestIDGenerated(t *testing.T) {
 	lc := &logCounter{}
-	e, _ := oneBackendEdge(t, false, func(_ *Pool, cfg *edgeConfig) { cfg.opts.AccessLog = slog.New(lc) })
+	e, _ := oneBackendEdge(t, spliceReadiness, false, func(_ *Pool, cfg *edgeConfig) { cfg.opts.AccessLog = slog.New(lc) })
 	for _, in := range []string{"", strings.Repeat("a", 201), "has space", "caf\xc3\xa9"} {
 		req, _ := http.NewRequest("GET", e.httpURL("/headers"), nil)
 		if in != "" {
@@ -202,7 +203,7 @@ func TestRequestIDGenerated(t *testing.T) {
 		lc.loggedID(t, "http", got[0]) // the id the backend got is the one logged
 	}
 	c, _ := e.dialWS(t, "/", nil)
-	got := askHeaders(t, c)["X-Request-Id"]
+	got := testkit.AskHeaders(t, c)["X-Request-Id"]
 	if len(got) != 1 || !generatedID.MatchString(got[0]) {
 		t.Errorf("ws backend X-Request-Id: got %q", got)
 	}

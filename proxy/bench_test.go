@@ -85,7 +85,7 @@ func (h *loadHelper) expect(b *testing.B, prefix string) string {
 }
 
 // benchEdge starts a TLS edge on path p in front of the helper's backend.
-func benchEdge(b *testing.B, h *loadHelper) *edge {
+func benchEdge(b *testing.B, p splicePath, h *loadHelper) *edge {
 	b.Helper()
 	pool := newPool(b, "bench", balance.LeastConn, map[string]string{"b1": h.addr})
 	pool.IdleTimeout, pool.WriteTimeout = time.Hour, 30*time.Second
@@ -95,7 +95,7 @@ func benchEdge(b *testing.B, h *loadHelper) *edge {
 			b.Logf("closed during the benchmark: %v", obs.reasons)
 		}
 	})
-	return startEdge(b, edgeConfig{tls: true, opts: Options{Routes: []Route{{Default: true, Pool: pool}}, Observer: obs}})
+	return startEdge(b, edgeConfig{tls: true, splice: p, opts: Options{Routes: []Route{{Default: true, Pool: pool}}, Observer: obs}})
 }
 
 // reasonCounter counts close reasons without ever blocking the data path.
@@ -156,11 +156,9 @@ func BenchmarkIdleMemory(b *testing.B) {
 	n := envInt("EDGE_IDLE_CONNS", 2000)
 	for _, p := range splicePaths {
 		b.Run(p.String(), func(b *testing.B) {
-			pathOf.Store(b, p)
-			defer pathOf.Delete(b)
 			defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
 			h := startHelper(b, fmt.Sprintf("idle %d", n))
-			e := benchEdge(b, h)
+			e := benchEdge(b, p, h)
 			runtime.GC()
 			debug.FreeOSMemory()
 			before := rssKiB(b)
@@ -204,11 +202,9 @@ func BenchmarkEchoCPU(b *testing.B) {
 	const conns, seconds = 50, 5
 	for _, p := range splicePaths {
 		b.Run(p.String(), func(b *testing.B) {
-			pathOf.Store(b, p)
-			defer pathOf.Delete(b)
 			defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
 			h := startHelper(b, fmt.Sprintf("echo %d %d", conns, seconds))
-			e := benchEdge(b, h)
+			e := benchEdge(b, p, h)
 			fmt.Fprintf(h.in, "edge %s\n", e.addr)
 			h.expect(b, "start")
 			c0 := cpuTime()

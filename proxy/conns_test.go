@@ -15,13 +15,14 @@ import (
 	"time"
 
 	"github.com/edgelb/edge/balance"
+	"github.com/edgelb/edge/internal/testkit"
 	"github.com/edgelb/edge/internal/wswire"
 	"github.com/gorilla/websocket"
 )
 
 // TestSpoofedForwardedForDiscarded (gorouter#179), end to end.
 func TestSpoofedForwardedForDiscarded(t *testing.T) {
-	forEachPath(t, func(t *testing.T) {
+	forEachPath(t, func(t *testing.T, sp splicePath) {
 		for _, tc := range []struct {
 			name    string
 			trusted []string
@@ -32,12 +33,12 @@ func TestSpoofedForwardedForDiscarded(t *testing.T) {
 			{"trusted peer", []string{"127.0.0.0/8"}, "1.2.3.4, 127.0.0.1", "1.2.3.4"},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
-				e, _ := oneBackendEdge(t, false, func(_ *Pool, cfg *edgeConfig) {
+				e, _ := oneBackendEdge(t, sp, false, func(_ *Pool, cfg *edgeConfig) {
 					cfg.lo.TrustedProxies = mustPrefixes(tc.trusted...)
 					cfg.lo.Forwarded = true
 				})
 				c, _ := e.dialWS(t, "/", http.Header{"X-Forwarded-For": {"1.2.3.4"}, "X-Real-Ip": {"1.2.3.4"}})
-				h := askHeaders(t, c)
+				h := testkit.AskHeaders(t, c)
 				if got := strings.Join(h["X-Forwarded-For"], ", "); got != tc.wantXFF {
 					t.Errorf("X-Forwarded-For: got %q, want %q", got, tc.wantXFF)
 				}
@@ -85,8 +86,8 @@ func (f *flushConn) flush() error {
 // stays inside crypto/tls, where no readiness event will ever report it,
 // so the splice must drain it before waiting.
 func TestTLSBufferedRecords(t *testing.T) {
-	forEachPath(t, func(t *testing.T) {
-		e, _ := oneBackendEdge(t, true, nil)
+	forEachPath(t, func(t *testing.T, sp splicePath) {
+		e, _ := oneBackendEdge(t, sp, true, nil)
 		raw, err := net.Dial("tcp", e.addr)
 		if err != nil {
 			t.Fatal(err)
@@ -100,13 +101,13 @@ func TestTLSBufferedRecords(t *testing.T) {
 		fc.mu.Lock()
 		fc.hold = true
 		fc.mu.Unlock()
-		io.WriteString(c, rawUpgrade("/", "x"))
-		c.Write(maskedFrame(1, []byte("whoami")))
+		io.WriteString(c, testkit.RawUpgrade("/", "x"))
+		c.Write(testkit.MaskedFrame(1, []byte("whoami")))
 		if err := fc.flush(); err != nil {
 			t.Fatal(err)
 		}
-		br := read101(t, c)
-		if _, p := readFrame(t, br); string(p) != "b1" {
+		br := testkit.Read101(t, c)
+		if _, p := testkit.ReadFrame(t, br); string(p) != "b1" {
 			t.Fatalf("got %q, want b1", p)
 		}
 	})
@@ -115,11 +116,11 @@ func TestTLSBufferedRecords(t *testing.T) {
 // TestDrainBetweenFrames: a close requested while a backend frame is half
 // sent goes out after that frame, never inside it.
 func TestDrainBetweenFrames(t *testing.T) {
-	forEachPath(t, func(t *testing.T) {
+	forEachPath(t, func(t *testing.T, sp splicePath) {
 		rest := make(chan struct{})
-		addr := rawBackend(t, func(c net.Conn) {
+		addr := testkit.RawBackend(t, func(c net.Conn) {
 			br := bufio.NewReader(c)
-			_, resp := readUpgrade(t, br)
+			_, resp := testkit.ReadUpgrade(t, br)
 			payload := bytes.Repeat([]byte{'a'}, 100)
 			c.Write(append(append([]byte(resp), 0x82, 100), payload[:50]...))
 			<-rest
@@ -128,10 +129,10 @@ func TestDrainBetweenFrames(t *testing.T) {
 			io.Copy(io.Discard, br)
 		})
 		p := newPool(t, "raw", balance.LeastConn, map[string]string{"raw": addr})
-		e := startEdge(t, edgeConfig{opts: Options{Routes: []Route{{Default: true, Pool: p}}}})
+		e := startEdge(t, edgeConfig{splice: sp, opts: Options{Routes: []Route{{Default: true, Pool: p}}}})
 		c := e.rawConn(t)
-		io.WriteString(c, rawUpgrade("/", "x"))
-		br := read101(t, c)
+		io.WriteString(c, testkit.RawUpgrade("/", "x"))
+		br := testkit.Read101(t, c)
 		head := make([]byte, 52)
 		if _, err := io.ReadFull(br, head); err != nil {
 			t.Fatalf("first half: %v", err)
@@ -139,18 +140,18 @@ func TestDrainBetweenFrames(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		go e.srv.Drain(ctx, 0)
-		waitFor(t, "close request", func() bool { return e.srv.closeRequested() == 1 })
+		testkit.WaitFor(t, "close request", func() bool { return e.srv.closeRequested() == 1 })
 		close(rest)
 		tail := make([]byte, 50)
 		if _, err := io.ReadFull(br, tail); err != nil || !bytes.Equal(tail, bytes.Repeat([]byte{'a'}, 50)) {
 			t.Fatalf("second half: got %q %v", tail, err)
 		}
-		op, pl := readFrame(t, br)
+		op, pl := testkit.ReadFrame(t, br)
 		if op != wswire.OpClose || int(pl[0])<<8|int(pl[1]) != CloseGoingAway {
 			t.Fatalf("after the frame: got opcode %d %q, want close 1001", op, pl)
 		}
 		// The client's close reply still reaches the backend, which ends.
-		c.Write(maskedFrame(wswire.OpClose, []byte{0x03, 0xe9}))
+		c.Write(testkit.MaskedFrame(wswire.OpClose, []byte{0x03, 0xe9}))
 		if b, _ := io.ReadAll(br); len(b) != 0 {
 			t.Fatalf("after close: got %q, want nothing", b)
 		}
@@ -175,11 +176,11 @@ func (l *logCounter) WithGroup(string) slog.Handler      { return l }
 func (l *logCounter) count() int                         { l.mu.Lock(); defer l.mu.Unlock(); return len(l.recs) }
 
 func TestAccessLogOneLine(t *testing.T) {
-	forEachPath(t, func(t *testing.T) {
+	forEachPath(t, func(t *testing.T, sp splicePath) {
 		lc := &logCounter{}
-		e, _ := oneBackendEdge(t, false, func(_ *Pool, cfg *edgeConfig) { cfg.opts.AccessLog = slog.New(lc) })
+		e, _ := oneBackendEdge(t, sp, false, func(_ *Pool, cfg *edgeConfig) { cfg.opts.AccessLog = slog.New(lc) })
 		c, _ := e.dialWS(t, "/", nil)
-		ask(t, c, "x")
+		testkit.Ask(t, c, "x")
 		c.Close()
 		e.obs.waitClosed(t)
 		resp, err := e.httpClient().Get(e.httpURL("/whoami"))
@@ -193,7 +194,7 @@ func TestAccessLogOneLine(t *testing.T) {
 		}
 		// The refusal's line follows its answer (serveWebSocket relays,
 		// then logs): wait for it, then require exactly three.
-		waitFor(t, "three access lines", func() bool { return lc.count() >= 3 })
+		testkit.WaitFor(t, "three access lines", func() bool { return lc.count() >= 3 })
 		if got, want := lc.count(), 3; got != want {
 			t.Fatalf("access lines: got %d, want %d", got, want)
 		}
@@ -214,10 +215,10 @@ func TestAccessLogOneLine(t *testing.T) {
 // so does one that registers after the close was asked for (it was picked
 // before the backend left and was still being set up).
 func TestCloseBackend(t *testing.T) {
-	forEachPath(t, func(t *testing.T) {
-		e, p := oneBackendEdge(t, false, nil)
+	forEachPath(t, func(t *testing.T, sp splicePath) {
+		e, p := oneBackendEdge(t, sp, false, nil)
 		c, _ := e.dialWS(t, "/", nil)
-		ask(t, c, "x")
+		testkit.Ask(t, c, "x")
 		be := p.Balancer.Snapshot().ByID("b1")
 		if got := e.srv.CloseBackend(be, 0); got != 1 {
 			t.Fatalf("CloseBackend: got %d, want 1", got)
@@ -238,17 +239,17 @@ func TestCloseBackend(t *testing.T) {
 // connections of the one *Backend, not a member of another pool that has
 // the same ID, and Connections lists what is placed on it.
 func TestCloseConnsOnOnePoolOnly(t *testing.T) {
-	forEachPath(t, func(t *testing.T) {
+	forEachPath(t, func(t *testing.T, sp splicePath) {
 		b := startBackend(t, "b1")
 		pa := newPool(t, "a", balance.LeastConn, map[string]string{"b1": b.Addr()})
 		pb := newPool(t, "b", balance.LeastConn, map[string]string{"b1": b.Addr()})
-		cfg := edgeConfig{lo: ListenerOptions{Name: "public"}}
+		cfg := edgeConfig{lo: ListenerOptions{Name: "public"}, splice: sp}
 		cfg.opts.Routes = []Route{{PathPrefix: "/a", Pool: pa}, {Default: true, Pool: pb}}
 		e := startEdge(t, cfg)
 		ca, _ := e.dialWS(t, "/a/chat", nil)
 		cb, _ := e.dialWS(t, "/b", nil)
-		ask(t, ca, "x")
-		ask(t, cb, "x")
+		testkit.Ask(t, ca, "x")
+		testkit.Ask(t, cb, "x")
 		be := pa.Balancer.Snapshot().ByID("b1")
 		conns := e.srv.Connections(be)
 		if len(conns) != 1 || conns[0].Path != "/a/chat" || conns[0].Listener != "public" || conns[0].Client != "127.0.0.1" || conns[0].Closing {
@@ -261,7 +262,7 @@ func TestCloseConnsOnOnePoolOnly(t *testing.T) {
 		if _, _, err := ca.ReadMessage(); !websocket.IsCloseError(err, CloseServiceRestart) {
 			t.Fatalf("pool a: got %v, want close 1012", err)
 		}
-		if got := ask(t, cb, "still"); got != "still" {
+		if got := testkit.Ask(t, cb, "still"); got != "still" {
 			t.Errorf("pool b's connection: got %q after draining pool a's b1", got)
 		}
 	})

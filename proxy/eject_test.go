@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/edgelb/edge/balance"
+	"github.com/edgelb/edge/internal/testkit"
 )
 
 // ejectingPool builds a pool over addrs that ejects a backend on its first
@@ -47,7 +48,7 @@ func ejectedIDs(p *Pool) []string {
 
 // answerBackend answers every upgrade request with resp.
 func answerBackend(t *testing.T, resp string) string {
-	return rawBackend(t, func(c net.Conn) {
+	return testkit.RawBackend(t, func(c net.Conn) {
 		br := bufio.NewReader(c)
 		if _, err := http.ReadRequest(br); err != nil {
 			return
@@ -62,7 +63,7 @@ func upgradeAnswer(t *testing.T, e *edge, path string, extra ...string) (*http.R
 	t.Helper()
 	c := e.rawConn(t)
 	c.SetDeadline(time.Now().Add(10 * time.Second))
-	io.WriteString(c, rawUpgrade(path, "x", extra...))
+	io.WriteString(c, testkit.RawUpgrade(path, "x", extra...))
 	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
 	if err != nil {
 		t.Fatalf("read answer: %v", err)
@@ -102,7 +103,7 @@ func TestLargeNon101EjectsNothing(t *testing.T) {
 // that much, and that is the backend's failure.
 func TestHostileEndlessHeader(t *testing.T) {
 	var sent atomic.Int64
-	hostile := rawBackend(t, func(c net.Conn) {
+	hostile := testkit.RawBackend(t, func(c net.Conn) {
 		br := bufio.NewReader(c)
 		if _, err := http.ReadRequest(br); err != nil {
 			return
@@ -148,9 +149,9 @@ func TestHostileEndlessHeader(t *testing.T) {
 // TestInterimResponsesSkipped: 100 Continue and 103 Early Hints before the
 // 101 are skipped; the backend's 101 is the one used (RFC 9110 §15.2).
 func TestInterimResponsesSkipped(t *testing.T) {
-	addr := rawBackend(t, func(c net.Conn) {
+	addr := testkit.RawBackend(t, func(c net.Conn) {
 		br := bufio.NewReader(c)
-		_, ok := readUpgrade(t, br)
+		_, ok := testkit.ReadUpgrade(t, br)
 		io.WriteString(c, "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\n\r\n")
 		io.WriteString(c, strings.Replace(ok, "\r\n\r\n", "\r\nX-From: backend\r\n\r\n", 1))
 		// Echo one frame's worth of bytes back, raw.
@@ -162,7 +163,7 @@ func TestInterimResponsesSkipped(t *testing.T) {
 	p := ejectingPool(t, map[string]string{"a": addr})
 	e := startEdge(t, edgeConfig{opts: Options{Routes: []Route{{Default: true, Pool: p}}}})
 	c := e.rawConn(t)
-	io.WriteString(c, rawUpgrade("/", "x"))
+	io.WriteString(c, testkit.RawUpgrade("/", "x"))
 	c.SetReadDeadline(time.Now().Add(5 * time.Second))
 	br := bufio.NewReader(c)
 	resp, err := http.ReadResponse(br, nil)
@@ -173,7 +174,7 @@ func TestInterimResponsesSkipped(t *testing.T) {
 		t.Fatalf("101 headers: %v, want the backend's", resp.Header)
 	}
 	c.Write([]byte("hello"))
-	if op, payload := readFrame(t, br); op != 1 || string(payload) != "hello" {
+	if op, payload := testkit.ReadFrame(t, br); op != 1 || string(payload) != "hello" {
 		t.Fatalf("after the 101: op %d payload %q", op, payload)
 	}
 }
@@ -182,7 +183,7 @@ func TestInterimResponsesSkipped(t *testing.T) {
 // answered 400 before any backend is dialed.
 func TestUpgradeWithBodyRefused(t *testing.T) {
 	var accepted atomic.Int64
-	addr := rawBackend(t, func(c net.Conn) { accepted.Add(1) })
+	addr := testkit.RawBackend(t, func(c net.Conn) { accepted.Add(1) })
 	p := ejectingPool(t, map[string]string{"a": addr})
 	e := startEdge(t, edgeConfig{opts: Options{Routes: []Route{{Default: true, Pool: p}}}})
 	for _, tc := range []struct {
@@ -196,7 +197,7 @@ func TestUpgradeWithBodyRefused(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			c := e.rawConn(t)
 			c.SetDeadline(time.Now().Add(5 * time.Second))
-			io.WriteString(c, rawUpgrade("/", "x", tc.extra...)+tc.body)
+			io.WriteString(c, testkit.RawUpgrade("/", "x", tc.extra...)+tc.body)
 			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
 			if err != nil {
 				t.Fatalf("read answer: %v", err)
@@ -221,18 +222,18 @@ func TestBackendFailuresStillCount(t *testing.T) {
 		addr   func(t *testing.T) string
 		status int
 	}{
-		{"connect refused", closedPort, http.StatusBadGateway},
+		{"connect refused", func(t *testing.T) string { return testkit.ClosedPort(t) }, http.StatusBadGateway},
 		{"eof before head", func(t *testing.T) string { return answerBackend(t, "HTTP/1.1 101 Swi") }, http.StatusBadGateway},
 		{"malformed head", func(t *testing.T) string { return answerBackend(t, "HTTP/1.1 abc nope\r\n\r\n") }, http.StatusBadGateway},
 		{"bad accept", func(t *testing.T) string {
 			return answerBackend(t, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: bad\r\n\r\n")
 		}, http.StatusBadGateway},
 		{"slow head", func(t *testing.T) string {
-			return rawBackend(t, func(c net.Conn) { io.Copy(io.Discard, c) })
+			return testkit.RawBackend(t, func(c net.Conn) { io.Copy(io.Discard, c) })
 		}, http.StatusGatewayTimeout},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p := ejectingPool(t, map[string]string{"a": tc.addr(t), "b": closedPort(t)})
+			p := ejectingPool(t, map[string]string{"a": tc.addr(t), "b": testkit.ClosedPort(t)})
 			p.Retries = 0
 			p.HandshakeTimeout = 300 * time.Millisecond
 			b := p.Balancer.Snapshot().ByID("a")
@@ -258,9 +259,9 @@ func TestBackendFailuresStillCount(t *testing.T) {
 // half of the pool serving every other path.
 func TestSlowPathLeavesHalfThePool(t *testing.T) {
 	slowOrOK := func(t *testing.T) string {
-		return rawBackend(t, func(c net.Conn) {
+		return testkit.RawBackend(t, func(c net.Conn) {
 			br := bufio.NewReader(c)
-			req, ok := readUpgrade(t, br)
+			req, ok := testkit.ReadUpgrade(t, br)
 			if req == nil {
 				return
 			}
@@ -290,8 +291,8 @@ func TestSlowPathLeavesHalfThePool(t *testing.T) {
 		t.Fatalf("ejected: %v, want exactly one of two (cap 50%%)", got)
 	}
 	c := e.rawConn(t)
-	io.WriteString(c, rawUpgrade("/", "x"))
-	read101(t, c)
+	io.WriteString(c, testkit.RawUpgrade("/", "x"))
+	testkit.Read101(t, c)
 }
 
 // TestHeadLimitBoundary: a head of exactly the limit passes whatever

@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/edgelb/edge/internal/testkit"
 )
 
 // TestEMFILEOnDialEjectsNothing: when edge itself is out of descriptors,
@@ -36,7 +38,7 @@ func TestEMFILEOnDialEjectsNothing(t *testing.T) {
 	c.SetDeadline(time.Now().Add(10 * time.Second))
 	br := bufio.NewReader(c)
 	ask := func() int {
-		io.WriteString(c, rawUpgrade("/reject", "x"))
+		io.WriteString(c, testkit.RawUpgrade("/reject", "x"))
 		resp, err := http.ReadResponse(br, nil)
 		if err != nil {
 			t.Fatalf("read answer: %v", err)

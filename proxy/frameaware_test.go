@@ -6,50 +6,33 @@ import (
 	"errors"
 	"io"
 	"net"
-	"net/http"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/edgelb/edge/balance"
+	"github.com/edgelb/edge/internal/testkit"
 	"github.com/edgelb/edge/internal/wswire"
 	"github.com/gorilla/websocket"
 )
 
-// maskedFrameN renders a masked client frame of any length below 64 KiB.
+// maskedFrameN renders a masked client frame, final or not.
 func maskedFrameN(opcode byte, fin bool, payload []byte) []byte {
-	b0 := opcode
-	if fin {
-		b0 |= 0x80
-	}
-	f := []byte{b0}
-	switch n := len(payload); {
-	case n < 126:
-		f = append(f, 0x80|byte(n))
-	default:
-		f = append(f, 0x80|126, byte(n>>8), byte(n))
-	}
 	mask := [4]byte{9, 8, 7, 6}
-	f = append(f, mask[:]...)
-	for i, c := range payload {
-		f = append(f, c^mask[i%4])
-	}
-	return f
+	return unfinished(wswire.AppendFrame(nil, opcode, payload, &mask), fin)
 }
 
-// serverFrame renders an unmasked backend frame of any length below 64 KiB.
+// serverFrame renders an unmasked backend frame, final or not.
 func serverFrame(opcode byte, fin bool, payload []byte) []byte {
-	b0 := opcode
-	if fin {
-		b0 |= 0x80
+	return unfinished(wswire.AppendFrame(nil, opcode, payload, nil), fin)
+}
+
+// unfinished clears the FIN bit of frame f unless fin (RFC 6455 §5.2).
+func unfinished(f []byte, fin bool) []byte {
+	if !fin {
+		f[0] &^= 0x80
 	}
-	f := []byte{b0}
-	if n := len(payload); n < 126 {
-		f = append(f, byte(n))
-	} else {
-		f = append(f, 126, byte(n>>8), byte(n))
-	}
-	return append(f, payload...)
+	return f
 }
 
 // closeCodeOf returns the close code carried by a gorilla read error.
@@ -66,30 +49,25 @@ func closeCodeOf(err error) int {
 func rawUpgraded(t *testing.T, e *edge) (net.Conn, *bufio.Reader) {
 	t.Helper()
 	c := e.rawConn(t)
-	io.WriteString(c, rawUpgrade("/", "x"))
-	c.SetReadDeadline(time.Now().Add(5 * time.Second))
-	br := bufio.NewReader(c)
-	if resp, err := http.ReadResponse(br, nil); err != nil || resp.StatusCode != http.StatusSwitchingProtocols {
-		t.Fatalf("handshake: %v %v", resp, err)
-	}
-	return c, br
+	io.WriteString(c, testkit.RawUpgrade("/", "x"))
+	return c, testkit.Read101(t, c)
 }
 
 // TestMaxFrameBytesClient: a client frame over the limit is answered with
 // close 1009 and ends the backend connection; a frame exactly at the limit
 // passes, and another connection on the same server is not disturbed.
 func TestMaxFrameBytesClient(t *testing.T) {
-	forEachPath(t, func(t *testing.T) {
+	forEachPath(t, func(t *testing.T, sp splicePath) {
 		b := startBackend(t, "b1")
 		p := newPool(t, "chat", balance.LeastConn, map[string]string{"b1": b.Addr()})
 		p.MaxFrameBytes = 100
-		e := startEdge(t, edgeConfig{tls: true, opts: Options{Routes: []Route{{Default: true, Pool: p}}}})
+		e := startEdge(t, edgeConfig{splice: sp, tls: true, opts: Options{Routes: []Route{{Default: true, Pool: p}}}})
 		other, _ := e.dialWS(t, "/", nil)
 		c, _ := e.dialWS(t, "/", nil)
-		waitFor(t, "two backend connections", func() bool { return b.Conns() == 2 })
+		testkit.WaitFor(t, "two backend connections", func() bool { return b.Conns() == 2 })
 
 		atLimit := string(bytes.Repeat([]byte{'a'}, 100))
-		if got := ask(t, c, atLimit); got != atLimit {
+		if got := testkit.Ask(t, c, atLimit); got != atLimit {
 			t.Fatalf("frame at the limit: got %d bytes back, want %d", len(got), len(atLimit))
 		}
 		if err := c.WriteMessage(websocket.TextMessage, bytes.Repeat([]byte{'b'}, 101)); err != nil {
@@ -103,8 +81,8 @@ func TestMaxFrameBytesClient(t *testing.T) {
 		if got, want := e.obs.waitClosed(t), "frame_too_big"; got != want {
 			t.Fatalf("reason: got %q, want %q", got, want)
 		}
-		waitFor(t, "the backend connection to end", func() bool { return b.Conns() == 1 })
-		if got, want := ask(t, other, "whoami"), "b1"; got != want {
+		testkit.WaitFor(t, "the backend connection to end", func() bool { return b.Conns() == 1 })
+		if got, want := testkit.Ask(t, other, "whoami"), "b1"; got != want {
 			t.Fatalf("other connection: got %q, want %q", got, want)
 		}
 	})
@@ -114,11 +92,11 @@ func TestMaxFrameBytesClient(t *testing.T) {
 // time are tracked exactly: a frame at the limit passes, one byte more
 // gets close 1009.
 func TestMaxFrameBytesSplitWrites(t *testing.T) {
-	forEachPath(t, func(t *testing.T) {
+	forEachPath(t, func(t *testing.T, sp splicePath) {
 		b := startBackend(t, "b1")
 		p := newPool(t, "chat", balance.LeastConn, map[string]string{"b1": b.Addr()})
 		p.MaxFrameBytes = 200
-		e := startEdge(t, edgeConfig{opts: Options{Routes: []Route{{Default: true, Pool: p}}}})
+		e := startEdge(t, edgeConfig{splice: sp, opts: Options{Routes: []Route{{Default: true, Pool: p}}}})
 		c, br := rawUpgraded(t, e)
 		trickle := func(f []byte) {
 			for i := range f {
@@ -131,13 +109,13 @@ func TestMaxFrameBytesSplitWrites(t *testing.T) {
 		for range 3 {
 			trickle(maskedFrameN(websocket.BinaryMessage, true, want))
 			c.SetReadDeadline(time.Now().Add(5 * time.Second))
-			if op, got := readFrame(t, br); op != websocket.BinaryMessage || !bytes.Equal(got, want) {
+			if op, got := testkit.ReadFrame(t, br); op != websocket.BinaryMessage || !bytes.Equal(got, want) {
 				t.Fatalf("echo: got opcode %d, %d bytes; want binary, %d bytes", op, len(got), len(want))
 			}
 		}
 		// The header alone (2 bytes, 16-bit length, mask key) decides.
 		trickle(maskedFrameN(websocket.BinaryMessage, true, append(want, 'y'))[:8])
-		op, pl := readFrame(t, br)
+		op, pl := testkit.ReadFrame(t, br)
 		if op != wswire.OpClose || len(pl) < 2 || int(pl[0])<<8|int(pl[1]) != CloseMessageTooBig {
 			t.Fatalf("after a frame over the limit: got opcode %d %q, want close 1009", op, pl)
 		}
@@ -150,11 +128,11 @@ func TestMaxFrameBytesSplitWrites(t *testing.T) {
 // TestMaxFrameBytesBackend: a backend frame over the limit closes both
 // sides; frames up to the limit pass.
 func TestMaxFrameBytesBackend(t *testing.T) {
-	forEachPath(t, func(t *testing.T) {
+	forEachPath(t, func(t *testing.T, sp splicePath) {
 		backendDone := make(chan error, 1)
-		addr := rawBackend(t, func(c net.Conn) {
+		addr := testkit.RawBackend(t, func(c net.Conn) {
 			br := bufio.NewReader(c)
-			_, resp := readUpgrade(t, br)
+			_, resp := testkit.ReadUpgrade(t, br)
 			io.WriteString(c, resp)
 			c.Write(serverFrame(websocket.TextMessage, true, bytes.Repeat([]byte{'a'}, 100)))
 			// Only the header of the frame over the limit: its length
@@ -166,7 +144,7 @@ func TestMaxFrameBytesBackend(t *testing.T) {
 		})
 		p := newPool(t, "raw", balance.LeastConn, map[string]string{"raw": addr})
 		p.MaxFrameBytes = 100
-		e := startEdge(t, edgeConfig{opts: Options{Routes: []Route{{Default: true, Pool: p}}}})
+		e := startEdge(t, edgeConfig{splice: sp, opts: Options{Routes: []Route{{Default: true, Pool: p}}}})
 		c, _ := e.dialWS(t, "/", nil)
 		c.SetReadDeadline(time.Now().Add(5 * time.Second))
 		if _, m, err := c.ReadMessage(); err != nil || len(m) != 100 {
@@ -180,7 +158,7 @@ func TestMaxFrameBytesBackend(t *testing.T) {
 		}
 		select {
 		case err := <-backendDone:
-			if err != nil && !isClosed(err) {
+			if err != nil && !testkit.IsClosed(err) {
 				t.Fatalf("backend: got %v, want the proxy to close it", err)
 			}
 		case <-time.After(5 * time.Second):
@@ -193,8 +171,8 @@ func TestMaxFrameBytesBackend(t *testing.T) {
 // answers (gorilla replies with a pong while it reads) stays connected
 // across many intervals, well past PingTimeout.
 func TestPingKeepsAnsweringClient(t *testing.T) {
-	forEachPath(t, func(t *testing.T) {
-		e, _ := oneBackendEdge(t, true, func(p *Pool, _ *edgeConfig) {
+	forEachPath(t, func(t *testing.T, sp splicePath) {
+		e, _ := oneBackendEdge(t, sp, true, func(p *Pool, _ *edgeConfig) {
 			p.PingInterval = 20 * time.Millisecond
 			// Generous, so a loaded test machine delaying one pong does
 			// not close the connection; the 60 pings below still span
@@ -257,13 +235,13 @@ func TestPingKeepsAnsweringClient(t *testing.T) {
 // TestPingTimeoutReapsSilentClient: a client that sends nothing after our
 // ping (a half-open mobile socket, traefik#10627) is closed.
 func TestPingTimeoutReapsSilentClient(t *testing.T) {
-	forEachPath(t, func(t *testing.T) {
-		e, _ := oneBackendEdge(t, true, func(p *Pool, _ *edgeConfig) {
+	forEachPath(t, func(t *testing.T, sp splicePath) {
+		e, _ := oneBackendEdge(t, sp, true, func(p *Pool, _ *edgeConfig) {
 			p.PingInterval = 20 * time.Millisecond
 			p.PingTimeout = 60 * time.Millisecond
 		})
 		_, br := rawUpgraded(t, e)
-		if op, pl := readFrame(t, br); op != websocket.PingMessage || len(pl) > 125 {
+		if op, pl := testkit.ReadFrame(t, br); op != websocket.PingMessage || len(pl) > 125 {
 			t.Fatalf("first frame: got opcode %d %q, want a ping", op, pl)
 		}
 		if got, want := e.obs.waitClosed(t), "ping_timeout"; got != want {
@@ -278,12 +256,12 @@ func TestPingTimeoutReapsSilentClient(t *testing.T) {
 // streams until the client has seen a ping (bounded), so a slow machine
 // cannot end the stream before a ping fell due.
 func TestPingNeverInsideFrame(t *testing.T) {
-	forEachPath(t, func(t *testing.T) {
+	forEachPath(t, func(t *testing.T, sp splicePath) {
 		const frags, fragSize, piece, maxMsgs = 40, 4000, 500, 50
 		var pings atomic.Int32
-		addr := rawBackend(t, func(c net.Conn) {
+		addr := testkit.RawBackend(t, func(c net.Conn) {
 			br := bufio.NewReader(c)
-			_, resp := readUpgrade(t, br)
+			_, resp := testkit.ReadUpgrade(t, br)
 			io.WriteString(c, resp)
 			pongs := make(chan struct{})
 			go func() { // the client's pongs
@@ -315,7 +293,7 @@ func TestPingNeverInsideFrame(t *testing.T) {
 		})
 		p := newPool(t, "raw", balance.LeastConn, map[string]string{"raw": addr})
 		p.PingInterval = 10 * time.Millisecond
-		e := startEdge(t, edgeConfig{tls: true, opts: Options{Routes: []Route{{Default: true, Pool: p}}}})
+		e := startEdge(t, edgeConfig{splice: sp, tls: true, opts: Options{Routes: []Route{{Default: true, Pool: p}}}})
 		c, _ := e.dialWS(t, "/", nil)
 		c.SetPingHandler(func(data string) error {
 			pings.Add(1)

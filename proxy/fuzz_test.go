@@ -14,15 +14,16 @@ import (
 
 	"github.com/edgelb/edge/balance"
 	"github.com/edgelb/edge/internal/testbackend"
+	"github.com/edgelb/edge/internal/testkit"
 )
 
 // FuzzUpgradeRequest: validation never panics, and whatever it accepts
 // really is a GET with the upgrade tokens and a 16-byte key.
 func FuzzUpgradeRequest(f *testing.F) {
 	// A canonical RFC 6455 handshake.
-	f.Add("GET / HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: " + testKey + "\r\n\r\n")
+	f.Add("GET / HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: " + testkit.Key + "\r\n\r\n")
 	// Tokens in another case and order, split over lines.
-	f.Add("GET /a HTTP/1.1\r\nHost: x\r\nConnection: keep-alive\r\nConnection: UPGRADE\r\nUpgrade: h2c, WebSocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: " + testKey + "\r\n\r\n")
+	f.Add("GET /a HTTP/1.1\r\nHost: x\r\nConnection: keep-alive\r\nConnection: UPGRADE\r\nUpgrade: h2c, WebSocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: " + testkit.Key + "\r\n\r\n")
 	// Two keys, a wrong version, a POST.
 	f.Add("GET / HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: a\r\nSec-WebSocket-Key: b\r\n\r\n")
 	f.Add("POST / HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 8\r\n\r\n")

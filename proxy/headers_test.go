@@ -2,16 +2,12 @@ package proxy
 
 import (
 	"bufio"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/json"
 	"fmt"
 	"io"
-	"math/big"
 	"net"
 	"net/http"
 	"net/url"
@@ -21,6 +17,7 @@ import (
 	"time"
 
 	"github.com/edgelb/edge/balance"
+	"github.com/edgelb/edge/internal/testkit"
 )
 
 // lookalikes are client-sent spellings of headers edge manages: every one
@@ -43,7 +40,7 @@ func rawHeaders(t *testing.T, e *edge, upgrade bool) map[string][]string {
 	c := e.rawConn(t)
 	var req string
 	if upgrade {
-		req = rawUpgrade("/", "chat.example.com", lookalikes...)
+		req = testkit.RawUpgrade("/", "chat.example.com", lookalikes...)
 	} else {
 		req = "GET /headers HTTP/1.1\r\nHost: chat.example.com\r\n" + strings.Join(lookalikes, "\r\n") + "\r\n\r\n"
 	}
@@ -61,10 +58,10 @@ func rawHeaders(t *testing.T, e *edge, upgrade bool) map[string][]string {
 		if resp.StatusCode != http.StatusSwitchingProtocols {
 			t.Fatalf("status %d, want 101", resp.StatusCode)
 		}
-		if _, err := c.Write(maskedFrame(1, []byte("headers"))); err != nil {
+		if _, err := c.Write(testkit.MaskedFrame(1, []byte("headers"))); err != nil {
 			t.Fatal(err)
 		}
-		_, body = readFrame(t, br)
+		_, body = testkit.ReadFrame(t, br)
 	} else {
 		if body, err = io.ReadAll(resp.Body); err != nil {
 			t.Fatal(err)
@@ -81,8 +78,8 @@ func rawHeaders(t *testing.T, e *edge, upgrade bool) map[string][]string {
 // backend through X_Forwarded_For, X_Real_IP or X_Client_Cert, which such
 // backends read as HTTP_X_FORWARDED_FOR and friends, on either leg.
 func TestManagedHeaderLookalikesDropped(t *testing.T) {
-	forEachPath(t, func(t *testing.T) {
-		e, _ := oneBackendEdge(t, false, func(_ *Pool, cfg *edgeConfig) {
+	forEachPath(t, func(t *testing.T, sp splicePath) {
+		e, _ := oneBackendEdge(t, sp, false, func(_ *Pool, cfg *edgeConfig) {
 			cfg.lo.ClientCertHeader = "X-Client-Cert"
 		})
 		for _, upgrade := range []bool{true, false} {
@@ -178,7 +175,7 @@ func TestWSGIBackendSeesEdgeForwardedFor(t *testing.T) {
 // TestMappedTrustedProxyMatches: a trusted entry written as an
 // IPv4-mapped IPv6 prefix trusts the IPv4 peer it names.
 func TestMappedTrustedProxyMatches(t *testing.T) {
-	e, _ := oneBackendEdge(t, false, func(_ *Pool, cfg *edgeConfig) {
+	e, _ := oneBackendEdge(t, spliceReadiness, false, func(_ *Pool, cfg *edgeConfig) {
 		cfg.lo.TrustedProxies = mustPrefixes("::ffff:127.0.0.0/104")
 	})
 	req, _ := http.NewRequest(http.MethodGet, e.httpURL("/headers"), nil)
@@ -250,29 +247,11 @@ func mtlsEdge(t *testing.T, lo ListenerOptions, strict bool) (addr string, roots
 	if err != nil {
 		t.Fatal(err)
 	}
-	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca, _ := x509.ParseCertificate(caDER)
-	cas := x509.NewCertPool()
-	cas.AddCert(ca)
-	serial := int64(2)
+	ca := testkit.NewCA(t, "test CA")
+	cas := ca.Pool()
 	issue = func(cn string) tls.Certificate {
-		k, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		tmpl := &x509.Certificate{SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: cn},
-			DNSNames: []string{"edge.test", "other.test"}, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-			KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth, x509.ExtKeyUsageServerAuth}}
-		serial++
-		der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &k.PublicKey, caKey)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: k}
+		return ca.Issue(t, testkit.CertOptions{CN: cn, Hosts: []string{"edge.test", "other.test"},
+			ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth, x509.ExtKeyUsageServerAuth}}).TLS()
 	}
 	lo.TLS = true
 	lo.StrictSNIHost = strict
@@ -320,14 +299,14 @@ func TestClientCertHeaderEscapedOnBothLegs(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	if _, err := io.WriteString(c, rawUpgrade("/", "edge.test")); err != nil {
+	if _, err := io.WriteString(c, testkit.RawUpgrade("/", "edge.test")); err != nil {
 		t.Fatal(err)
 	}
-	br := read101(t, c)
-	if _, err := c.Write(maskedFrame(1, []byte("headers"))); err != nil {
+	br := testkit.Read101(t, c)
+	if _, err := c.Write(testkit.MaskedFrame(1, []byte("headers"))); err != nil {
 		t.Fatal(err)
 	}
-	_, body := readFrame(t, br)
+	_, body := testkit.ReadFrame(t, br)
 	h = nil
 	if err := json.Unmarshal(body, &h); err != nil {
 		t.Fatal(err)
@@ -376,7 +355,7 @@ func TestStrictSNIHost(t *testing.T) {
 // refused 429 without spending the pool-wide admission tokens, so another
 // client is still admitted.
 func TestPerClientRefusalSparesPoolTokens(t *testing.T) {
-	e, _ := oneBackendEdge(t, false, func(p *Pool, cfg *edgeConfig) {
+	e, _ := oneBackendEdge(t, spliceReadiness, false, func(p *Pool, cfg *edgeConfig) {
 		p.Admission = balance.NewBucket(0.001, 3, nil)
 		p.Limiter = balance.NewLimiter(balance.LimiterOptions{Rate: 0.001, Burst: 1})
 		cfg.lo.TrustedProxies = mustPrefixes("127.0.0.1/32")

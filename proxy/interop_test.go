@@ -14,6 +14,7 @@ import (
 
 	"github.com/edgelb/edge/balance"
 	"github.com/edgelb/edge/internal/interop"
+	"github.com/edgelb/edge/internal/testkit"
 )
 
 // clientResult is the JSON line the scripts under testdata print.
@@ -67,9 +68,9 @@ func startClient(cmd *exec.Cmd) <-chan clientResult {
 func countingBackend(t *testing.T) (string, *atomic.Int64) {
 	t.Helper()
 	var n atomic.Int64
-	addr := rawBackend(t, func(c net.Conn) {
+	addr := testkit.RawBackend(t, func(c net.Conn) {
 		br := bufio.NewReader(c)
-		_, resp := readUpgrade(t, br)
+		_, resp := testkit.ReadUpgrade(t, br)
 		io.WriteString(c, resp)
 		c.SetReadDeadline(time.Now().Add(30 * time.Second))
 		buf := make([]byte, 64<<10)
@@ -86,13 +87,13 @@ func countingBackend(t *testing.T) (string, *atomic.Int64) {
 
 // limitedEdge is an edge over one counting backend whose pool refuses
 // frames over maxFrame and messages over maxMsg.
-func limitedEdge(t *testing.T, maxFrame, maxMsg int64) (*edge, *atomic.Int64) {
+func limitedEdge(t *testing.T, sp splicePath, maxFrame, maxMsg int64) (*edge, *atomic.Int64) {
 	t.Helper()
 	addr, n := countingBackend(t)
 	p := newPool(t, "limited", balance.LeastConn, map[string]string{"b": addr})
 	p.MaxFrameBytes = maxFrame
 	p.MaxMessageBytes = maxMsg
-	e := startEdge(t, edgeConfig{opts: Options{Routes: []Route{{Default: true, Pool: p}}}})
+	e := startEdge(t, edgeConfig{splice: sp, opts: Options{Routes: []Route{{Default: true, Pool: p}}}})
 	return e, n
 }
 
@@ -108,8 +109,8 @@ func interopCtx(t *testing.T) context.Context {
 // reset, and ws then reports 1006 (RFC 6455 §7.1.1 asks for a lingering
 // close instead).
 func TestNodeWSFrameTooBigSees1009(t *testing.T) {
-	forEachPath(t, func(t *testing.T) {
-		e, got := limitedEdge(t, 4<<20, 0)
+	forEachPath(t, func(t *testing.T, sp splicePath) {
+		e, got := limitedEdge(t, sp, 4<<20, 0)
 		r := runClient(t, interop.Node(t, interopCtx(t), "testdata/wsclient.js", e.url("/"), "frame", strconv.Itoa(8<<20)))
 		if r.Code != CloseMessageTooBig {
 			t.Fatalf("Node ws saw close %d (%q, error %q), want %d", r.Code, r.Reason, r.Error, CloseMessageTooBig)
@@ -129,8 +130,8 @@ func TestNodeWSFrameTooBigSees1009(t *testing.T) {
 // trips.
 func TestChromiumTooBigSees1009(t *testing.T) {
 	exe := interop.Chromium(t)
-	forEachPath(t, func(t *testing.T) {
-		e, _ := limitedEdge(t, 4<<20, 4<<20)
+	forEachPath(t, func(t *testing.T, sp splicePath) {
+		e, _ := limitedEdge(t, sp, 4<<20, 4<<20)
 		r := runClient(t, interop.Node(t, interopCtx(t), "testdata/chromium.js", exe, e.url("/"), strconv.Itoa(8<<20)))
 		if r.Code != CloseMessageTooBig {
 			t.Fatalf("Chromium saw close %d (%q, clean %v), want %d", r.Code, r.Reason, r.WasClean, CloseMessageTooBig)
@@ -142,8 +143,8 @@ func TestChromiumTooBigSees1009(t *testing.T) {
 // 1 MiB fragments (fin:false) through a 4 MiB message limit: 1009, and the
 // backend never gets the whole message.
 func TestNodeWSMessageTooBigSees1009(t *testing.T) {
-	forEachPath(t, func(t *testing.T) {
-		e, got := limitedEdge(t, 4<<20, 4<<20)
+	forEachPath(t, func(t *testing.T, sp splicePath) {
+		e, got := limitedEdge(t, sp, 4<<20, 4<<20)
 		r := runClient(t, interop.Node(t, interopCtx(t), "testdata/wsclient.js", e.url("/"), "fragments", strconv.Itoa(8<<20), strconv.Itoa(1<<20)))
 		if r.Code != CloseMessageTooBig {
 			t.Fatalf("Node ws saw close %d (%q, error %q), want %d", r.Code, r.Reason, r.Error, CloseMessageTooBig)
@@ -160,8 +161,8 @@ func TestNodeWSMessageTooBigSees1009(t *testing.T) {
 // TestPythonFragmentedMessageSees1009: python websockets sends a 600 KB
 // message in 1000-byte fragments through a 64 KiB message limit.
 func TestPythonFragmentedMessageSees1009(t *testing.T) {
-	forEachPath(t, func(t *testing.T) {
-		e, got := limitedEdge(t, 0, 64<<10)
+	forEachPath(t, func(t *testing.T, sp splicePath) {
+		e, got := limitedEdge(t, sp, 0, 64<<10)
 		r := runClient(t, interop.Python(t, interopCtx(t), "testdata/fragments.py", e.url("/"), "600000", "1000"))
 		if r.Code != CloseMessageTooBig {
 			t.Fatalf("python websockets saw close %d (%q), want %d", r.Code, r.Reason, CloseMessageTooBig)
@@ -178,11 +179,11 @@ func TestPythonFragmentedMessageSees1009(t *testing.T) {
 // TestNodeWSDrainWhileSending: a drain reaches a Node ws client that is
 // sending 1 MiB messages as fast as it can as a close 1001.
 func TestNodeWSDrainWhileSending(t *testing.T) {
-	forEachPath(t, func(t *testing.T) {
-		e, got := limitedEdge(t, 0, 0)
+	forEachPath(t, func(t *testing.T, sp splicePath) {
+		e, got := limitedEdge(t, sp, 0, 0)
 		cmd := interop.Node(t, interopCtx(t), "testdata/wsclient.js", e.url("/"), "stream", strconv.Itoa(1<<30))
 		res := startClient(cmd)
-		waitFor(t, "the client to be sending", func() bool { return got.Load() > 8<<20 })
+		testkit.WaitFor(t, "the client to be sending", func() bool { return got.Load() > 8<<20 })
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
 		e.srv.Drain(ctx, 0)
@@ -197,12 +198,12 @@ func TestNodeWSDrainWhileSending(t *testing.T) {
 // clients a close 1012 and then goes away itself while a Node ws client is
 // still sending; the client must still read the 1012, not a reset.
 func TestNodeWSBackendLeavingWhileSending(t *testing.T) {
-	forEachPath(t, func(t *testing.T) {
+	forEachPath(t, func(t *testing.T, sp splicePath) {
 		var got atomic.Int64
 		gone := make(chan struct{})
-		addr := rawBackend(t, func(c net.Conn) {
+		addr := testkit.RawBackend(t, func(c net.Conn) {
 			br := bufio.NewReader(c)
-			_, resp := readUpgrade(t, br)
+			_, resp := testkit.ReadUpgrade(t, br)
 			io.WriteString(c, resp)
 			go func() { <-gone; c.Close() }()
 			buf := make([]byte, 64<<10)
@@ -215,15 +216,15 @@ func TestNodeWSBackendLeavingWhileSending(t *testing.T) {
 			}
 		})
 		p := newPool(t, "leaving", balance.LeastConn, map[string]string{"b": addr})
-		e := startEdge(t, edgeConfig{opts: Options{Routes: []Route{{Default: true, Pool: p}}}})
+		e := startEdge(t, edgeConfig{splice: sp, opts: Options{Routes: []Route{{Default: true, Pool: p}}}})
 		cmd := interop.Node(t, interopCtx(t), "testdata/wsclient.js", e.url("/"), "stream", strconv.Itoa(1<<30))
 		res := startClient(cmd)
-		waitFor(t, "the client to be sending", func() bool { return got.Load() > 8<<20 })
+		testkit.WaitFor(t, "the client to be sending", func() bool { return got.Load() > 8<<20 })
 		if n := e.srv.CloseBackend(p.Balancer.Snapshot().Backends[0], 0); n != 1 {
 			t.Fatalf("CloseBackend: %d connections, want 1", n)
 		}
 		// The backend goes away once its client was told.
-		waitFor(t, "the close to be sent", func() bool { return e.srv.closesSent() > 0 || e.obs.closedCount() > 0 })
+		testkit.WaitFor(t, "the close to be sent", func() bool { return e.srv.closesSent() > 0 || e.obs.closedCount() > 0 })
 		close(gone)
 		r := <-res
 		if r.Code != CloseServiceRestart {

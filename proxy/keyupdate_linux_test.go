@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/edgelb/edge/balance"
+	"github.com/edgelb/edge/internal/testkit"
 )
 
 // TestKeyUpdateFloodIsBackpressured: a TLS 1.3 client that sends KeyUpdate
@@ -31,16 +32,16 @@ import (
 // so the test writes the records itself with the client's traffic secret,
 // taken from the standard key log.
 func TestKeyUpdateFloodIsBackpressured(t *testing.T) {
-	forEachPath(t, func(t *testing.T) {
-		addr := rawBackend(t, func(c net.Conn) {
+	forEachPath(t, func(t *testing.T, sp splicePath) {
+		addr := testkit.RawBackend(t, func(c net.Conn) {
 			br := bufio.NewReader(c)
-			_, resp := readUpgrade(t, br)
+			_, resp := testkit.ReadUpgrade(t, br)
 			io.WriteString(c, resp)
 			io.Copy(io.Discard, br)
 		})
 		p := newPool(t, "raw", balance.LeastConn, map[string]string{"raw": addr})
 		p.WriteTimeout = time.Minute // the stuck client is not reaped while measured
-		e := startEdge(t, edgeConfig{tls: true, opts: Options{Routes: []Route{{Default: true, Pool: p}}}, wrap: smallBuffers})
+		e := startEdge(t, edgeConfig{splice: sp, tls: true, opts: Options{Routes: []Route{{Default: true, Pool: p}}}, wrap: smallBuffers})
 
 		tc, err := net.Dial("tcp", e.addr)
 		if err != nil {
@@ -56,22 +57,22 @@ func TestKeyUpdateFloodIsBackpressured(t *testing.T) {
 		cfg.KeyLogWriter = &keyLog
 		c := tls.Client(tc, cfg)
 		// One write, one record: the client's sequence number is 1 after it.
-		if _, err := io.WriteString(c, rawUpgrade("/", "x")); err != nil {
+		if _, err := io.WriteString(c, testkit.RawUpgrade("/", "x")); err != nil {
 			t.Fatal(err)
 		}
-		read101(t, c)
+		testkit.Read101(t, c)
 		w, err := newRecordWriter(c.ConnectionState().CipherSuite, clientSecret(t, keyLog.String()), 1)
 		if err != nil {
 			t.Skip(err)
 		}
-		if readinessExpected(t) {
-			waitFor(t, "the readiness splice to take the connection", func() bool { return e.srv.readyConns() == 1 })
+		if readinessExpected(sp) {
+			testkit.WaitFor(t, "the readiness splice to take the connection", func() bool { return e.srv.readyConns() == 1 })
 		}
 
 		// 16 KeyUpdates (crypto/tls allows 16 records in a row without
 		// application data) and one WebSocket frame, repeated.
 		keyUpdate := []byte{24, 0, 0, 1, 1} // KeyUpdate, update_requested
-		frame := maskedFrame(0x2, []byte("x"))
+		frame := testkit.MaskedFrame(0x2, []byte("x"))
 		const limit = 16 << 20
 		sent := 0
 		var batch []byte
@@ -100,7 +101,7 @@ func TestKeyUpdateFloodIsBackpressured(t *testing.T) {
 		if got := e.obs.closedCount(); got != 0 {
 			t.Fatalf("%d connections closed; the flood should be held, not cut", got)
 		}
-		if readinessExpected(t) {
+		if readinessExpected(sp) {
 			// The cap is what stopped the reading, and each read answers
 			// at most 16 KeyUpdates past it.
 			if q := e.srv.maxClientQueue(); q <= clientQueueCap || q > clientQueueCap+4<<10 {

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/edgelb/edge/balance"
+	"github.com/edgelb/edge/internal/testkit"
 )
 
 // rawRequest writes raw on a fresh connection to the edge and reads one
@@ -93,7 +94,7 @@ func TestInvalidRequestsRefused(t *testing.T) {
 		"GET ftp://x/a HTTP/1.1\r\nHost: x\r\n\r\n",
 		"GET http://u@x/a HTTP/1.1\r\nHost: x\r\n\r\n",
 		// An upgrade request is validated the same way.
-		rawUpgrade("/a#frag", "x"),
+		testkit.RawUpgrade("/a#frag", "x"),
 	} {
 		resp, _ := rawRequest(t, e, raw)
 		if resp.StatusCode != http.StatusBadRequest {
@@ -149,7 +150,7 @@ func TestSlowBodyFreesSlot(t *testing.T) {
 		io.WriteString(c, "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n")
 		conns = append(conns, c)
 	}
-	waitFor(t, "both slow requests admitted", func() bool { return e.srv.inflight.Load() == 2 })
+	testkit.WaitFor(t, "both slow requests admitted", func() bool { return e.srv.inflight.Load() == 2 })
 	for _, c := range conns {
 		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
 		if err != nil {
@@ -159,7 +160,7 @@ func TestSlowBodyFreesSlot(t *testing.T) {
 			t.Fatalf("slow body: got %d, want 408", resp.StatusCode)
 		}
 	}
-	waitFor(t, "slots released", func() bool { return e.srv.inflight.Load() == 0 })
+	testkit.WaitFor(t, "slots released", func() bool { return e.srv.inflight.Load() == 0 })
 	resp, body := rawRequest(t, e, "GET /whoami HTTP/1.1\r\nHost: x\r\n\r\n")
 	if resp.StatusCode != 200 {
 		t.Fatalf("after slow bodies: got %d %q, want 200", resp.StatusCode, body)
@@ -173,7 +174,7 @@ func TestSlowBodyFreesSlot(t *testing.T) {
 // comes, up to the pool's bound.
 func TestRequestBodyStreamed(t *testing.T) {
 	got := make(chan string, 1)
-	addr := rawBackend(t, func(c net.Conn) {
+	addr := testkit.RawBackend(t, func(c net.Conn) {
 		br := bufio.NewReader(c)
 		req, err := http.ReadRequest(br)
 		if err != nil {
@@ -207,7 +208,7 @@ func TestNonReadingClientBoundedMemory(t *testing.T) {
 	const size, clients = 8 << 20, 8
 	payload := make([]byte, size)
 	var started atomic.Int64
-	addr := rawBackend(t, func(c net.Conn) {
+	addr := testkit.RawBackend(t, func(c net.Conn) {
 		br := bufio.NewReader(c)
 		if _, err := http.ReadRequest(br); err != nil {
 			return
@@ -247,7 +248,7 @@ func TestNonReadingClientBoundedMemory(t *testing.T) {
 func TestUnrequestedSwitchRefused(t *testing.T) {
 	var conns atomic.Int64
 	leaked := make(chan string, 10)
-	addr := rawBackend(t, func(c net.Conn) {
+	addr := testkit.RawBackend(t, func(c net.Conn) {
 		first := conns.Add(1) == 1
 		br := bufio.NewReader(c)
 		for {
@@ -306,7 +307,7 @@ func TestNoReplay(t *testing.T) {
 			io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
 		}
 	}
-	a1, a2 := rawBackend(t, handle), rawBackend(t, handle)
+	a1, a2 := testkit.RawBackend(t, handle), testkit.RawBackend(t, handle)
 	p := newPool(t, "chat", balance.LeastConn, map[string]string{"b1": a1, "b2": a2})
 	p.Retries = 2
 	e := startEdge(t, edgeConfig{opts: Options{Routes: []Route{{Default: true, Pool: p}}}})
@@ -332,7 +333,7 @@ func TestNoReplay(t *testing.T) {
 // TestOversizedResponseNotBackendFailure: a response over edge's own bound
 // is edge's limit, not the backend's failure.
 func TestOversizedResponseNotBackendFailure(t *testing.T) {
-	addr := rawBackend(t, func(c net.Conn) {
+	addr := testkit.RawBackend(t, func(c net.Conn) {
 		br := bufio.NewReader(c)
 		for {
 			if _, err := http.ReadRequest(br); err != nil {
@@ -358,7 +359,7 @@ func TestOversizedResponseNotBackendFailure(t *testing.T) {
 // the request goes to another backend (nothing was sent).
 func TestDeadBackendCounts(t *testing.T) {
 	b := startBackend(t, "b1")
-	p := newPool(t, "chat", balance.LeastConn, map[string]string{"b1": b.Addr(), "dead": closedPort(t)})
+	p := newPool(t, "chat", balance.LeastConn, map[string]string{"b1": b.Addr(), "dead": testkit.ClosedPort(t)})
 	p.Retries = 1
 	e := startEdge(t, edgeConfig{opts: Options{Routes: []Route{{Default: true, Pool: p}}}})
 	// The pick is random between two idle backends: ask until the dead
@@ -408,7 +409,7 @@ func TestBackendsFault(t *testing.T) {
 // request differently from edge.
 func TestBareLFHeadRegenerated(t *testing.T) {
 	heads := make(chan string, 1)
-	addr := rawBackend(t, func(c net.Conn) {
+	addr := testkit.RawBackend(t, func(c net.Conn) {
 		br := bufio.NewReader(c)
 		var head strings.Builder
 		for {
@@ -441,7 +442,7 @@ func TestBareLFHeadRegenerated(t *testing.T) {
 func TestNonReadingClientCut(t *testing.T) {
 	const size = 8 << 20
 	payload := make([]byte, size)
-	addr := rawBackend(t, func(c net.Conn) {
+	addr := testkit.RawBackend(t, func(c net.Conn) {
 		br := bufio.NewReader(c)
 		if _, err := http.ReadRequest(br); err != nil {
 			return
@@ -459,5 +460,5 @@ func TestNonReadingClientCut(t *testing.T) {
 	if _, err := io.ReadFull(c, line[:]); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the stalled answer given up", func() bool { return e.srv.inflight.Load() == 0 })
+	testkit.WaitFor(t, "the stalled answer given up", func() bool { return e.srv.inflight.Load() == 0 })
 }

@@ -9,11 +9,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edgelb/edge/internal/testkit"
 	"github.com/pires/go-proxyproto"
 )
 
 func TestProxyProtocol(t *testing.T) {
-	forEachPath(t, func(t *testing.T) {
+	forEachPath(t, func(t *testing.T, sp splicePath) {
 		for _, tc := range []struct {
 			name    string
 			trusted []string
@@ -27,7 +28,7 @@ func TestProxyProtocol(t *testing.T) {
 			{"untrusted without header", []string{"10.0.0.0/8"}, false, true, "127.0.0.1"},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
-				e, _ := oneBackendEdge(t, false, func(_ *Pool, cfg *edgeConfig) {
+				e, _ := oneBackendEdge(t, sp, false, func(_ *Pool, cfg *edgeConfig) {
 					cfg.wrap = func(l net.Listener) net.Listener {
 						return ListenProxyProtocol(l, mustPrefixes(tc.trusted...), time.Second)
 					}
@@ -63,8 +64,8 @@ func TestProxyProtocol(t *testing.T) {
 // TestProxyProtocolSlowHeader: a trusted peer trickling a PROXY header is
 // cut off at the header timeout.
 func TestProxyProtocolSlowHeader(t *testing.T) {
-	forEachPath(t, func(t *testing.T) {
-		e, _ := oneBackendEdge(t, false, func(_ *Pool, cfg *edgeConfig) {
+	forEachPath(t, func(t *testing.T, sp splicePath) {
+		e, _ := oneBackendEdge(t, sp, false, func(_ *Pool, cfg *edgeConfig) {
 			cfg.wrap = func(l net.Listener) net.Listener {
 				return ListenProxyProtocol(l, mustPrefixes("127.0.0.0/8"), 200*time.Millisecond)
 			}
@@ -73,7 +74,7 @@ func TestProxyProtocolSlowHeader(t *testing.T) {
 		c := e.rawConn(t)
 		io.WriteString(c, "PROXY TCP4 192.0.2.10 ")
 		c.SetReadDeadline(time.Now().Add(5 * time.Second))
-		if _, err := io.ReadAll(c); err != nil && !isClosed(err) {
+		if _, err := io.ReadAll(c); err != nil && !testkit.IsClosed(err) {
 			t.Fatalf("got %v, want the connection closed", err)
 		}
 	})

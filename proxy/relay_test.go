@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/edgelb/edge/balance"
+	"github.com/edgelb/edge/internal/testkit"
 )
 
 // TestNon101RelayNonReadingClientCut: a backend's non-101 answer to an
@@ -22,7 +23,7 @@ func TestNon101RelayNonReadingClientCut(t *testing.T) {
 	const size = 8 << 20
 	payload := make([]byte, size)
 	wrote := make(chan error, 4)
-	addr := rawBackend(t, func(c net.Conn) {
+	addr := testkit.RawBackend(t, func(c net.Conn) {
 		br := bufio.NewReader(c)
 		r, err := http.ReadRequest(br)
 		if err != nil {
@@ -48,7 +49,7 @@ func TestNon101RelayNonReadingClientCut(t *testing.T) {
 		tc.SetReadBuffer(4096)
 	}
 	c.SetDeadline(time.Now().Add(20 * time.Second))
-	io.WriteString(c, rawUpgrade("/big", "x"))
+	io.WriteString(c, testkit.RawUpgrade("/big", "x"))
 	var line [12]byte
 	if _, err := io.ReadFull(c, line[:]); err != nil {
 		t.Fatal(err)
@@ -57,7 +58,7 @@ func TestNon101RelayNonReadingClientCut(t *testing.T) {
 		t.Fatalf("status line %q", line)
 	}
 	// While the answer is being relayed, the pool's only slot is taken.
-	resp, _ := rawRequest(t, e, rawUpgrade("/other", "x"))
+	resp, _ := rawRequest(t, e, testkit.RawUpgrade("/other", "x"))
 	if resp.StatusCode != http.StatusServiceUnavailable {
 		t.Fatalf("second upgrade during a stalled relay: got %d, want 503 (pool_max_conns)", resp.StatusCode)
 	}
@@ -66,5 +67,5 @@ func TestNon101RelayNonReadingClientCut(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the backend connection of a relay to a non-reading client was never closed")
 	}
-	waitFor(t, "the stalled relay given up", func() bool { return e.srv.inflight.Load() == 0 })
+	testkit.WaitFor(t, "the stalled relay given up", func() bool { return e.srv.inflight.Load() == 0 })
 }

@@ -14,15 +14,16 @@ import (
 	"time"
 
 	"github.com/edgelb/edge/balance"
+	"github.com/edgelb/edge/internal/testkit"
 	"github.com/edgelb/edge/internal/wswire"
 	"github.com/gorilla/websocket"
 )
 
-func oneBackendEdge(t *testing.T, tlsOn bool, mod func(p *Pool, cfg *edgeConfig)) (*edge, *Pool) {
+func oneBackendEdge(t *testing.T, sp splicePath, tlsOn bool, mod func(p *Pool, cfg *edgeConfig)) (*edge, *Pool) {
 	t.Helper()
 	b := startBackend(t, "b1")
 	p := newPool(t, "chat", balance.LeastConn, map[string]string{"b1": b.Addr()})
-	cfg := edgeConfig{tls: tlsOn, lo: ListenerOptions{Name: "public"}}
+	cfg := edgeConfig{tls: tlsOn, lo: ListenerOptions{Name: "public"}, splice: sp}
 	if mod != nil {
 		mod(p, &cfg)
 	}
@@ -31,30 +32,30 @@ func oneBackendEdge(t *testing.T, tlsOn bool, mod func(p *Pool, cfg *edgeConfig)
 }
 
 func TestEcho(t *testing.T) {
-	forEachPath(t, func(t *testing.T) {
+	forEachPath(t, func(t *testing.T, sp splicePath) {
 		for _, tc := range []struct {
 			name string
 			tls  bool
 		}{{"ws", false}, {"wss", true}} {
 			t.Run(tc.name, func(t *testing.T) {
-				e, _ := oneBackendEdge(t, tc.tls, nil)
+				e, _ := oneBackendEdge(t, sp, tc.tls, nil)
 				c, resp := e.dialWS(t, "/echo", nil)
 				if got, want := resp.StatusCode, http.StatusSwitchingProtocols; got != want {
 					t.Fatalf("status: got %d, want %d", got, want)
 				}
 				for _, msg := range []string{"hello", strings.Repeat("x", 70000), "again"} {
-					if got := ask(t, c, msg); got != msg {
+					if got := testkit.Ask(t, c, msg); got != msg {
 						t.Fatalf("echo: got %d bytes, want %d", len(got), len(msg))
 					}
 				}
-				if got, want := ask(t, c, "whoami"), "b1"; got != want {
+				if got, want := testkit.Ask(t, c, "whoami"), "b1"; got != want {
 					t.Fatalf("whoami: got %q, want %q", got, want)
 				}
 				if got, want := e.srv.Active(), 1; got != want {
 					t.Fatalf("Active: got %d, want %d", got, want)
 				}
 				wantReady := 0
-				if readinessExpected(t) {
+				if readinessExpected(sp) {
 					wantReady = 1
 				}
 				if got := e.srv.readyConns(); got != wantReady {
@@ -66,14 +67,14 @@ func TestEcho(t *testing.T) {
 				}
 				c.Close()
 				e.obs.waitClosed(t)
-				waitFor(t, "Active 0", func() bool { return e.srv.Active() == 0 })
+				testkit.WaitFor(t, "Active 0", func() bool { return e.srv.Active() == 0 })
 			})
 		}
 	})
 }
 
 func TestRoutingEndToEnd(t *testing.T) {
-	forEachPath(t, func(t *testing.T) {
+	forEachPath(t, func(t *testing.T, sp splicePath) {
 		a, b, d := startBackend(t, "a"), startBackend(t, "b"), startBackend(t, "d")
 		pa := newPool(t, "pa", balance.LeastConn, map[string]string{"a": a.Addr()})
 		pb := newPool(t, "pb", balance.LeastConn, map[string]string{"b": b.Addr()})
@@ -82,7 +83,7 @@ func TestRoutingEndToEnd(t *testing.T) {
 			{Hosts: []string{"chat.example.com"}, Pool: pa},
 			{Hosts: []string{"*.example.com"}, PathPrefix: "/ws", Pool: pb},
 		}
-		e := startEdge(t, edgeConfig{opts: Options{Routes: routes}})
+		e := startEdge(t, edgeConfig{splice: sp, opts: Options{Routes: routes}})
 
 		for _, tc := range []struct{ host, path, want string }{
 			{"chat.example.com", "/", "a"},
@@ -99,7 +100,7 @@ func TestRoutingEndToEnd(t *testing.T) {
 			}
 			// gorilla sets Host from the URL; use a raw request instead.
 			conn := e.rawConn(t)
-			io.WriteString(conn, rawUpgrade(tc.path, tc.host))
+			io.WriteString(conn, testkit.RawUpgrade(tc.path, tc.host))
 			br := bufio.NewReader(conn)
 			resp, err := http.ReadResponse(br, nil)
 			if err != nil {
@@ -108,8 +109,8 @@ func TestRoutingEndToEnd(t *testing.T) {
 			if resp.StatusCode != 101 {
 				t.Fatalf("%s%s: got status %d, want 101", tc.host, tc.path, resp.StatusCode)
 			}
-			conn.Write(maskedFrame(1, []byte("whoami")))
-			_, p := readFrame(t, br)
+			conn.Write(testkit.MaskedFrame(1, []byte("whoami")))
+			_, p := testkit.ReadFrame(t, br)
 			if got := string(p); got != tc.want {
 				t.Errorf("%s%s: got backend %q, want %q", tc.host, tc.path, got, tc.want)
 			}
@@ -131,16 +132,16 @@ func TestRoutingEndToEnd(t *testing.T) {
 			t.Fatal(err)
 		}
 		c, _ := e.dialWS(t, "/", nil)
-		if got, want := ask(t, c, "whoami"), "d"; got != want {
+		if got, want := testkit.Ask(t, c, "whoami"), "d"; got != want {
 			t.Fatalf("default route: got %q, want %q", got, want)
 		}
 	})
 }
 
 func TestUpgradeValidation(t *testing.T) {
-	forEachPath(t, func(t *testing.T) {
-		e, _ := oneBackendEdge(t, false, nil)
-		const ok = "Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: " + testKey + "\r\n"
+	forEachPath(t, func(t *testing.T, sp splicePath) {
+		e, _ := oneBackendEdge(t, sp, false, nil)
+		const ok = "Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: " + testkit.Key + "\r\n"
 		for _, tc := range []struct {
 			name    string
 			req     string
@@ -153,8 +154,8 @@ func TestUpgradeValidation(t *testing.T) {
 			{"no connection upgrade", "GET / HTTP/1.1\r\nHost: x\r\nConnection: keep-alive\r\nUpgrade: websocket\r\n" + ok, 400, ""},
 			{"missing key", "GET / HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\n", 400, ""},
 			{"short key", "GET / HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: c2hvcnQ=\r\n", 400, ""},
-			{"bad version", "GET / HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 8\r\nSec-WebSocket-Key: " + testKey + "\r\n", 426, "Sec-Websocket-Version"},
-			{"missing version", "GET / HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Key: " + testKey + "\r\n", 426, "Sec-Websocket-Version"},
+			{"bad version", "GET / HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 8\r\nSec-WebSocket-Key: " + testkit.Key + "\r\n", 426, "Sec-Websocket-Version"},
+			{"missing version", "GET / HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Key: " + testkit.Key + "\r\n", 426, "Sec-Websocket-Version"},
 			{"POST", "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n" + ok, 405, "Allow"},
 			{"HTTP/1.0", "GET / HTTP/1.0\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n" + ok, 400, ""},
 			{"plain request is proxied", "GET /whoami HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: h2c\r\n", 200, ""},
@@ -186,8 +187,8 @@ func TestUpgradeValidation(t *testing.T) {
 // TestHeaderLimits checks the http.Server settings cmd/edge uses: headers
 // over MaxHeaderBytes get 431 from net/http itself.
 func TestHeaderLimits(t *testing.T) {
-	forEachPath(t, func(t *testing.T) {
-		e, _ := oneBackendEdge(t, false, func(_ *Pool, cfg *edgeConfig) { cfg.maxHeaderBytes = 4096 })
+	forEachPath(t, func(t *testing.T, sp splicePath) {
+		e, _ := oneBackendEdge(t, sp, false, func(_ *Pool, cfg *edgeConfig) { cfg.maxHeaderBytes = 4096 })
 		c := e.rawConn(t)
 		io.WriteString(c, "GET / HTTP/1.1\r\nHost: x\r\nX-Big: "+strings.Repeat("a", 16<<10)+"\r\n\r\n")
 		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
@@ -203,31 +204,31 @@ func TestHeaderLimits(t *testing.T) {
 // TestSlowHeaders: a client trickling its headers is closed by
 // ReadHeaderTimeout and does not hold up another connection.
 func TestSlowHeaders(t *testing.T) {
-	forEachPath(t, func(t *testing.T) {
-		e, _ := oneBackendEdge(t, false, func(_ *Pool, cfg *edgeConfig) { cfg.readHeaderTimeout = 300 * time.Millisecond })
+	forEachPath(t, func(t *testing.T, sp splicePath) {
+		e, _ := oneBackendEdge(t, sp, false, func(_ *Pool, cfg *edgeConfig) { cfg.readHeaderTimeout = 300 * time.Millisecond })
 		slow := e.rawConn(t)
 		io.WriteString(slow, "GET / HTTP/1.1\r\nHost: x\r\n")
 		c, _ := e.dialWS(t, "/", nil)
-		if got := ask(t, c, "fast"); got != "fast" {
+		if got := testkit.Ask(t, c, "fast"); got != "fast" {
 			t.Fatalf("echo: got %q", got)
 		}
 		slow.SetReadDeadline(time.Now().Add(10 * time.Second))
 		_, err := io.ReadAll(slow)
-		if err != nil && !isClosed(err) {
+		if err != nil && !testkit.IsClosed(err) {
 			t.Fatalf("slow conn: got %v, want closed by the server", err)
 		}
-		if got := ask(t, c, "still"); got != "still" {
+		if got := testkit.Ask(t, c, "still"); got != "still" {
 			t.Fatalf("echo after slow close: got %q", got)
 		}
 	})
 }
 
 func TestStickyCookie(t *testing.T) {
-	forEachPath(t, func(t *testing.T) {
+	forEachPath(t, func(t *testing.T, sp splicePath) {
 		b1, b2 := startBackend(t, "b1"), startBackend(t, "b2")
 		p := newPool(t, "chat", balance.Cookie, map[string]string{"b1": b1.Addr(), "b2": b2.Addr()})
 		p.Cookie = CookieSettings{Name: "sticky", Path: "/", MaxAge: time.Hour, SameSite: http.SameSiteLaxMode}
-		e := startEdge(t, edgeConfig{tls: true, opts: Options{Routes: []Route{{Default: true, Pool: p}}}})
+		e := startEdge(t, edgeConfig{splice: sp, tls: true, opts: Options{Routes: []Route{{Default: true, Pool: p}}}})
 
 		// traefik#3343: the cookie must be on the 101 itself.
 		c, resp := e.dialWS(t, "/", nil)
@@ -246,13 +247,13 @@ func TestStickyCookie(t *testing.T) {
 				t.Errorf("Set-Cookie %q lacks %s", raw, want)
 			}
 		}
-		first := ask(t, c, "whoami")
+		first := testkit.Ask(t, c, "whoami")
 		c.Close()
 
 		// Stickiness holds across reconnects, even with the other backend less loaded.
 		for i := range 5 {
 			c, resp := e.dialWS(t, "/", http.Header{"Cookie": {cookie.Name + "=" + cookie.Value}})
-			if got := ask(t, c, "whoami"); got != first {
+			if got := testkit.Ask(t, c, "whoami"); got != first {
 				t.Fatalf("reconnect %d: got backend %q, want %q", i, got, first)
 			}
 			if resp.Header.Get("Set-Cookie") != "" {
@@ -293,11 +294,11 @@ func TestStickyCookie(t *testing.T) {
 // TestRetryOnDialFailure: the cookie names a backend whose port is closed;
 // the connection lands on the other one and the failure is counted.
 func TestRetryOnDialFailure(t *testing.T) {
-	forEachPath(t, func(t *testing.T) {
+	forEachPath(t, func(t *testing.T, sp splicePath) {
 		live := startBackend(t, "live")
-		p := newPool(t, "chat", balance.Cookie, map[string]string{"dead": closedPort(t), "live": live.Addr()})
+		p := newPool(t, "chat", balance.Cookie, map[string]string{"dead": testkit.ClosedPort(t), "live": live.Addr()})
 		p.Retries = 1
-		e := startEdge(t, edgeConfig{opts: Options{Routes: []Route{{Default: true, Pool: p}}}})
+		e := startEdge(t, edgeConfig{splice: sp, opts: Options{Routes: []Route{{Default: true, Pool: p}}}})
 		var dead *balance.Backend
 		for _, b := range p.Balancer.Snapshot().Backends {
 			if b.ID() == "dead" {
@@ -305,7 +306,7 @@ func TestRetryOnDialFailure(t *testing.T) {
 			}
 		}
 		c, _ := e.dialWS(t, "/", http.Header{"Cookie": {defaultCookieName + "=" + dead.CookieValue()}})
-		if got, want := ask(t, c, "whoami"), "live"; got != want {
+		if got, want := testkit.Ask(t, c, "whoami"), "live"; got != want {
 			t.Fatalf("backend: got %q, want %q", got, want)
 		}
 		if got := e.obs.dialFailures(); len(got) != 1 || got[0] != "dead" {
@@ -335,8 +336,8 @@ func TestRetryOnDialFailure(t *testing.T) {
 		}
 
 		// No retries and only a dead backend: 502, nothing upgraded.
-		pd := newPool(t, "dead", balance.LeastConn, map[string]string{"dead": closedPort(t)})
-		e2 := startEdge(t, edgeConfig{opts: Options{Routes: []Route{{Default: true, Pool: pd}}}})
+		pd := newPool(t, "dead", balance.LeastConn, map[string]string{"dead": testkit.ClosedPort(t)})
+		e2 := startEdge(t, edgeConfig{splice: sp, opts: Options{Routes: []Route{{Default: true, Pool: pd}}}})
 		_, resp, err = e2.dialer().Dial(e2.url("/"), nil)
 		if err == nil || resp == nil || resp.StatusCode != http.StatusBadGateway {
 			t.Fatalf("dead pool: got %v %v, want 502", err, resp)
@@ -347,8 +348,8 @@ func TestRetryOnDialFailure(t *testing.T) {
 // TestNon101Relayed: a backend refusing the upgrade is relayed as an
 // ordinary response.
 func TestNon101Relayed(t *testing.T) {
-	forEachPath(t, func(t *testing.T) {
-		e, _ := oneBackendEdge(t, true, nil)
+	forEachPath(t, func(t *testing.T, sp splicePath) {
+		e, _ := oneBackendEdge(t, sp, true, nil)
 		_, resp, err := e.dialer().Dial(e.url("/reject"), nil)
 		if err == nil {
 			t.Fatal("dial succeeded, want refusal")
@@ -369,11 +370,11 @@ func TestNon101Relayed(t *testing.T) {
 // TestClientBufferedBytes: a frame sent in the same write as the handshake
 // sits in net/http's bufio.Reader after Hijack and must be forwarded.
 func TestClientBufferedBytes(t *testing.T) {
-	forEachPath(t, func(t *testing.T) {
+	forEachPath(t, func(t *testing.T, sp splicePath) {
 		for _, tlsOn := range []bool{false, true} {
-			e, _ := oneBackendEdge(t, tlsOn, nil)
+			e, _ := oneBackendEdge(t, sp, tlsOn, nil)
 			c := e.rawConn(t)
-			msg := append([]byte(rawUpgrade("/", "x")), maskedFrame(1, []byte("whoami"))...)
+			msg := append([]byte(testkit.RawUpgrade("/", "x")), testkit.MaskedFrame(1, []byte("whoami"))...)
 			if _, err := c.Write(msg); err != nil {
 				t.Fatal(err)
 			}
@@ -383,10 +384,10 @@ func TestClientBufferedBytes(t *testing.T) {
 			if err != nil || resp.StatusCode != 101 {
 				t.Fatalf("tls=%v: handshake: %v %v", tlsOn, resp, err)
 			}
-			if got, want := resp.Header.Get("Sec-WebSocket-Accept"), wswire.AcceptKey(testKey); got != want {
+			if got, want := resp.Header.Get("Sec-WebSocket-Accept"), wswire.AcceptKey(testkit.Key); got != want {
 				t.Fatalf("accept: got %q, want %q", got, want)
 			}
-			if _, p := readFrame(t, br); string(p) != "b1" {
+			if _, p := testkit.ReadFrame(t, br); string(p) != "b1" {
 				t.Fatalf("tls=%v: got %q, want b1", tlsOn, p)
 			}
 		}
@@ -396,15 +397,15 @@ func TestClientBufferedBytes(t *testing.T) {
 // TestBackendBufferedBytes: frames the backend writes together with its
 // 101 are read into the handshake's bufio.Reader and must be forwarded.
 func TestBackendBufferedBytes(t *testing.T) {
-	forEachPath(t, func(t *testing.T) {
-		addr := rawBackend(t, func(c net.Conn) {
+	forEachPath(t, func(t *testing.T, sp splicePath) {
+		addr := testkit.RawBackend(t, func(c net.Conn) {
 			br := bufio.NewReader(c)
-			_, resp := readUpgrade(t, br)
+			_, resp := testkit.ReadUpgrade(t, br)
 			c.Write(append([]byte(resp), 0x81, 5, 'h', 'e', 'l', 'l', 'o'))
 			io.Copy(io.Discard, br)
 		})
 		p := newPool(t, "raw", balance.LeastConn, map[string]string{"raw": addr})
-		e := startEdge(t, edgeConfig{tls: true, opts: Options{Routes: []Route{{Default: true, Pool: p}}}})
+		e := startEdge(t, edgeConfig{splice: sp, tls: true, opts: Options{Routes: []Route{{Default: true, Pool: p}}}})
 		c, _ := e.dialWS(t, "/", nil)
 		c.SetReadDeadline(time.Now().Add(5 * time.Second))
 		_, msg, err := c.ReadMessage()
@@ -417,23 +418,23 @@ func TestBackendBufferedBytes(t *testing.T) {
 // TestHalfClose: the client's FIN reaches the backend as a FIN, and the
 // backend can still answer afterwards.
 func TestHalfClose(t *testing.T) {
-	forEachPath(t, func(t *testing.T) {
-		addr := rawBackend(t, func(c net.Conn) {
+	forEachPath(t, func(t *testing.T, sp splicePath) {
+		addr := testkit.RawBackend(t, func(c net.Conn) {
 			br := bufio.NewReader(c)
-			_, resp := readUpgrade(t, br)
+			_, resp := testkit.ReadUpgrade(t, br)
 			io.WriteString(c, resp)
 			got, _ := io.ReadAll(br) // returns at the propagated FIN
 			c.Write([]byte{0x81, byte(len(got))})
 			c.Write(got[:min(len(got), 125)])
 		})
 		p := newPool(t, "raw", balance.LeastConn, map[string]string{"raw": addr})
-		e := startEdge(t, edgeConfig{opts: Options{Routes: []Route{{Default: true, Pool: p}}}})
+		e := startEdge(t, edgeConfig{splice: sp, opts: Options{Routes: []Route{{Default: true, Pool: p}}}})
 		c := e.rawConn(t).(*net.TCPConn)
-		io.WriteString(c, rawUpgrade("/", "x"))
-		br := read101(t, c)
+		io.WriteString(c, testkit.RawUpgrade("/", "x"))
+		br := testkit.Read101(t, c)
 		c.Write([]byte("abc"))
 		c.CloseWrite()
-		if _, p := readFrame(t, br); string(p) != "abc" {
+		if _, p := testkit.ReadFrame(t, br); string(p) != "abc" {
 			t.Fatalf("after half-close: got %q, want abc", p)
 		}
 		if _, err := br.ReadByte(); err != io.EOF {
@@ -445,17 +446,17 @@ func TestHalfClose(t *testing.T) {
 // TestNoHTTPErrorAfterHijack: a backend dying after its 101 closes the
 // client connection; no HTTP error response follows the 101.
 func TestNoHTTPErrorAfterHijack(t *testing.T) {
-	forEachPath(t, func(t *testing.T) {
-		addr := rawBackend(t, func(c net.Conn) {
-			_, resp := readUpgrade(t, bufio.NewReader(c))
+	forEachPath(t, func(t *testing.T, sp splicePath) {
+		addr := testkit.RawBackend(t, func(c net.Conn) {
+			_, resp := testkit.ReadUpgrade(t, bufio.NewReader(c))
 			io.WriteString(c, resp)
 			c.(*net.TCPConn).SetLinger(0) // RST
 		})
 		p := newPool(t, "raw", balance.LeastConn, map[string]string{"raw": addr})
-		e := startEdge(t, edgeConfig{opts: Options{Routes: []Route{{Default: true, Pool: p}}}})
+		e := startEdge(t, edgeConfig{splice: sp, opts: Options{Routes: []Route{{Default: true, Pool: p}}}})
 		c := e.rawConn(t)
-		io.WriteString(c, rawUpgrade("/", "x"))
-		br := read101(t, c)
+		io.WriteString(c, testkit.RawUpgrade("/", "x"))
+		br := testkit.Read101(t, c)
 		rest, _ := io.ReadAll(br)
 		if len(rest) != 0 {
 			t.Fatalf("after 101: got %q, want nothing", rest)
@@ -470,17 +471,17 @@ func TestNoHTTPErrorAfterHijack(t *testing.T) {
 // TestIdleTimeout: a silent connection is closed and every goroutine and
 // buffer of it returns.
 func TestIdleTimeout(t *testing.T) {
-	forEachPath(t, func(t *testing.T) {
-		e, _ := oneBackendEdge(t, true, func(p *Pool, _ *edgeConfig) { p.IdleTimeout = 200 * time.Millisecond })
+	forEachPath(t, func(t *testing.T, sp splicePath) {
+		e, _ := oneBackendEdge(t, sp, true, func(p *Pool, _ *edgeConfig) { p.IdleTimeout = 200 * time.Millisecond })
 		// Warm up once so lazily started goroutines are in the baseline.
 		c0, _ := e.dialWS(t, "/", nil)
-		ask(t, c0, "warm")
+		testkit.Ask(t, c0, "warm")
 		c0.Close()
 		e.obs.waitClosed(t)
 		base := runtime.NumGoroutine()
 
 		c, _ := e.dialWS(t, "/", nil)
-		ask(t, c, "hi")
+		testkit.Ask(t, c, "hi")
 		if got, want := e.obs.waitClosed(t), "idle_timeout"; got != want {
 			t.Fatalf("reason: got %q, want %q", got, want)
 		}
@@ -489,17 +490,17 @@ func TestIdleTimeout(t *testing.T) {
 			t.Fatal("read after idle timeout succeeded")
 		}
 		c.Close()
-		waitGoroutines(t, base)
+		testkit.WaitGoroutines(t, base)
 	})
 }
 
 // TestIdleTimeoutOneWayTraffic: a connection where only the backend talks
 // is not idle.
 func TestIdleTimeoutOneWayTraffic(t *testing.T) {
-	forEachPath(t, func(t *testing.T) {
+	forEachPath(t, func(t *testing.T, sp splicePath) {
 		stop := make(chan struct{})
-		addr := rawBackend(t, func(c net.Conn) {
-			_, resp := readUpgrade(t, bufio.NewReader(c))
+		addr := testkit.RawBackend(t, func(c net.Conn) {
+			_, resp := testkit.ReadUpgrade(t, bufio.NewReader(c))
 			io.WriteString(c, resp)
 			tick := time.NewTicker(50 * time.Millisecond)
 			defer tick.Stop()
@@ -516,7 +517,7 @@ func TestIdleTimeoutOneWayTraffic(t *testing.T) {
 		})
 		p := newPool(t, "raw", balance.LeastConn, map[string]string{"raw": addr})
 		p.IdleTimeout = 200 * time.Millisecond
-		e := startEdge(t, edgeConfig{opts: Options{Routes: []Route{{Default: true, Pool: p}}}})
+		e := startEdge(t, edgeConfig{splice: sp, opts: Options{Routes: []Route{{Default: true, Pool: p}}}})
 		c, _ := e.dialWS(t, "/", nil)
 		for range 12 { // 600 ms, three idle timeouts worth
 			c.SetReadDeadline(time.Now().Add(5 * time.Second))
@@ -529,12 +530,12 @@ func TestIdleTimeoutOneWayTraffic(t *testing.T) {
 }
 
 func TestDrain(t *testing.T) {
-	forEachPath(t, func(t *testing.T) {
-		e, _ := oneBackendEdge(t, true, nil)
+	forEachPath(t, func(t *testing.T, sp splicePath) {
+		e, _ := oneBackendEdge(t, sp, true, nil)
 		var cs []*websocket.Conn
 		for range 5 {
 			c, _ := e.dialWS(t, "/", nil)
-			ask(t, c, "x")
+			testkit.Ask(t, c, "x")
 			cs = append(cs, c)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -568,15 +569,15 @@ func TestDrain(t *testing.T) {
 // TestDrainForceClose: a client that never answers the close frame is
 // closed when the drain context ends.
 func TestDrainForceClose(t *testing.T) {
-	forEachPath(t, func(t *testing.T) {
-		e, _ := oneBackendEdge(t, false, nil)
+	forEachPath(t, func(t *testing.T, sp splicePath) {
+		e, _ := oneBackendEdge(t, sp, false, nil)
 		c := e.rawConn(t)
-		io.WriteString(c, rawUpgrade("/", "x"))
-		br := read101(t, c)
+		io.WriteString(c, testkit.RawUpgrade("/", "x"))
+		br := testkit.Read101(t, c)
 		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 		defer cancel()
 		e.srv.Drain(ctx, 0)
-		op, p := readFrame(t, br)
+		op, p := testkit.ReadFrame(t, br)
 		if op != wswire.OpClose || len(p) < 2 || int(p[0])<<8|int(p[1]) != CloseGoingAway {
 			t.Fatalf("got opcode %d payload %v, want close 1001", op, p)
 		}
@@ -590,20 +591,20 @@ func TestDrainForceClose(t *testing.T) {
 }
 
 func TestLimits(t *testing.T) {
-	forEachPath(t, func(t *testing.T) {
+	forEachPath(t, func(t *testing.T, sp splicePath) {
 		t.Run("global max conns", func(t *testing.T) {
-			e, _ := oneBackendEdge(t, false, func(_ *Pool, cfg *edgeConfig) { cfg.opts.MaxConns = 1 })
+			e, _ := oneBackendEdge(t, sp, false, func(_ *Pool, cfg *edgeConfig) { cfg.opts.MaxConns = 1 })
 			c, _ := e.dialWS(t, "/", nil)
-			ask(t, c, "x")
+			testkit.Ask(t, c, "x")
 			_, resp, err := e.dialer().Dial(e.url("/"), nil)
 			if err == nil || resp == nil || resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
 				t.Fatalf("second conn: got %v, want 503 with Retry-After", resp)
 			}
 		})
 		t.Run("pool max conns", func(t *testing.T) {
-			e, _ := oneBackendEdge(t, false, func(p *Pool, _ *edgeConfig) { p.MaxConns = 1 })
+			e, _ := oneBackendEdge(t, sp, false, func(p *Pool, _ *edgeConfig) { p.MaxConns = 1 })
 			c, _ := e.dialWS(t, "/", nil)
-			ask(t, c, "x")
+			testkit.Ask(t, c, "x")
 			_, resp, err := e.dialer().Dial(e.url("/"), nil)
 			if err == nil || resp == nil || resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
 				t.Fatalf("second conn: got %v, want 503 with Retry-After", resp)
@@ -611,11 +612,11 @@ func TestLimits(t *testing.T) {
 			c.Close()
 			e.obs.waitClosed(t)
 			c2, _ := e.dialWS(t, "/", nil) // the slot is free again
-			ask(t, c2, "y")
+			testkit.Ask(t, c2, "y")
 		})
 		t.Run("rate per client", func(t *testing.T) {
 			lim := balance.NewLimiter(balance.LimiterOptions{Rate: 0.001, Burst: 1})
-			e, _ := oneBackendEdge(t, false, func(p *Pool, _ *edgeConfig) { p.Limiter = lim })
+			e, _ := oneBackendEdge(t, sp, false, func(p *Pool, _ *edgeConfig) { p.Limiter = lim })
 			c, _ := e.dialWS(t, "/", nil)
 			c.Close()
 			_, resp, err := e.dialer().Dial(e.url("/"), nil)
@@ -625,9 +626,9 @@ func TestLimits(t *testing.T) {
 		})
 		t.Run("pool rate", func(t *testing.T) {
 			// One new connection per two seconds for everyone together.
-			e, _ := oneBackendEdge(t, false, func(p *Pool, _ *edgeConfig) { p.Admission = balance.NewBucket(0.5, 1, nil) })
+			e, _ := oneBackendEdge(t, sp, false, func(p *Pool, _ *edgeConfig) { p.Admission = balance.NewBucket(0.5, 1, nil) })
 			c, _ := e.dialWS(t, "/", nil)
-			ask(t, c, "x")
+			testkit.Ask(t, c, "x")
 			_, resp, err := e.dialer().Dial(e.url("/"), nil)
 			if err == nil || resp == nil || resp.StatusCode != http.StatusServiceUnavailable {
 				t.Fatalf("second conn: got %v (%v), want 503", resp, err)
@@ -637,14 +638,14 @@ func TestLimits(t *testing.T) {
 			if ra, err := strconv.Atoi(resp.Header.Get("Retry-After")); err != nil || ra < 2 || ra > 8 {
 				t.Fatalf("Retry-After %q, want 2..8", resp.Header.Get("Retry-After"))
 			}
-			ask(t, c, "y") // the admitted connection is untouched
+			testkit.Ask(t, c, "y") // the admitted connection is untouched
 		})
 	})
 }
 
 func TestPlainHTTP(t *testing.T) {
-	forEachPath(t, func(t *testing.T) {
-		e, _ := oneBackendEdge(t, false, nil)
+	forEachPath(t, func(t *testing.T, sp splicePath) {
+		e, _ := oneBackendEdge(t, sp, false, nil)
 		resp, err := e.httpClient().Post(e.httpURL("/echo?x=1"), "text/plain", strings.NewReader("body"))
 		if err != nil {
 			t.Fatal(err)
@@ -668,16 +669,16 @@ func TestPlainHTTP(t *testing.T) {
 // TestGoroutinesReturn: after connections end every way they can, the
 // goroutine count returns to its baseline.
 func TestGoroutinesReturn(t *testing.T) {
-	forEachPath(t, func(t *testing.T) {
-		e, _ := oneBackendEdge(t, true, nil)
+	forEachPath(t, func(t *testing.T, sp splicePath) {
+		e, _ := oneBackendEdge(t, sp, true, nil)
 		c0, _ := e.dialWS(t, "/", nil)
-		ask(t, c0, "warm")
+		testkit.Ask(t, c0, "warm")
 		c0.Close()
 		e.obs.waitClosed(t)
 		base := runtime.NumGoroutine()
 		for i := range 10 {
 			c, _ := e.dialWS(t, "/", nil)
-			ask(t, c, "x")
+			testkit.Ask(t, c, "x")
 			switch i % 3 {
 			case 0:
 				c.Close()
@@ -692,6 +693,6 @@ func TestGoroutinesReturn(t *testing.T) {
 			}
 			e.obs.waitClosed(t)
 		}
-		waitGoroutines(t, base)
+		testkit.WaitGoroutines(t, base)
 	})
 }

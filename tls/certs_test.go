@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edgelb/edge/internal/testkit"
 	edgetls "github.com/edgelb/edge/tls"
 )
 
@@ -178,13 +179,13 @@ func TestNewRefusesBrokenFiles(t *testing.T) {
 	// TestExpiredCertificateAmongOthers and TestNoUsableCertificate.
 	must := p.leaf(t, leafOpts{names: []string{"must.example.com"}, mustStaple: true})
 	badPEM := filepath.Join(p.dir, "bad.pem")
-	writeFile(t, badPEM, []byte("-----BEGIN CERTIFICATE-----\nnot base64!\n-----END CERTIFICATE-----\n"))
+	testkit.WriteFile(t, badPEM, []byte("-----BEGIN CERTIFICATE-----\nnot base64!\n-----END CERTIFICATE-----\n"))
 	badDER := filepath.Join(p.dir, "baddr.pem")
 	writePEM(t, badDER, "CERTIFICATE", []byte("garbage"))
 	reversed := filepath.Join(p.dir, "reversed.pem")
-	writeFile(t, reversed, append(pemOf(p.ca.Raw), pemOf(good.cert.Raw)...))
+	testkit.WriteFile(t, reversed, append(pemOf(p.ca.Raw), pemOf(good.cert.Raw)...))
 	mismatched := filepath.Join(p.dir, "mismatch.pem")
-	writeFile(t, mismatched, good.certPEM)
+	testkit.WriteFile(t, mismatched, good.certPEM)
 
 	tests := []struct {
 		name  string
@@ -248,7 +249,7 @@ func TestReload(t *testing.T) {
 	}
 
 	// Broken files: the key of another certificate.
-	writeFile(t, cur.certFile, next.certPEM)
+	testkit.WriteFile(t, cur.certFile, next.certPEM)
 	for range 2 {
 		err := e.term.Reload()
 		if err == nil || !strings.Contains(err.Error(), cur.keyFile) || !strings.Contains(err.Error(), "does not match") {
@@ -318,7 +319,7 @@ func TestReloadOnFileChange(t *testing.T) {
 	e := start(t, edgetls.Options{Certificates: []edgetls.CertFiles{cur.files()}, ReloadInterval: 10 * time.Millisecond, OCSP: edgetls.OCSPOptions{Disabled: true}})
 	runBackground(t, e.term)
 
-	writeFile(t, cur.keyFile, []byte("-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n"))
+	testkit.WriteFile(t, cur.keyFile, []byte("-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n"))
 	e.obs.wait(t, "reload site.pem err=true")
 	if got, want := mustDial(t, e.addr, p.client("site.example.com")).PeerCertificates[0].SerialNumber, cur.cert.SerialNumber; got.Cmp(want) != 0 {
 		t.Errorf("after broken key: serial %s, want old %s", got, want)

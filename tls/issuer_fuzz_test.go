@@ -1,30 +1,16 @@
 package tls
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/pem"
-	"math/big"
 	"testing"
-	"time"
+
+	"github.com/edgelb/edge/internal/testkit"
 )
 
 // FuzzParseIssuerDoc feeds what a caIssuers URL might serve: the parser must
 // never panic, and whatever it returns must be parsed certificates.
 func FuzzParseIssuerDoc(f *testing.F) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		f.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "fuzz CA"},
-		NotBefore: time.Now(), NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
-	if err != nil {
-		f.Fatal(err)
-	}
+	der := testkit.NewCA(f, "fuzz CA").Cert.Raw
 	f.Add(der)                                                                  // DER, as RFC 5280 4.2.2.1 asks
 	f.Add(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}))      // PEM, as some CAs serve
 	f.Add(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der[:40]})) // truncated DER in PEM

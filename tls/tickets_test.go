@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edgelb/edge/internal/testkit"
 	edgetls "github.com/edgelb/edge/tls"
 )
 
@@ -122,7 +123,7 @@ func TestTicketMaxAge(t *testing.T) {
 	// Keys from a file never rotate here, so only the age bound can end
 	// resumption: RotateEvery*Keep = 20m.
 	keyFile := filepath.Join(t.TempDir(), "tickets.keys")
-	writeFile(t, keyFile, []byte(newKeyLine(80)))
+	testkit.WriteFile(t, keyFile, []byte(newKeyLine(80)))
 	e := start(t, edgetls.Options{
 		Certificates: []edgetls.CertFiles{l.files()},
 		Tickets:      edgetls.TicketOptions{KeyFile: keyFile, RotateEvery: 10 * time.Minute, Keep: 2},
@@ -158,7 +159,7 @@ func TestTicketKeyFile(t *testing.T) {
 	l := p.leaf(t, leafOpts{names: []string{"a.example.com"}})
 	keyFile := filepath.Join(t.TempDir(), "tickets.keys")
 	k1, k2, k3 := newKeyLine(80), newKeyLine(48), newKeyLine(80)
-	writeFile(t, keyFile, []byte("# fleet keys, first encrypts\n"+k1+"\n"+k2))
+	testkit.WriteFile(t, keyFile, []byte("# fleet keys, first encrypts\n"+k1+"\n"+k2))
 	opts := edgetls.Options{Certificates: []edgetls.CertFiles{l.files()}, Tickets: edgetls.TicketOptions{KeyFile: keyFile}, ReloadInterval: -1}
 	a, b := start(t, opts), start(t, opts)
 	ctx := context.Background()
@@ -177,7 +178,7 @@ func TestTicketKeyFile(t *testing.T) {
 		clients[v.v] = resumeClient(p, v.v)
 		mustDial(t, a.addr, clients[v.v]) // ticket under k1
 	}
-	writeFile(t, keyFile, []byte(k3+k1))
+	testkit.WriteFile(t, keyFile, []byte(k3+k1))
 	for _, e := range []*env{a, b} {
 		if err := e.term.PollTicketKeys(ctx); err != nil {
 			t.Fatal(err)
@@ -189,7 +190,7 @@ func TestTicketKeyFile(t *testing.T) {
 	wantResumed(t, b.addr, clients, true, "ticket under the now second key not resumed")
 
 	// A broken file keeps the keys in use.
-	writeFile(t, keyFile, []byte("not base64 at all!\n"))
+	testkit.WriteFile(t, keyFile, []byte("not base64 at all!\n"))
 	err := b.term.PollTicketKeys(ctx)
 	if err == nil || !strings.Contains(err.Error(), keyFile) || !strings.Contains(err.Error(), "line 1") {
 		t.Errorf("broken key file: got %v, want an error naming the file and line", err)
@@ -204,7 +205,7 @@ func TestTicketKeyFile(t *testing.T) {
 	wantResumed(t, b.addr, clients, true, "not resumed after a broken key file")
 
 	// Keys replaced entirely: old tickets are refused.
-	writeFile(t, keyFile, []byte(newKeyLine(80)))
+	testkit.WriteFile(t, keyFile, []byte(newKeyLine(80)))
 	if err := b.term.PollTicketKeys(ctx); err != nil {
 		t.Fatal(err)
 	}

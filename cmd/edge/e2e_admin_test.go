@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/edgelb/edge/internal/testkit"
 )
 
 // TestPprofOffUnlessEnabled: /debug/pprof/ is 404 on the admin listener
@@ -50,8 +52,8 @@ func TestPprofOffUnlessEnabled(t *testing.T) {
 func TestCheckRefusesPublicAdmin(t *testing.T) {
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "edge.yaml")
-	port := strings.TrimPrefix(freeAddr(t), "127.0.0.1:")
-	body := "admin:\n  address: \"0.0.0.0:" + port + "\"\nlisteners: [{address: " + freeAddr(t) + "}]\npools: [{name: app, backends: [{address: 127.0.0.1:9}]}]\nroutes: [{default: true, pool: app}]\n"
+	port := strings.TrimPrefix(testkit.ClosedPort(t), "127.0.0.1:")
+	body := "admin:\n  address: \"0.0.0.0:" + port + "\"\nlisteners: [{address: " + testkit.ClosedPort(t) + "}]\npools: [{name: app, backends: [{address: 127.0.0.1:9}]}]\nroutes: [{default: true, pool: app}]\n"
 	writeFile(t, cfg, body)
 	var out bytes.Buffer
 	cmd := exec.Command(edgeBin, "-check", "-config", cfg)
@@ -139,20 +141,14 @@ func TestDescriptorLimitRefusesCleanly(t *testing.T) {
 		c.Close()
 	}
 	conns = nil
-	var lastErr error
-	for try := 0; try < 100; try++ {
+	testkit.Await(t, 5*time.Second, "clients served once the held sockets closed", func() (bool, string) {
 		resp, err := hc.Get("http://" + s.ws + "/whoami")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return
-			}
-			err = fmt.Errorf("status %d", resp.StatusCode)
+		if err != nil {
+			return false, err.Error()
 		}
-		lastErr = err
-		time.Sleep(50 * time.Millisecond) // until edge has seen the closes
-	}
-	t.Fatalf("after the sockets closed: %v", lastErr)
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, fmt.Sprintf("status %d", resp.StatusCode)
+	})
 }
 
 func isDeadline(err error) bool { return errors.Is(err, os.ErrDeadlineExceeded) }

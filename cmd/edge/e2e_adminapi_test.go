@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/edgelb/edge/internal/interop"
+	"github.com/edgelb/edge/internal/testkit"
 	"github.com/gorilla/websocket"
 )
 
@@ -109,7 +110,7 @@ func (s *setup) dialOn(t *testing.T, n int) map[string][]*websocket.Conn {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { c.Close() })
-		id := ask(t, c, "whoami")
+		id := testkit.Ask(t, c, "whoami")
 		out[id] = append(out[id], c)
 	}
 	return out
@@ -198,7 +199,7 @@ func TestAdminAPIDrain(t *testing.T) {
 		}
 	}
 	for _, c := range goConns["b2"] {
-		if got := ask(t, c, "still"); got != "still" {
+		if got := testkit.Ask(t, c, "still"); got != "still" {
 			t.Errorf("b2 connection after draining b1: %q", got)
 		}
 	}
@@ -267,7 +268,7 @@ func TestAdminAPIWeightAndDisable(t *testing.T) {
 	}
 	for _, cs := range live {
 		for _, c := range cs {
-			if got := ask(t, c, "alive"); got != "alive" {
+			if got := testkit.Ask(t, c, "alive"); got != "alive" {
 				t.Errorf("live connection after disable: %q", got)
 			}
 		}

@@ -2,53 +2,17 @@ package main
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
 	"io"
-	"math/big"
 	"net/http"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
-)
 
-// writeNamedCert writes a self-signed certificate for name, valid between
-// notBefore and notAfter, as name.pem and name.key in dir.
-func writeNamedCert(t *testing.T, dir, name string, notBefore, notAfter time.Time) (certFile, keyFile string) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(time.Now().UnixNano()),
-		Subject:      pkix.Name{CommonName: name},
-		DNSNames:     []string{name},
-		NotBefore:    notBefore,
-		NotAfter:     notAfter,
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kder, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	certFile, keyFile = filepath.Join(dir, name+".pem"), filepath.Join(dir, name+".key")
-	writeFile(t, certFile, string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})))
-	writeFile(t, keyFile, string(pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kder})))
-	return certFile, keyFile
-}
+	"github.com/edgelb/edge/internal/testkit"
+)
 
 // checkConfig writes body (with the usual route and pool) as edge.yaml in
 // dir and returns its path.
@@ -115,9 +79,9 @@ func TestCheckRunsStartupChecks(t *testing.T) {
 	dir := t.TempDir()
 	bs := backends(t, "b1")
 	now := time.Now()
-	goodCert, goodKey := writeNamedCert(t, dir, "good.example.com", now.Add(-time.Hour), now.Add(24*time.Hour))
-	expCert, expKey := writeNamedCert(t, dir, "expired.example.com", now.Add(-48*time.Hour), now.Add(-24*time.Hour))
-	port := strings.TrimPrefix(freeAddr(t), "127.0.0.1:")
+	goodCert, goodKey := testkit.SelfSignedWith(t, testkit.CertOptions{Hosts: []string{"good.example.com"}, NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour)}).Write(t, dir, "good.example.com")
+	expCert, expKey := testkit.SelfSignedWith(t, testkit.CertOptions{Hosts: []string{"expired.example.com"}, NotBefore: now.Add(-48 * time.Hour), NotAfter: now.Add(-24 * time.Hour)}).Write(t, dir, "expired.example.com")
+	port := strings.TrimPrefix(testkit.ClosedPort(t), "127.0.0.1:")
 	tlsListener := func(addr, cert, key string) string {
 		return fmt.Sprintf("  - name: wss\n    address: %q\n    tls:\n      certificates:\n        - cert_file: %q\n          key_file: %q\n", addr, cert, key)
 	}
@@ -126,16 +90,16 @@ func TestCheckRunsStartupChecks(t *testing.T) {
 		want       []string
 	}{
 		{"certificate and key swapped",
-			fmt.Sprintf("admin: {address: %q}\nlisteners:\n", freeAddr(t)) + tlsListener(freeAddr(t), goodKey, goodCert),
+			fmt.Sprintf("admin: {address: %q}\nlisteners:\n", testkit.ClosedPort(t)) + tlsListener(testkit.ClosedPort(t), goodKey, goodCert),
 			[]string{"edge.yaml:7: listeners[0].tls.certificates[0]", goodKey, "no CERTIFICATE"}},
 		{"expired certificate",
-			fmt.Sprintf("admin: {address: %q}\nlisteners:\n", freeAddr(t)) + tlsListener(freeAddr(t), expCert, expKey),
+			fmt.Sprintf("admin: {address: %q}\nlisteners:\n", testkit.ClosedPort(t)) + tlsListener(testkit.ClosedPort(t), expCert, expKey),
 			[]string{"edge.yaml:7: listeners[0].tls.certificates[0]", expCert, "expired at", "no usable certificate"}},
 		{"admin address equal to a listener's",
 			fmt.Sprintf("admin: {address: %q}\nlisteners:\n", "127.0.0.1:"+port) + tlsListener("127.0.0.1:"+port, goodCert, goodKey),
 			[]string{"edge.yaml:1: admin.address", "127.0.0.1:" + port, "listeners[0].address"}},
 		{"TLS on 127.0.0.1 and plain on localhost, same port",
-			fmt.Sprintf("admin: {address: %q}\nlisteners:\n", freeAddr(t)) + tlsListener("127.0.0.1:"+port, goodCert, goodKey) +
+			fmt.Sprintf("admin: {address: %q}\nlisteners:\n", testkit.ClosedPort(t)) + tlsListener("127.0.0.1:"+port, goodCert, goodKey) +
 				fmt.Sprintf("  - name: ws\n    address: %q\n", "localhost:"+port),
 			[]string{"edge.yaml:10: listeners[1].address", "localhost:" + port, "127.0.0.1:" + port, "listeners[0].address"}},
 	} {
@@ -170,9 +134,9 @@ func TestExpiredCertificateServedAround(t *testing.T) {
 	dir := t.TempDir()
 	bs := backends(t, "b1")
 	now := time.Now()
-	goodCert, goodKey := writeNamedCert(t, dir, "good.example.com", now.Add(-time.Hour), now.Add(24*time.Hour))
-	expCert, expKey := writeNamedCert(t, dir, "expired.example.com", now.Add(-48*time.Hour), now.Add(-24*time.Hour))
-	admin, wss := freeAddr(t), freeAddr(t)
+	goodCert, goodKey := testkit.SelfSignedWith(t, testkit.CertOptions{Hosts: []string{"good.example.com"}, NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour)}).Write(t, dir, "good.example.com")
+	expCert, expKey := testkit.SelfSignedWith(t, testkit.CertOptions{Hosts: []string{"expired.example.com"}, NotBefore: now.Add(-48 * time.Hour), NotAfter: now.Add(-24 * time.Hour)}).Write(t, dir, "expired.example.com")
+	admin, wss := testkit.ClosedPort(t), testkit.ClosedPort(t)
 	cfg := checkConfig(t, dir, bs[0].Addr(), fmt.Sprintf("admin: {address: %q}\nlisteners:\n  - name: wss\n    address: %q\n    tls:\n      certificates:\n"+
 		"        - {cert_file: %q, key_file: %q}\n        - {cert_file: %q, key_file: %q}\n", admin, wss, expCert, expKey, goodCert, goodKey))
 

@@ -17,7 +17,7 @@ import (
 	"github.com/edgelb/edge/conf"
 	"github.com/edgelb/edge/internal/consultest"
 	"github.com/edgelb/edge/internal/testbackend"
-	"github.com/gorilla/websocket"
+	"github.com/edgelb/edge/internal/testkit"
 	"github.com/hashicorp/consul/api"
 )
 
@@ -41,7 +41,7 @@ func registerBackend(t *testing.T, c *api.Client, service string, b *testbackend
 // consulSetup writes a config whose pool follows a Consul service.
 func consulSetup(t *testing.T, agent *consultest.Agent, extra string) *setup {
 	t.Helper()
-	s := &setup{dir: t.TempDir(), wss: freeAddr(t), ws: freeAddr(t), admin: freeAddr(t)}
+	s := &setup{dir: t.TempDir(), wss: testkit.ClosedPort(t), ws: testkit.ClosedPort(t), admin: testkit.ClosedPort(t)}
 	certFile, keyFile, roots := writeCert(t, s.dir)
 	s.roots = roots
 	s.cfg = filepath.Join(s.dir, "edge.yaml")
@@ -66,26 +66,19 @@ consul: {address: %q%s}
 // seen dials new connections until want answers whoami, or fails.
 func (s *setup) waitFor(t *testing.T, host string, want func(string) bool, what string) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	last := ""
-	for time.Now().Before(deadline) {
+	testkit.Await(t, 20*time.Second, what, func() (bool, string) {
 		h := http.Header{}
 		if host != "" {
 			h.Set("Host", host)
 		}
 		c, _, err := s.dialer().Dial("ws://"+s.ws+"/", h)
-		if err == nil {
-			last = ask(t, c, "whoami")
-			c.Close()
-			if want(last) {
-				return
-			}
-		} else {
-			last = err.Error()
+		if err != nil {
+			return false, err.Error()
 		}
-		time.Sleep(50 * time.Millisecond) // polling the edge's routing from outside; there is no event to await
-	}
-	t.Fatalf("never saw %s; last answer %q", what, last)
+		defer c.Close()
+		answer := testkit.Ask(t, c, "whoami")
+		return want(answer), fmt.Sprintf("answer %q", answer)
+	})
 }
 
 // TestConsulFollowsRegistry: backends registered in Consul receive
@@ -133,14 +126,14 @@ func TestConsulOutageLosesNothing(t *testing.T) {
 
 	agent.Stop()
 	p.waitLog(t, "discovery: query failed; keeping current members")
-	if got := ask(t, live, "during outage"); got != "during outage" {
+	if got := testkit.Ask(t, live, "during outage"); got != "during outage" {
 		t.Errorf("live connection during the outage: got %q", got)
 	}
 	s.waitFor(t, "", func(id string) bool { return id == "b1" }, "b1 while Consul is down")
 
 	agent.Restart()
 	s.waitFor(t, "", func(id string) bool { return id == "b1" }, "b1 after Consul came back")
-	if got := ask(t, live, "after outage"); got != "after outage" {
+	if got := testkit.Ask(t, live, "after outage"); got != "after outage" {
 		t.Errorf("live connection after the outage: got %q", got)
 	}
 
@@ -169,17 +162,11 @@ func TestConsulSelfRegistration(t *testing.T) {
 	s := consulSetup(t, agent, ", register: {enabled: true, service: edge}")
 	p := startEdge(t, s.cfg)
 	p.waitLog(t, "registered in consul")
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	// Consul runs the check on its own schedule: there is no event to await.
+	testkit.Await(t, 20*time.Second, "edge passing in Consul", func() (bool, string) {
 		entries, _, err := agent.Client.Health().Service("edge", "", true, nil)
-		if err == nil && len(entries) == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("edge never passing in Consul: %v %v", entries, err)
-		}
-		time.Sleep(100 * time.Millisecond) // Consul runs the check on its own schedule
-	}
+		return err == nil && len(entries) == 1, fmt.Sprintf("%v %v", entries, err)
+	})
 	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
@@ -215,8 +202,8 @@ func TestFleetSharesTicketKeysThroughConsul(t *testing.T) {
 		t.Fatalf("no keys in Consul KV after two edges started: %v %v", p, err)
 	}
 
-	d := &websocket.Dialer{HandshakeTimeout: 5 * time.Second, TLSClientConfig: &tls.Config{
-		RootCAs: roots, ClientSessionCache: tls.NewLRUClientSessionCache(4)}}
+	d := testkit.Dialer(roots, "")
+	d.TLSClientConfig.ClientSessionCache = tls.NewLRUClientSessionCache(4)
 	dial := func(addr string) bool {
 		t.Helper()
 		c, _, err := d.Dial("wss://"+addr+"/", nil)
@@ -224,7 +211,7 @@ func TestFleetSharesTicketKeysThroughConsul(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer c.Close()
-		ask(t, c, "x") // reading is what takes the ticket in (TLS 1.3)
+		testkit.Ask(t, c, "x") // reading is what takes the ticket in (TLS 1.3)
 		return c.UnderlyingConn().(*tls.Conn).ConnectionState().DidResume
 	}
 	if dial(addrs[0]) {
@@ -245,26 +232,19 @@ func TestTicketKeysConsulDownAtStart(t *testing.T) {
 	dir := t.TempDir()
 	certFile, keyFile, roots := writeCert(t, dir)
 	addr := startTicketKeysEdge(t, agent.Addr, bs[0].Addr(), dir, certFile, keyFile)
-	d := &websocket.Dialer{HandshakeTimeout: 5 * time.Second, TLSClientConfig: &tls.Config{RootCAs: roots}}
+	d := testkit.Dialer(roots, "")
 	c, _, err := d.Dial("wss://"+addr+"/", nil)
 	if err != nil {
 		t.Fatalf("edge does not serve while Consul is down: %v", err)
 	}
-	ask(t, c, "x")
+	testkit.Ask(t, c, "x")
 	c.Close()
 
 	agent.Restart()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	testkit.Await(t, 30*time.Second, "ticket keys in Consul after it came back", func() (bool, string) {
 		p, _, err := agent.Client.KV().Get("edge/ticket-keys", nil)
-		if err == nil && p != nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no ticket keys in Consul 30 s after it came back: %v", err)
-		}
-		time.Sleep(100 * time.Millisecond) // polling a real agent for the edge's write
-	}
+		return err == nil && p != nil, fmt.Sprint(err)
+	})
 }
 
 // startTicketKeysEdge starts an edge with one TLS listener whose ticket
@@ -272,7 +252,7 @@ func TestTicketKeysConsulDownAtStart(t *testing.T) {
 // of one backend; it returns the listener's address.
 func startTicketKeysEdge(t *testing.T, consulAddr, backend, dir, certFile, keyFile string) string {
 	t.Helper()
-	addr := freeAddr(t)
+	addr := testkit.ClosedPort(t)
 	cfg := fmt.Sprintf(`admin: {address: %q}
 consul: {address: %q}
 listeners:
@@ -284,7 +264,7 @@ routes: [{default: true, pool: app}]
 pools:
   - name: app
     backends: [{id: b1, address: %q}]
-`, freeAddr(t), consulAddr, addr, certFile, keyFile, backend)
+`, testkit.ClosedPort(t), consulAddr, addr, certFile, keyFile, backend)
 	f, err := os.CreateTemp(dir, "edge-*.yaml")
 	if err != nil {
 		t.Fatal(err)
@@ -329,7 +309,7 @@ func TestTwoEdgesOnOneHostRegisterApart(t *testing.T) {
 	s2 := consulSetup(t, agent, ", register: {enabled: true}")
 	metrics := map[string]string{}
 	for _, s := range []*setup{s1, s2} {
-		m := freeAddr(t)
+		m := testkit.ClosedPort(t)
 		body := readFile(t, s.cfg)
 		body = strings.ReplaceAll(body, s.wss, s1.wss)
 		body = strings.ReplaceAll(body, s.ws, s1.ws)

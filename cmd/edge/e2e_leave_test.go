@@ -19,26 +19,10 @@ import (
 	"github.com/edgelb/edge/internal/consultest"
 	"github.com/edgelb/edge/internal/interop"
 	"github.com/edgelb/edge/internal/testbackend"
+	"github.com/edgelb/edge/internal/testkit"
 	"github.com/gorilla/websocket"
 	"github.com/hashicorp/consul/api"
 )
-
-// waitUntil polls cond (the edge's admin endpoints, which have no events
-// to await) until it holds, or fails after a bounded wait.
-func waitUntil(t *testing.T, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		ok, last := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("never saw %s; last: %s", what, last)
-		}
-		time.Sleep(20 * time.Millisecond) // polling from outside the process
-	}
-}
 
 func adminGet(t *testing.T, admin, path string) string {
 	t.Helper()
@@ -109,7 +93,7 @@ func dialHeld(t *testing.T, s *setup, wantBackend string) *heldConn {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	if got := ask(t, c, "whoami"); got != wantBackend {
+	if got := testkit.Ask(t, c, "whoami"); got != wantBackend {
 		t.Fatalf("connection on %q, want %q", got, wantBackend)
 	}
 	h := &heldConn{Conn: c, code: make(chan int, 1)}
@@ -256,7 +240,7 @@ func TestReloadRemovingBackendDrainsIt(t *testing.T) {
 	}
 	// The Node clients answered and are gone; the held ones are still
 	// open on b2, which is no longer in the pool: they still count.
-	waitUntil(t, "b2 counting its 3 open connections as draining", func() (bool, string) {
+	testkit.Await(t, 20*time.Second, "b2 counting its 3 open connections as draining", func() (bool, string) {
 		m := adminGet(t, s.admin, "/metrics")
 		active, _ := backendGauge(m, "edge_backend_active_connections", "b2")
 		draining, _ := backendGauge(m, "edge_backend_draining", "b2")
@@ -266,12 +250,12 @@ func TestReloadRemovingBackendDrainsIt(t *testing.T) {
 	for _, h := range held {
 		_ = h.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(1012, ""), time.Now().Add(5*time.Second))
 	}
-	waitUntil(t, "b2 gone from the metrics once its connections closed", func() (bool, string) {
+	testkit.Await(t, 20*time.Second, "b2 gone from the metrics once its connections closed", func() (bool, string) {
 		m := adminGet(t, s.admin, "/metrics")
 		_, there := backendGauge(m, "edge_backend_active_connections", "b2")
 		return !there, fmt.Sprintf("b2 still exported; states %v", backendStates(t, s.admin))
 	})
-	if got := ask(t, other.Conn, "still here"); got != "still here" {
+	if got := testkit.Ask(t, other.Conn, "still here"); got != "still here" {
 		t.Errorf("b1's client after b2 left: got %q", got)
 	}
 }
@@ -289,7 +273,7 @@ func TestReloadRemovingBackendKeep(t *testing.T) {
 	}
 	s.rewrite(t, bs[:1], leave)
 	p.reloadAndWait(t, "configuration reloaded")
-	waitUntil(t, "b2 shown as left with its 3 connections", func() (bool, string) {
+	testkit.Await(t, 20*time.Second, "b2 shown as left with its 3 connections", func() (bool, string) {
 		m := adminGet(t, s.admin, "/metrics")
 		active, _ := backendGauge(m, "edge_backend_active_connections", "b2")
 		draining, there := backendGauge(m, "edge_backend_draining", "b2")
@@ -297,7 +281,7 @@ func TestReloadRemovingBackendKeep(t *testing.T) {
 		return active == 3 && there && draining == 0 && st == "left", fmt.Sprintf("active %v draining %v state %q", active, draining, st)
 	})
 	for i, h := range held {
-		if got := ask(t, h.Conn, "still here"); got != "still here" {
+		if got := testkit.Ask(t, h.Conn, "still here"); got != "still here" {
 			t.Errorf("client %d of the removed backend: got %q", i, got)
 		}
 	}
@@ -315,7 +299,7 @@ func startConsulLeaveEdge(t *testing.T, agent *consultest.Agent, members int) *s
 	t.Helper()
 	s := consulLeaveSetup(t, agent)
 	startEdge(t, s.cfg)
-	waitUntil(t, fmt.Sprintf("%d members", members), func() (bool, string) {
+	testkit.Await(t, 20*time.Second, fmt.Sprintf("%d members", members), func() (bool, string) {
 		st := backendStates(t, s.admin)
 		return len(st) == members, fmt.Sprint(st)
 	})
@@ -324,7 +308,7 @@ func startConsulLeaveEdge(t *testing.T, agent *consultest.Agent, members int) *s
 
 func consulLeaveSetup(t *testing.T, agent *consultest.Agent) *setup {
 	t.Helper()
-	s := &setup{dir: t.TempDir(), ws: freeAddr(t), admin: freeAddr(t)}
+	s := &setup{dir: t.TempDir(), ws: testkit.ClosedPort(t), admin: testkit.ClosedPort(t)}
 	s.cfg = filepath.Join(s.dir, "edge.yaml")
 	writeFile(t, s.cfg, fmt.Sprintf(`admin: {address: %q}
 drain: {window: 0s, timeout: 5s}
@@ -382,7 +366,7 @@ func (s *setup) spread(t *testing.T, n int, want ...string) map[string][]*heldCo
 			continue
 		}
 		t.Cleanup(func() { c.Close() })
-		id := ask(t, c, "whoami")
+		id := testkit.Ask(t, c, "whoami")
 		out[id] = append(out[id], &heldConn{Conn: c, code: make(chan int, 1)})
 	}
 	return out
@@ -434,7 +418,7 @@ func TestConsulBackendLeaveDrains(t *testing.T) {
 		}
 	}
 	for i, c := range on["b1"] {
-		if got := ask(t, c.Conn, "still here"); got != "still here" {
+		if got := testkit.Ask(t, c.Conn, "still here"); got != "still here" {
 			t.Errorf("client %d of b1: got %q", i, got)
 		}
 	}
@@ -455,13 +439,13 @@ func TestConsulFailingCheckKeepsConnections(t *testing.T) {
 	if err := agent.Client.Agent().UpdateTTL(check, "down", api.HealthCritical); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, "b2 out of the pool with its connections kept", func() (bool, string) {
+	testkit.Await(t, 20*time.Second, "b2 out of the pool with its connections kept", func() (bool, string) {
 		active, _ := backendGauge(adminGet(t, s.admin, "/metrics"), "edge_backend_active_connections", consulID("b2"))
 		st := backendStates(t, s.admin)[consulID("b2")]
 		return st == "left" && active == float64(n), fmt.Sprintf("state %q active %v", st, active)
 	})
 	for i, c := range on["b2"] {
-		if got := ask(t, c.Conn, "still here"); got != "still here" {
+		if got := testkit.Ask(t, c.Conn, "still here"); got != "still here" {
 			t.Errorf("client %d of b2 with a failing check: got %q", i, got)
 		}
 	}
@@ -488,7 +472,7 @@ func TestConsulPanicKeepsConnections(t *testing.T) {
 	on := s.spread(t, 2, "b1", "b2")
 	// A Consul that lost its state: every instance missing at once.
 	agent.RestartEmpty()
-	waitUntil(t, "discovery in panic mode", func() (bool, string) {
+	testkit.Await(t, 20*time.Second, "discovery in panic mode", func() (bool, string) {
 		body := adminGet(t, s.admin, "/status")
 		return strings.Contains(body, `"panic": true`), body
 	})
@@ -499,7 +483,7 @@ func TestConsulPanicKeepsConnections(t *testing.T) {
 	}
 	for id, cs := range on {
 		for i, c := range cs {
-			if got := ask(t, c.Conn, "still here"); got != "still here" {
+			if got := testkit.Ask(t, c.Conn, "still here"); got != "still here" {
 				t.Errorf("client %d of %s under panic: got %q", i, id, got)
 			}
 		}

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edgelb/edge/internal/testkit"
 	"github.com/gorilla/websocket"
 )
 
@@ -44,7 +45,7 @@ func TestStalledClientsAreClosed(t *testing.T) {
 	if err != nil {
 		t.Fatalf("a normal client was not served while others stalled: %v", err)
 	}
-	if got := ask(t, c, "hi"); got != "hi" {
+	if got := testkit.Ask(t, c, "hi"); got != "hi" {
 		t.Errorf("got %q, want hi", got)
 	}
 	c.Close()
@@ -133,7 +134,7 @@ func TestFrameLimitFromConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	if got := ask(t, c, strings.Repeat("a", 1024)); len(got) != 1024 {
+	if got := testkit.Ask(t, c, strings.Repeat("a", 1024)); len(got) != 1024 {
 		t.Fatalf("a frame at the limit: got %d bytes back, want 1024", len(got))
 	}
 	if err := c.WriteMessage(websocket.TextMessage, []byte(strings.Repeat("b", 2048))); err != nil {
@@ -168,7 +169,7 @@ func TestPoolConnectionRateFromConfig(t *testing.T) {
 		t.Fatalf("third connection: got %v (%v), want 503 with Retry-After", resp, err)
 	}
 	for _, c := range conns {
-		if got := ask(t, c, "still here"); got == "" {
+		if got := testkit.Ask(t, c, "still here"); got == "" {
 			t.Fatal("an admitted connection stopped answering")
 		}
 	}

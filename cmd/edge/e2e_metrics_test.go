@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/edgelb/edge/balance"
+	"github.com/edgelb/edge/internal/testkit"
 	"github.com/gorilla/websocket"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -122,7 +123,7 @@ func TestMetricsZeroEventsTLSFailure(t *testing.T) {
 	if !strings.Contains(grepLines(p.logs(), "protocol_version"), `"msg":"TLS handshake failed"`) {
 		t.Errorf("no TLS handshake failure line:\n%s", grepLines(p.logs(), "protocol_version"))
 	}
-	waitUntil(t, "the TLS 1.1 failure counted", func() (bool, string) {
+	testkit.Await(t, 20*time.Second, "the TLS 1.1 failure counted", func() (bool, string) {
 		m := adminGet(t, s.admin, "/metrics")
 		v, _ := metricValue(m, series("edge_tls_handshake_failures_total", `listener="wss"`, `reason="protocol_version"`))
 		return v == 1, grepLines(m, "edge_tls_handshake_failures_total")
@@ -133,7 +134,7 @@ func TestMetricsZeroEventsTLSFailure(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	ask(t, c, "x")
+	testkit.Ask(t, c, "x")
 	m = adminGet(t, s.admin, "/metrics")
 	if v, _ := metricValue(m, series("edge_listener_active_connections", `listener="wss"`)); v != 1 {
 		t.Errorf("wss sockets with one WebSocket open: got %v, want 1", v)
@@ -160,7 +161,7 @@ func TestMetricsZeroEventsTLSFailure(t *testing.T) {
 		{series("edge_websocket_close_frames_sent_total", `code="1001"`, `pool="app"`), 0},
 		{series("edge_tls_handshake_failures_total", `listener="wss"`, `reason="no_shared_cipher"`), 0},
 	}
-	waitUntil(t, "the 1009 close counted", func() (bool, string) {
+	testkit.Await(t, 20*time.Second, "the 1009 close counted", func() (bool, string) {
 		m := adminGet(t, s.admin, "/metrics")
 		var bad []string
 		for _, w := range want {
@@ -199,7 +200,7 @@ func TestMetricsPromtoolCleanAndInReadme(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ask(t, c, "x")
+	testkit.Ask(t, c, "x")
 	c.Close()
 	_ = adminGet(t, s.admin, "/metrics")
 	m := adminGet(t, s.admin, "/metrics")

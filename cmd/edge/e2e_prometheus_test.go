@@ -3,18 +3,11 @@ package main
 import (
 	"bytes"
 	"crypto"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
-	"encoding/pem"
 	"fmt"
 	"io"
-	"math/big"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -29,6 +22,7 @@ import (
 	"time"
 
 	"github.com/edgelb/edge/internal/consultest"
+	"github.com/edgelb/edge/internal/testkit"
 	"github.com/gorilla/websocket"
 	"golang.org/x/crypto/ocsp"
 )
@@ -85,46 +79,15 @@ func newOCSPPKI(t *testing.T, dir string) *ocspPKI {
 	p := &ocspPKI{nextUpdate: 4 * 24 * time.Hour}
 	p.responder = httptest.NewServer(http.HandlerFunc(p.answer))
 	t.Cleanup(p.responder.Close)
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	caTmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "edge test CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(365 * 24 * time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, caKey.Public(), caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.ca, _ = x509.ParseCertificate(caDER)
-	p.caKey = caKey
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	leafTmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "localhost"},
-		DNSNames: []string{"localhost"}, IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(30 * 24 * time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		OCSPServer: []string{p.responder.URL},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, leafTmpl, p.ca, key.Public(), caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kder, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	chain := append(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER})...)
+	ca := testkit.NewCA(t, "edge test CA")
+	p.ca, p.caKey = ca.Cert, ca.Key
+	leaf := ca.Issue(t, testkit.CertOptions{
+		Hosts: []string{"localhost", "127.0.0.1"}, NotAfter: time.Now().Add(30 * 24 * time.Hour), OCSPServer: p.responder.URL,
+	})
 	p.certFile, p.keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
-	writeFile(t, p.certFile, string(chain))
-	writeFile(t, p.keyFile, string(pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder})))
-	p.roots = x509.NewCertPool()
-	p.roots.AddCert(p.ca)
+	testkit.WriteFile(t, p.certFile, leaf.CertPEM())
+	testkit.WriteFile(t, p.keyFile, leaf.KeyPEM(t))
+	p.roots = ca.Pool()
 	return p
 }
 
@@ -166,7 +129,7 @@ type fleetEdge struct {
 // extra.
 func writeFleetEdge(t *testing.T, agent *consultest.Agent, pki *ocspPKI, extra string) *fleetEdge {
 	t.Helper()
-	e := &fleetEdge{dir: t.TempDir(), wss: freeAddr(t), ws: freeAddr(t), admin: freeAddr(t), metrics: freeAddr(t)}
+	e := &fleetEdge{dir: t.TempDir(), wss: testkit.ClosedPort(t), ws: testkit.ClosedPort(t), admin: testkit.ClosedPort(t), metrics: testkit.ClosedPort(t)}
 	e.cfg = filepath.Join(e.dir, "edge.yaml")
 	writeFile(t, e.cfg, fmt.Sprintf(`admin: {address: %q}
 metrics: {address: %q}
@@ -191,7 +154,7 @@ pools:
   - name: ghost
     consul: {service: ghost, datacenter: nowhere}
 consul: {address: %q, register: {enabled: true}}
-%s`, e.admin, e.metrics, e.wss, pki.certFile, pki.keyFile, e.ws, freeAddr(t), freeAddr(t), agent.Addr, extra))
+%s`, e.admin, e.metrics, e.wss, pki.certFile, pki.keyFile, e.ws, testkit.ClosedPort(t), testkit.ClosedPort(t), agent.Addr, extra))
 	return e
 }
 
@@ -234,7 +197,7 @@ func startPrometheus(t *testing.T, bin, consulAddr string) *prom {
 	dir := t.TempDir()
 	file := filepath.Join(dir, "prometheus.yml")
 	writeFile(t, file, cfg)
-	p := &prom{addr: freeAddr(t), out: &syncLog{}}
+	p := &prom{addr: testkit.ClosedPort(t), out: &syncLog{}}
 	cmd := exec.Command(bin, "--config.file="+file, "--storage.tsdb.path="+filepath.Join(dir, "data"),
 		"--web.listen-address="+p.addr, "--log.level=warn")
 	cmd.Stdout, cmd.Stderr = p.out, p.out
@@ -250,7 +213,7 @@ func startPrometheus(t *testing.T, bin, consulAddr string) *prom {
 			t.Logf("prometheus log:\n%s", p.out.String())
 		}
 	})
-	eventually(t, 60*time.Second, "prometheus ready", func() (bool, string) {
+	testkit.Await(t, 60*time.Second, "prometheus ready", func() (bool, string) {
 		select {
 		case <-done:
 			t.Fatalf("prometheus exited:\n%s", p.out.String())
@@ -300,24 +263,6 @@ func (p *prom) query(t *testing.T, expr string) ([]promSample, error) {
 	var ss []promSample
 	err = json.Unmarshal(out.Data.Result, &ss)
 	return ss, err
-}
-
-// eventually polls cond until it holds or the bound passes.
-func eventually(t *testing.T, bound time.Duration, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(bound)
-	last := ""
-	for {
-		ok, why := cond()
-		if ok {
-			return
-		}
-		last = why
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s; last: %s", what, bound, last)
-		}
-		time.Sleep(200 * time.Millisecond) // polling another process's state over HTTP; there is no event to await
-	}
 }
 
 // panelExpr is one query of the shipped dashboard.
@@ -405,7 +350,7 @@ func TestPrometheusFindsFleetAndEveryPanelHasData(t *testing.T) {
 	p := startPrometheus(t, bin, agent.Addr)
 	want := []string{e1.metrics, e2.metrics}
 	slices.Sort(want)
-	eventually(t, 90*time.Second, "both edges up in Prometheus", func() (bool, string) {
+	testkit.Await(t, 90*time.Second, "both edges up in Prometheus", func() (bool, string) {
 		ss, err := p.query(t, `up{job="edge"} == 1`)
 		if err != nil {
 			return false, err.Error()
@@ -423,7 +368,7 @@ func TestPrometheusFindsFleetAndEveryPanelHasData(t *testing.T) {
 	}
 	// A discovery update: a second backend joins the pool.
 	registerBackend(t, agent.Client, "app", bs[1])
-	eventually(t, 30*time.Second, "discovery update seen by Prometheus", func() (bool, string) {
+	testkit.Await(t, 30*time.Second, "discovery update seen by Prometheus", func() (bool, string) {
 		ss, err := p.query(t, `edge_pool_backends{job="edge", pool="app"} == 2`)
 		return err == nil && len(ss) == 2, fmt.Sprintf("%v %v", ss, err)
 	})
@@ -431,7 +376,7 @@ func TestPrometheusFindsFleetAndEveryPanelHasData(t *testing.T) {
 	if err := e2.p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 30*time.Second, "drain seen by Prometheus", func() (bool, string) {
+	testkit.Await(t, 30*time.Second, "drain seen by Prometheus", func() (bool, string) {
 		ss, err := p.query(t, `edge_draining{job="edge"} == 1`)
 		return err == nil && len(ss) == 1 && ss[0].Metric["instance"] == e2.metrics, fmt.Sprintf("%v %v", ss, err)
 	})
@@ -441,7 +386,7 @@ func TestPrometheusFindsFleetAndEveryPanelHasData(t *testing.T) {
 		t.Errorf("dashboard rows %q, want %q", rows, want)
 	}
 	empty := map[int]string{}
-	eventually(t, 60*time.Second, "every dashboard query returns data", func() (bool, string) {
+	testkit.Await(t, 60*time.Second, "every dashboard query returns data", func() (bool, string) {
 		clear(empty)
 		for i, pe := range exprs {
 			ss, err := p.query(t, pe.expr)
@@ -469,14 +414,15 @@ func fleetTraffic(t *testing.T, e *fleetEdge, pki *ocspPKI) {
 	// The staple is fetched before the certificate is served (conf:
 	// tls.ocsp), so the first handshake carries it.
 	cache := tls.NewLRUClientSessionCache(4)
-	d := &websocket.Dialer{TLSClientConfig: &tls.Config{RootCAs: pki.roots, ClientSessionCache: cache}, HandshakeTimeout: 5 * time.Second}
+	d := testkit.Dialer(pki.roots, "")
+	d.TLSClientConfig.ClientSessionCache = cache
 	var resumed []bool
 	for range 2 {
 		c, _, err := d.Dial("wss://"+e.wss+"/", nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		ask(t, c, "hello")
+		testkit.Ask(t, c, "hello")
 		cs := c.UnderlyingConn().(*tls.Conn).ConnectionState()
 		resumed = append(resumed, cs.DidResume)
 		if len(cs.OCSPResponse) == 0 {
@@ -508,7 +454,7 @@ func TestMetricsListenerServesOnlyMetricsLintClean(t *testing.T) {
 	promtool := promtoolBin(t)
 	bs := backends(t, "b1")
 	s := newSetup(t, bs, "least_conn", "")
-	m := freeAddr(t)
+	m := testkit.ClosedPort(t)
 	writeFile(t, s.cfg, fmt.Sprintf("metrics: {address: %q}\n%s", m, readFile(t, s.cfg)))
 	startEdge(t, s.cfg)
 	for _, u := range []string{"wss://" + s.wss + "/", "ws://" + s.ws + "/"} {
@@ -516,7 +462,7 @@ func TestMetricsListenerServesOnlyMetricsLintClean(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ask(t, c, "x")
+		testkit.Ask(t, c, "x")
 		c.Close()
 	}
 	for path, want := range map[string]int{"/healthz": 200, "/metrics": 200, "/readyz": 404, "/status": 404, "/debug/pprof/": 404} {

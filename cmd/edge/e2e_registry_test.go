@@ -15,6 +15,7 @@ import (
 
 	"github.com/edgelb/edge/internal/consultest"
 	"github.com/edgelb/edge/internal/testbackend"
+	"github.com/edgelb/edge/internal/testkit"
 	"github.com/hashicorp/consul/api"
 )
 
@@ -24,7 +25,7 @@ import (
 // under consul.routes.
 func registrySetup(t *testing.T, agent *consultest.Agent, files []*testbackend.Server, routes, policy string) *setup {
 	t.Helper()
-	s := &setup{dir: t.TempDir(), wss: freeAddr(t), ws: freeAddr(t), admin: freeAddr(t)}
+	s := &setup{dir: t.TempDir(), wss: testkit.ClosedPort(t), ws: testkit.ClosedPort(t), admin: testkit.ClosedPort(t)}
 	s.cfg = filepath.Join(s.dir, "edge.yaml")
 	s.writeRegistry(t, agent, files, routes, policy)
 	return s
@@ -57,7 +58,7 @@ func (s *setup) whoami(t *testing.T, host, path string) string {
 		return err.Error()
 	}
 	defer c.Close()
-	return ask(t, c, "whoami")
+	return testkit.Ask(t, c, "whoami")
 }
 
 // refusedRoutes returns the services /status lists as refused declared
@@ -308,17 +309,10 @@ func TestRegistryPoolHasChecksAndLimits(t *testing.T) {
 	pool := declaredPoolName("chat")
 	awaitHealth := func(want map[string]bool, what string) {
 		t.Helper()
-		deadline := time.Now().Add(20 * time.Second)
-		for {
+		testkit.Await(t, 20*time.Second, what, func() (bool, string) {
 			got := s.declaredHealth(t, pool)
-			if reflect.DeepEqual(got, want) {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: %s backends %v, want %v", what, pool, got, want)
-			}
-			time.Sleep(50 * time.Millisecond) // polling the edge's view from outside; there is no event to await
-		}
+			return reflect.DeepEqual(got, want), fmt.Sprintf("%s backends %v, want %v", pool, got, want)
+		})
 	}
 	awaitHealth(map[string]bool{"consultest/chat-chat-1": true, "consultest/chat-chat-2": true}, "both backends probed healthy")
 
@@ -331,7 +325,7 @@ func TestRegistryPoolHasChecksAndLimits(t *testing.T) {
 			t.Fatalf("connection %d: %v", i+1, err)
 		}
 		defer c.Close()
-		if got := ask(t, c, "whoami"); !strings.HasPrefix(got, "chat-") {
+		if got := testkit.Ask(t, c, "whoami"); !strings.HasPrefix(got, "chat-") {
 			t.Fatalf("connection %d answered by %q, want a chat backend", i+1, got)
 		}
 	}

@@ -2,17 +2,9 @@ package main
 
 import (
 	"bytes"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
 	"io"
-	"math/big"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -24,6 +16,7 @@ import (
 	"time"
 
 	"github.com/edgelb/edge/internal/testbackend"
+	"github.com/edgelb/edge/internal/testkit"
 	"github.com/gorilla/websocket"
 )
 
@@ -54,56 +47,16 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// freeAddr returns a loopback address nobody listens on right now.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
-// writeCert writes a self-signed ECDSA certificate for localhost and
-// 127.0.0.1 and returns the file names and a pool trusting it.
+// writeCert writes a self-signed certificate for localhost and 127.0.0.1
+// as cert.pem and key.pem in dir and returns the file names and a pool
+// trusting it.
 func writeCert(t *testing.T, dir string) (certFile, keyFile string, roots *x509.CertPool) {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(time.Now().UnixNano()),
-		Subject:               pkix.Name{CommonName: "localhost"},
-		DNSNames:              []string{"localhost"},
-		IPAddresses:           []net.IP{net.IPv4(127, 0, 0, 1)},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(24 * time.Hour),
-		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
-		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		BasicConstraintsValid: true,
-		IsCA:                  true,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kder, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := testkit.SelfSigned(t, "localhost", "127.0.0.1")
 	certFile, keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
-	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	c, _ := x509.ParseCertificate(der)
-	roots = x509.NewCertPool()
-	roots.AddCert(c)
-	return certFile, keyFile, roots
+	testkit.WriteFile(t, certFile, c.CertPEM())
+	testkit.WriteFile(t, keyFile, c.KeyPEM(t))
+	return certFile, keyFile, c.Pool()
 }
 
 // proc is a running edge process whose log the test can wait on.
@@ -205,7 +158,7 @@ type setup struct {
 // given backends; extra is appended to the pool's YAML.
 func newSetup(t *testing.T, bs []*testbackend.Server, balance, extra string) *setup {
 	t.Helper()
-	s := &setup{dir: t.TempDir(), wss: freeAddr(t), ws: freeAddr(t), admin: freeAddr(t)}
+	s := &setup{dir: t.TempDir(), wss: testkit.ClosedPort(t), ws: testkit.ClosedPort(t), admin: testkit.ClosedPort(t)}
 	certFile, keyFile, roots := writeCert(t, s.dir)
 	s.roots = roots
 	s.cfg = filepath.Join(s.dir, "edge.yaml")
@@ -230,23 +183,8 @@ func (s *setup) write(t *testing.T, bs []*testbackend.Server, balance, extra, ce
 	}
 }
 
-func (s *setup) dialer() *websocket.Dialer {
-	return &websocket.Dialer{TLSClientConfig: &tls.Config{RootCAs: s.roots}, HandshakeTimeout: 5 * time.Second}
-}
-
-// ask sends msg and returns the answer.
-func ask(t *testing.T, c *websocket.Conn, msg string) string {
-	t.Helper()
-	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
-	if err := c.WriteMessage(websocket.TextMessage, []byte(msg)); err != nil {
-		t.Fatalf("write %q: %v", msg, err)
-	}
-	_, b, err := c.ReadMessage()
-	if err != nil {
-		t.Fatalf("read answer to %q: %v", msg, err)
-	}
-	return string(b)
-}
+// dialer is a WebSocket client trusting the setup's certificate.
+func (s *setup) dialer() *websocket.Dialer { return testkit.Dialer(s.roots, "") }
 
 // builtRevision is the commit edgeBin was built from; "" outside a git
 // checkout.
@@ -362,10 +300,10 @@ func TestEchoStickinessAndHeaders(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	if got := ask(t, c, "hello"); got != "hello" {
+	if got := testkit.Ask(t, c, "hello"); got != "hello" {
 		t.Errorf("echo: got %q, want %q", got, "hello")
 	}
-	first := ask(t, c, "whoami")
+	first := testkit.Ask(t, c, "whoami")
 	var cookie *http.Cookie
 	for _, ck := range resp.Cookies() {
 		if ck.Name == "edge_sticky" {
@@ -375,7 +313,7 @@ func TestEchoStickinessAndHeaders(t *testing.T) {
 	if cookie == nil || !cookie.Secure || !cookie.HttpOnly {
 		t.Fatalf("101 response cookie: got %+v, want edge_sticky Secure HttpOnly", cookie)
 	}
-	hdr := ask(t, c, "headers")
+	hdr := testkit.Ask(t, c, "headers")
 	if strings.Contains(hdr, "6.6.6.6") {
 		t.Errorf("a spoofed X-Forwarded-For from an untrusted client reached the backend: %s", hdr)
 	}
@@ -389,7 +327,7 @@ func TestEchoStickinessAndHeaders(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := ask(t, c2, "whoami"); got != first {
+		if got := testkit.Ask(t, c2, "whoami"); got != first {
 			t.Errorf("reconnect %d with the cookie: got backend %q, want %q", i, got, first)
 		}
 		c2.Close()
@@ -410,7 +348,7 @@ func TestDrainOnSIGTERM(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer c.Close()
-		ask(t, c, "ping")
+		testkit.Ask(t, c, "ping")
 		conns = append(conns, c)
 	}
 	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
@@ -458,7 +396,7 @@ func TestReloadKeepsConnections(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer live.Close()
-	if got := ask(t, live, "whoami"); got != "old" {
+	if got := testkit.Ask(t, live, "whoami"); got != "old" {
 		t.Fatalf("got %q, want old", got)
 	}
 	certFile, keyFile := filepath.Join(s.dir, "cert.pem"), filepath.Join(s.dir, "key.pem")
@@ -471,11 +409,11 @@ func TestReloadKeepsConnections(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := ask(t, c, "whoami"); got != "new" {
+	if got := testkit.Ask(t, c, "whoami"); got != "new" {
 		t.Errorf("after reload: got %q, want new", got)
 	}
 	c.Close()
-	if got := ask(t, live, "still there"); got != "still there" {
+	if got := testkit.Ask(t, live, "still there"); got != "still there" {
 		t.Errorf("live connection after reload: got %q", got)
 	}
 
@@ -490,11 +428,11 @@ func TestReloadKeepsConnections(t *testing.T) {
 	if err != nil {
 		t.Fatalf("after a bad reload: %v", err)
 	}
-	if got := ask(t, c, "whoami"); got != "new" {
+	if got := testkit.Ask(t, c, "whoami"); got != "new" {
 		t.Errorf("after a bad reload: got %q, want new", got)
 	}
 	c.Close()
-	if got := ask(t, live, "and now"); got != "and now" {
+	if got := testkit.Ask(t, live, "and now"); got != "and now" {
 		t.Errorf("live connection after bad reload: got %q", got)
 	}
 }
@@ -508,7 +446,7 @@ func TestAdminEndpoints(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ask(t, c, "x")
+	testkit.Ask(t, c, "x")
 	c.Close()
 	for path, want := range map[string]string{
 		"/healthz": "ok",
@@ -569,7 +507,7 @@ func TestPlainHTTPSharesStickiness(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	if got := ask(t, c, "whoami"); got != string(body) {
+	if got := testkit.Ask(t, c, "whoami"); got != string(body) {
 		t.Errorf("upgrade after polling: got backend %q, want %q", got, body)
 	}
 }
@@ -636,7 +574,7 @@ func TestCookieKeyRotationOnReload(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	first := ask(t, c, "whoami")
+	first := testkit.Ask(t, c, "whoami")
 	c.Close()
 	var old *http.Cookie
 	for _, ck := range resp.Cookies() {
@@ -657,7 +595,7 @@ func TestCookieKeyRotationOnReload(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	if got := ask(t, c, "whoami"); got != first {
+	if got := testkit.Ask(t, c, "whoami"); got != first {
 		t.Errorf("with the previous key's cookie after rotation: got %q, want %q", got, first)
 	}
 	var reissued *http.Cookie

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/edgelb/edge/balance"
+	"github.com/edgelb/edge/internal/testkit"
 	"github.com/gorilla/websocket"
 	"github.com/pires/go-proxyproto"
 )
@@ -19,9 +20,9 @@ import (
 // backend keeps sending is closed once a write (a queue, on the readiness
 // path) has not drained within WriteTimeout (traefik#10627).
 func TestWriteTimeoutReapsStuckClient(t *testing.T) {
-	forEachPath(t, func(t *testing.T) {
-		addr := rawBackend(t, func(c net.Conn) {
-			_, resp := readUpgrade(t, bufio.NewReader(c))
+	forEachPath(t, func(t *testing.T, sp splicePath) {
+		addr := testkit.RawBackend(t, func(c net.Conn) {
+			_, resp := testkit.ReadUpgrade(t, bufio.NewReader(c))
 			io.WriteString(c, resp)
 			frame := append([]byte{0x82, 126, 0xff, 0xff}, make([]byte, 0xffff)...)
 			for {
@@ -33,10 +34,10 @@ func TestWriteTimeoutReapsStuckClient(t *testing.T) {
 		})
 		p := newPool(t, "raw", balance.LeastConn, map[string]string{"raw": addr})
 		p.WriteTimeout = 300 * time.Millisecond
-		e := startEdge(t, edgeConfig{tls: true, opts: Options{Routes: []Route{{Default: true, Pool: p}}}})
+		e := startEdge(t, edgeConfig{splice: sp, tls: true, opts: Options{Routes: []Route{{Default: true, Pool: p}}}})
 		c := e.rawConn(t)
-		io.WriteString(c, rawUpgrade("/", "x"))
-		read101(t, c)
+		io.WriteString(c, testkit.RawUpgrade("/", "x"))
+		testkit.Read101(t, c)
 		// The client reads nothing more.
 		if got, want := e.obs.waitClosed(t), "write_timeout"; got != want {
 			t.Fatalf("reason: got %q, want %q", got, want)
@@ -48,8 +49,8 @@ func TestWriteTimeoutReapsStuckClient(t *testing.T) {
 // and (on the readiness path) queues and pauses come into play; every
 // message comes back whole and in order.
 func TestBulkBothWays(t *testing.T) {
-	forEachPath(t, func(t *testing.T) {
-		e, _ := oneBackendEdge(t, true, nil)
+	forEachPath(t, func(t *testing.T, sp splicePath) {
+		e, _ := oneBackendEdge(t, sp, true, nil)
 		c, _ := e.dialWS(t, "/", nil)
 		const n, size = 64, 60000
 		msg := func(i int) []byte {
@@ -85,8 +86,8 @@ func TestBulkBothWays(t *testing.T) {
 // first frame in one segment; the frame reaches the backend whichever
 // layer (PROXY reader, net/http's buffer) held it at the takeover.
 func TestProxyProtocolUpgradeFirstFrame(t *testing.T) {
-	forEachPath(t, func(t *testing.T) {
-		e, _ := oneBackendEdge(t, false, func(_ *Pool, cfg *edgeConfig) {
+	forEachPath(t, func(t *testing.T, sp splicePath) {
+		e, _ := oneBackendEdge(t, sp, false, func(_ *Pool, cfg *edgeConfig) {
 			cfg.wrap = func(l net.Listener) net.Listener {
 				return ListenProxyProtocol(l, mustPrefixes("127.0.0.0/8"), time.Second)
 			}
@@ -95,13 +96,13 @@ func TestProxyProtocolUpgradeFirstFrame(t *testing.T) {
 		h := proxyproto.HeaderProxyFromAddrs(1, &net.TCPAddr{IP: net.ParseIP("192.0.2.10"), Port: 4000}, &net.TCPAddr{IP: net.ParseIP("192.0.2.1"), Port: 443})
 		var buf bytes.Buffer
 		h.WriteTo(&buf)
-		buf.WriteString(rawUpgrade("/", "x"))
-		buf.Write(maskedFrame(1, []byte("whoami")))
+		buf.WriteString(testkit.RawUpgrade("/", "x"))
+		buf.Write(testkit.MaskedFrame(1, []byte("whoami")))
 		if _, err := c.Write(buf.Bytes()); err != nil {
 			t.Fatal(err)
 		}
-		br := read101(t, c)
-		if _, p := readFrame(t, br); string(p) != "b1" {
+		br := testkit.Read101(t, c)
+		if _, p := testkit.ReadFrame(t, br); string(p) != "b1" {
 			t.Fatalf("got %q, want b1", p)
 		}
 	})
@@ -111,10 +112,10 @@ func TestProxyProtocolUpgradeFirstFrame(t *testing.T) {
 // reader is taken over (what the reader still held is read first) and
 // echoes.
 func TestProxyProtocolReadiness(t *testing.T) {
-	if !readinessExpected(t) {
+	if !readinessExpected(spliceReadiness) {
 		t.Skip("readiness splice off or unavailable here")
 	}
-	e, _ := oneBackendEdge(t, false, func(_ *Pool, cfg *edgeConfig) {
+	e, _ := oneBackendEdge(t, spliceReadiness, false, func(_ *Pool, cfg *edgeConfig) {
 		cfg.wrap = func(l net.Listener) net.Listener {
 			return ListenProxyProtocol(l, mustPrefixes("127.0.0.0/8"), time.Second)
 		}
@@ -122,7 +123,7 @@ func TestProxyProtocolReadiness(t *testing.T) {
 	c, _ := e.dialWS(t, "/", nil)
 	for i := range 20 {
 		msg := fmt.Sprintf("m%d", i)
-		if got := ask(t, c, msg); got != msg {
+		if got := testkit.Ask(t, c, msg); got != msg {
 			t.Fatalf("echo: got %q, want %q", got, msg)
 		}
 	}
@@ -136,13 +137,13 @@ func TestProxyProtocolReadiness(t *testing.T) {
 // sweeper: the goroutine count returns to what it was before the first
 // connection.
 func TestCloseEndsEverything(t *testing.T) {
-	forEachPath(t, func(t *testing.T) {
-		e, _ := oneBackendEdge(t, true, nil)
+	forEachPath(t, func(t *testing.T, sp splicePath) {
+		e, _ := oneBackendEdge(t, sp, true, nil)
 		base := runtime.NumGoroutine()
 		var cs []*websocket.Conn
 		for range 5 {
 			c, _ := e.dialWS(t, "/", nil)
-			ask(t, c, "x")
+			testkit.Ask(t, c, "x")
 			cs = append(cs, c)
 		}
 		if err := e.srv.Close(); err != nil {
@@ -162,7 +163,7 @@ func TestCloseEndsEverything(t *testing.T) {
 		if got := e.srv.Active(); got != 0 {
 			t.Fatalf("Active: got %d, want 0", got)
 		}
-		waitGoroutines(t, base)
+		testkit.WaitGoroutines(t, base)
 	})
 }
 
@@ -170,19 +171,19 @@ func TestCloseEndsEverything(t *testing.T) {
 // when the Server closes ends as "shutdown", and its ConnClosed follows a
 // ConnOpened (metrics of opened and closed connections must match).
 func TestCloseDuringUpgradePairsEvents(t *testing.T) {
-	forEachPath(t, func(t *testing.T) {
+	forEachPath(t, func(t *testing.T, sp splicePath) {
 		got, release := make(chan struct{}), make(chan struct{})
-		addr := rawBackend(t, func(c net.Conn) {
-			_, resp := readUpgrade(t, bufio.NewReader(c))
+		addr := testkit.RawBackend(t, func(c net.Conn) {
+			_, resp := testkit.ReadUpgrade(t, bufio.NewReader(c))
 			close(got)
 			<-release
 			io.WriteString(c, resp)
 			io.Copy(io.Discard, c)
 		})
 		p := newPool(t, "raw", balance.LeastConn, map[string]string{"raw": addr})
-		e := startEdge(t, edgeConfig{tls: true, opts: Options{Routes: []Route{{Default: true, Pool: p}}}})
+		e := startEdge(t, edgeConfig{splice: sp, tls: true, opts: Options{Routes: []Route{{Default: true, Pool: p}}}})
 		c := e.rawConn(t)
-		io.WriteString(c, rawUpgrade("/", "x"))
+		io.WriteString(c, testkit.RawUpgrade("/", "x"))
 		<-got
 		e.srv.Close()
 		close(release)

@@ -5,19 +5,12 @@ import (
 	"bytes"
 	"context"
 	"crypto"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/rsa"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/asn1"
 	"encoding/pem"
 	"fmt"
 	"io"
 	"log/slog"
-	"math/big"
 	"net"
 	"os"
 	"os/exec"
@@ -28,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edgelb/edge/internal/testkit"
 	edgetls "github.com/edgelb/edge/tls"
 )
 
@@ -41,38 +35,12 @@ type pki struct {
 	keyFile string
 }
 
-var rsaKeyOnce = sync.OnceValue(func() *rsa.PrivateKey {
-	k, err := rsa.GenerateKey(rand.Reader, 2048)
-	if err != nil {
-		panic(err)
-	}
-	return k
-})
-
 func newPKI(t testing.TB) *pki {
 	t.Helper()
 	dir := t.TempDir()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: "edge test CA"},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(365 * 24 * time.Hour),
-		IsCA:                  true,
-		BasicConstraintsValid: true,
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign | x509.KeyUsageDigitalSignature,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca, _ := x509.ParseCertificate(der)
-	p := &pki{dir: dir, ca: ca, caKey: key, caFile: filepath.Join(dir, "ca.pem"), keyFile: filepath.Join(dir, "ca.key")}
-	writePEM(t, p.caFile, "CERTIFICATE", der)
-	writeKey(t, p.keyFile, key)
+	ca := testkit.NewCA(t, "edge test CA")
+	p := &pki{dir: dir, ca: ca.Cert, caKey: ca.Key}
+	p.caFile, p.keyFile = ca.Write(t, dir, "ca")
 	return p
 }
 
@@ -110,121 +78,49 @@ func (l *leaf) files() edgetls.CertFiles {
 	return edgetls.CertFiles{CertFile: l.certFile, KeyFile: l.keyFile}
 }
 
-var oidTLSFeature = asn1.ObjectIdentifier{1, 3, 6, 1, 5, 5, 7, 1, 24}
-
+// leaf issues a leaf of the PKI's CA as o describes and writes it (with
+// the CA unless o.noChain) and its key into the PKI dir.
 func (p *pki) leaf(t testing.TB, o leafOpts) *leaf {
 	t.Helper()
-	var key crypto.Signer
-	if o.rsa {
-		key = rsaKeyOnce()
-	} else {
-		k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		if err != nil {
-			t.Fatal(err)
-		}
-		key = k
+	co := testkit.CertOptions{
+		Hosts: o.names, CN: o.cn, RSA: o.rsa, NotBefore: o.notBefore, NotAfter: o.notAfter,
+		OCSPServer: o.ocspURL, IssuerURL: o.aiaURL, MustStaple: o.mustStaple,
 	}
-	serial, _ := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 64))
-	if o.notBefore.IsZero() {
-		o.notBefore = time.Now().Add(-time.Hour)
-	}
-	if o.notAfter.IsZero() {
-		o.notAfter = time.Now().Add(90 * 24 * time.Hour)
-	}
-	cn := o.cn
-	if cn == "" && len(o.names) > 0 {
-		cn = o.names[0]
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: serial,
-		Subject:      pkix.Name{CommonName: cn},
-		DNSNames:     o.names,
-		NotBefore:    o.notBefore,
-		NotAfter:     o.notAfter,
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	if o.rsa {
-		tmpl.KeyUsage |= x509.KeyUsageKeyEncipherment
+	if co.NotAfter.IsZero() {
+		co.NotAfter = time.Now().Add(90 * 24 * time.Hour)
 	}
 	if o.client {
-		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}
+		co.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}
 	}
 	if o.ekuOCSP {
-		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageOCSPSigning}
+		co.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageOCSPSigning}
 	}
-	if o.ocspURL != "" {
-		tmpl.OCSPServer = []string{o.ocspURL}
+	c := (&testkit.CA{Cert: p.ca, Key: p.caKey}).Issue(t, co)
+	if o.noChain {
+		c.Chain = nil
 	}
-	if o.aiaURL != "" {
-		tmpl.IssuingCertificateURL = []string{o.aiaURL}
-	}
-	if o.mustStaple {
-		v, _ := asn1.Marshal([]int{5})
-		tmpl.ExtraExtensions = append(tmpl.ExtraExtensions, pkix.Extension{Id: oidTLSFeature, Value: v})
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, p.ca, key.Public(), p.caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, _ := x509.ParseCertificate(der)
-	l := &leaf{cert: c, key: key}
-	l.certPEM = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
-	if !o.noChain {
-		l.certPEM = append(l.certPEM, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: p.ca.Raw})...)
-	}
-	kd, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	l.keyPEM = pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kd})
+	l := &leaf{cert: c.Cert, key: c.Key, certPEM: c.CertPEM(), keyPEM: c.KeyPEM(t)}
 	name := o.file
 	if name == "" {
-		name = strings.ReplaceAll(cn, "*", "star")
+		name = strings.ReplaceAll(c.Cert.Subject.CommonName, "*", "star")
 		if name == "" {
-			name = serial.String()
+			name = c.Cert.SerialNumber.String()
 		}
 	}
-	l.certFile = filepath.Join(p.dir, name+".pem")
-	l.keyFile = filepath.Join(p.dir, name+".key")
-	writeFile(t, l.certFile, l.certPEM)
-	writeFile(t, l.keyFile, l.keyPEM)
+	l.certFile, l.keyFile = c.Write(t, p.dir, name)
 	return l
 }
 
 // install writes l's contents into the files of dst (a hot swap).
 func (l *leaf) installAt(t testing.TB, dst *leaf) {
 	t.Helper()
-	writeFile(t, dst.certFile, l.certPEM)
-	writeFile(t, dst.keyFile, l.keyPEM)
-}
-
-// writeFile replaces path atomically (a temporary file renamed over it),
-// as a deploy tool should: os.WriteFile truncates first, and a poll in
-// between would read an empty file.
-func writeFile(t testing.TB, path string, data []byte) {
-	t.Helper()
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, data, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		t.Fatal(err)
-	}
+	testkit.WriteFile(t, dst.certFile, l.certPEM)
+	testkit.WriteFile(t, dst.keyFile, l.keyPEM)
 }
 
 func writePEM(t testing.TB, path, typ string, der []byte) {
 	t.Helper()
-	writeFile(t, path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}))
-}
-
-func writeKey(t testing.TB, path string, key crypto.Signer) {
-	t.Helper()
-	der, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	writePEM(t, path, "PRIVATE KEY", der)
+	testkit.WriteFile(t, path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}))
 }
 
 // ---- clock, logs, observer ----
@@ -533,12 +429,12 @@ func (l *lockedBuffer) String() string {
 // be known before the responder starts).
 func freePort(t testing.TB) int {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	_, port, _ := net.SplitHostPort(testkit.ClosedPort(t))
+	n, err := strconv.Atoi(port)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	return n
 }
 
 // indexLine is one line of an openssl CA index file.
@@ -567,8 +463,8 @@ func startResponder(t testing.TB, p *pki, port int, index string, signerCert, si
 	bin := needOpenSSL(t)
 	dir := t.TempDir()
 	idx := filepath.Join(dir, "index.txt")
-	writeFile(t, idx, []byte(index))
-	writeFile(t, idx+".attr", []byte("unique_subject = no\n"))
+	testkit.WriteFile(t, idx, []byte(index))
+	testkit.WriteFile(t, idx+".attr", []byte("unique_subject = no\n"))
 	if signerCert == "" {
 		signerCert, signerKey = p.caFile, p.keyFile
 	}
