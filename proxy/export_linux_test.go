@@ -23,3 +23,15 @@ func (s *Server) recordConns() int {
 	})
 	return n
 }
+
+// restedConns counts the record-layer connections whose ciphers the
+// runner dropped after the sweeper found them quiet.
+func (s *Server) restedConns() int {
+	n := 0
+	s.reg.each(func(c *wsConn) {
+		if c.rd.rec != nil && !c.rd.hot.Load() && !c.rd.rest.Load() {
+			n++
+		}
+	})
+	return n
+}

@@ -53,7 +53,10 @@ type Server struct {
 	pollClosed bool
 	sweepEvery atomic.Int64 // nanoseconds
 	readyAdds  atomic.Int64 // readiness-driven connections ever started
-	sweepDone  chan struct{}
+	// TLS 1.3 WebSockets whose records the splice took from crypto/tls,
+	// and TLS WebSockets it left there (tlsrecord_linux.go).
+	recOwned, recKept atomic.Int64
+	sweepDone         chan struct{}
 }
 
 // New returns a Server for the routes in opts.
@@ -278,4 +281,12 @@ func isTimeout(err error) bool {
 // errNoBackend wraps balance.ErrNoBackend with the pool name.
 func errNoBackend(p *Pool, err error) error {
 	return fmt.Errorf("pool %q: %w", p.Name, err)
+}
+
+// RecordLayerTakeovers reports how many TLS WebSockets had their records
+// taken over by edge's record layer (owned) and how many stayed with
+// crypto/tls (kept: TLS 1.2, a handshake log over its bound), among
+// those the readiness-driven splice took over since New.
+func (s *Server) RecordLayerTakeovers() (owned, kept int64) {
+	return s.recOwned.Load(), s.recKept.Load()
 }

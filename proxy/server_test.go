@@ -133,6 +133,9 @@ type edge struct {
 	tls   bool
 	obs   *recorder
 	certs *x509.CertPool
+	// certPEM is the certificate (its own root) for clients we did not
+	// write; its name is edge.test.
+	certPEM []byte
 }
 
 type edgeConfig struct {
@@ -192,6 +195,7 @@ func startEdge(t testing.TB, cfg edgeConfig) *edge {
 	if cfg.tls {
 		cert := testkit.SelfSigned(t, "edge.test")
 		e.certs = cert.Pool()
+		e.certPEM = cert.CertPEM()
 		tc := &tls.Config{Certificates: []tls.Certificate{cert.TLS()}, NextProtos: []string{"http/1.1"}}
 		if rl != nil {
 			tc.KeyLogWriter = rl.KeyLogWriter()

@@ -44,7 +44,20 @@ type recConn struct {
 // are then still what the client sent.
 func (c *wsConn) ownRecords(ec *edgeConn, clientBuffered []byte) ([]byte, bool) {
 	tc, isTLS := c.client.(*tls.Conn)
-	if !isTLS || ec.log == nil {
+	if !isTLS {
+		return clientBuffered, false
+	}
+	p, owned := c.takeRecords(tc, ec, clientBuffered)
+	if owned {
+		c.s.recOwned.Add(1)
+	} else {
+		c.s.recKept.Add(1)
+	}
+	return p, owned
+}
+
+func (c *wsConn) takeRecords(tc *tls.Conn, ec *edgeConn, clientBuffered []byte) ([]byte, bool) {
+	if ec.log == nil {
 		return clientBuffered, false
 	}
 	cs := tc.ConnectionState()
