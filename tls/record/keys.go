@@ -140,14 +140,15 @@ func (d *dir) open(suite uint16, rec []byte) ([]byte, bool) {
 }
 
 // encrypt protects the record that starts at dst[start:]: five header bytes
-// (filled here) then the TLSInnerPlaintext. dst has room for the tag.
-func (d *dir) encrypt(suite uint16, dst []byte, start int) []byte {
+// (filled here, with outer type outer) then the TLSInnerPlaintext. dst has
+// room for the tag.
+func (d *dir) encrypt(suite uint16, dst []byte, start int, outer byte) []byte {
 	if d.aead == nil {
 		d.build(suite)
 	}
 	n := len(dst) - start - headerLen + tagLen
 	hdr := dst[start : start+headerLen]
-	hdr[0], hdr[1], hdr[2], hdr[3], hdr[4] = typeApplicationData, 3, 3, byte(n>>8), byte(n)
+	hdr[0], hdr[1], hdr[2], hdr[3], hdr[4] = outer, 3, 3, byte(n>>8), byte(n)
 	body := dst[start+headerLen:]
 	d.setNonce()
 	d.aead.Seal(body[:0], d.nonce[:], body, hdr)
@@ -162,7 +163,7 @@ func (d *dir) seal(suite uint16, dst []byte, typ byte, p []byte) []byte {
 	dst = append(dst, 0, 0, 0, 0, 0)
 	dst = append(dst, p...)
 	dst = append(dst, typ)
-	return d.encrypt(suite, dst, start)
+	return d.encrypt(suite, dst, start, typeApplicationData)
 }
 
 // grow makes room for n more bytes, allocating only when cap is short.

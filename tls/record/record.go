@@ -166,11 +166,11 @@ func (s *State) Open(buf []byte) (plain []byte, used int, err error) {
 		if l > maxCiphertext {
 			return buf[:n], used, s.fail(violation(AlertRecordOverflow, "record of %d bytes, the limit is %d (RFC 8446 §5.2)", l, maxCiphertext))
 		}
-		if rest[0] != typeApplicationData {
-			// RFC 8446 §5: after the handshake every record is protected
-			// (outer type application_data); a change_cipher_spec is only
-			// dropped before the peer's Finished.
-			return buf[:n], used, s.fail(violation(AlertUnexpectedMessage, "outer record type %d after the handshake", rest[0]))
+		if rest[0] == typeChangeCipherSpec {
+			// RFC 8446 §5: a change_cipher_spec is dropped only before the
+			// peer's Finished; after it, unexpected_message. (crypto/tls
+			// drops it at any time.)
+			return buf[:n], used, s.fail(violation(AlertUnexpectedMessage, "change_cipher_spec after the handshake (RFC 8446 §5)"))
 		}
 		if len(rest) < headerLen+l {
 			break
@@ -204,7 +204,13 @@ func (s *State) openRecord(rec []byte) (data []byte, eof bool, err error) {
 	}
 	inner, ok := s.read.open(s.suite, rec)
 	if !ok {
+		// Another outer type fails here too: the header is the additional
+		// data, so crypto/tls and this agree on bad_record_mac.
 		return nil, false, violation(AlertBadRecordMAC, "record %d does not authenticate", s.read.seq)
+	}
+	if rec[0] != typeApplicationData {
+		// RFC 8446 §5.2: the outer type of a protected record is always application_data.
+		return nil, false, violation(AlertUnexpectedMessage, "protected record of outer type %d", rec[0])
 	}
 	if len(inner) > maxPlaintext+1 {
 		return nil, false, violation(AlertRecordOverflow, "inner plaintext of %d bytes, the limit is %d (RFC 8446 §5.4)", len(inner), maxPlaintext+1)
