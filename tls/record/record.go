@@ -288,7 +288,7 @@ func (s *State) handshake(data []byte) error {
 		k := uint32(min(len(data), int(s.hsLeft)))
 		data = data[k:]
 		if s.hsLeft -= k; s.hsLeft == 0 {
-			s.hsHave = 0
+			s.endMessage()
 		}
 	}
 	return nil
@@ -312,9 +312,14 @@ func (s *State) handshakeHeader() error {
 	}
 	s.hsLeft = l
 	if l == 0 {
-		s.hsHave = 0
+		s.endMessage()
 	}
 	return nil
+}
+
+// endMessage forgets the handshake message just completed.
+func (s *State) endMessage() {
+	s.hsHave, s.hsLeft, s.hsHdr = 0, 0, [4]byte{}
 }
 
 // keyUpdate takes the request_update byte of a KeyUpdate and switches the
@@ -327,7 +332,7 @@ func (s *State) keyUpdate(data []byte) error {
 	if len(data) > 1 {
 		return violation(AlertUnexpectedMessage, "KeyUpdate not at the end of its record (RFC 8446 §5.1)")
 	}
-	s.hsHave, s.hsLeft = 0, 0
+	s.endMessage()
 	s.read.next(s.suite)
 	if req == 1 {
 		s.pending.Store(true)
