@@ -34,7 +34,6 @@ func TestKeyLogTake(t *testing.T) {
 	k := NewKeyLog(time.Minute, 10, nil)
 	r := randomOf(1)
 	cs, ss := bytes.Repeat([]byte{0xc1}, 48), bytes.Repeat([]byte{0x51}, 48)
-	var lines []byte
 	for _, l := range [][]byte{
 		keyLogLine("CLIENT_HANDSHAKE_TRAFFIC_SECRET", r, bytes.Repeat([]byte{9}, 32)),
 		keyLogLine("CLIENT_RANDOM", r, bytes.Repeat([]byte{9}, 48)),
@@ -46,7 +45,6 @@ func TestKeyLogTake(t *testing.T) {
 		if n, err := k.Write(l); n != len(l) || err != nil {
 			t.Fatalf("Write(%q) = %d, %v", l, n, err)
 		}
-		lines = append(lines, l...)
 	}
 	if _, _, ok := k.Take(r); ok {
 		t.Fatal("Take with only the client secret logged")

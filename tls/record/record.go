@@ -386,6 +386,9 @@ func (s *State) SealAlert(dst []byte, alert uint8) []byte {
 	if alert == AlertCloseNotify || alert == AlertUserCanceled {
 		level = 1
 	}
+	if s.write.seq >= writeLimit-1 {
+		dst = s.sealKeyUpdate(dst, false)
+	}
 	msg := [2]byte{level, alert}
 	return s.write.seal(s.suite, dst, typeAlert, msg[:])
 }

@@ -368,3 +368,47 @@ func TestMarshalRoundTrip(t *testing.T) {
 		}
 	}
 }
+
+// TestOpenSealConcurrent: one goroutine opens (KeyUpdate requests among
+// the records) while another seals; they share only the pending flag
+// (run with -race). The client reads everything sealed.
+func TestOpenSealConcurrent(t *testing.T) {
+	s, cv := statePair(t, TLS_AES_128_GCM_SHA256)
+	var in []byte
+	for i := 0; i < 200; i++ {
+		in = cv.Seal(in, []byte("c"))
+		if i%10 == 0 {
+			in = cv.sealKeyUpdate(in, true)
+		}
+	}
+	done := make(chan []byte)
+	go func() {
+		plain, _, err := s.Open(in)
+		if err != nil {
+			t.Error(err)
+		}
+		done <- plain
+	}()
+	var out []byte
+	for i := 0; i < 200; i++ {
+		out = s.Seal(out, []byte("s"))
+	}
+	if plain := <-done; len(plain) != 200 {
+		t.Fatalf("Open gave %d bytes, want 200", len(plain))
+	}
+	out = s.Seal(out, nil)
+	plain, _, err := cv.Open(out)
+	if err != nil || len(plain) != 200 {
+		t.Fatalf("client: %d bytes, %v", len(plain), err)
+	}
+}
+
+// TestSealAlertAtLimit: an alert at the write limit goes under the next key.
+func TestSealAlertAtLimit(t *testing.T) {
+	s, cv := statePair(t, TLS_AES_128_GCM_SHA256)
+	s.write.seq, cv.read.seq = writeLimit-1, writeLimit-1
+	_, _, err := cv.Open(s.SealAlert(nil, AlertCloseNotify))
+	if err != io.EOF || s.write.seq != 1 {
+		t.Fatalf("client: %v, write seq %d", err, s.write.seq)
+	}
+}
