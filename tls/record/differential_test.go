@@ -391,3 +391,38 @@ func openVerdict(s *State, b []byte) ([]byte, int) {
 	}
 	return plain, -1
 }
+
+// TestResumeKeepingUndelivered: crypto/tls read a record of which the
+// application took only a part (a client's request often comes with its
+// Finished); ResumeKeeping hands back exactly what was not delivered.
+func TestResumeKeepingUndelivered(t *testing.T) {
+	p := newPair(t, true)
+	const first, second = "GET / HTTP/1.1\r\n", "Host: edge.test\r\n\r\n"
+	if _, err := p.client.Write([]byte(first)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.client.Write([]byte(second)); err != nil {
+		t.Fatal(err)
+	}
+	// 20 bytes: crypto/tls must read the second record whole to deliver them.
+	buf := make([]byte, 20)
+	if _, err := io.ReadFull(p.server, buf); err != nil || string(buf) != (first + second)[:20] {
+		t.Fatalf("server read %q, %v", buf, err)
+	}
+	rd, wr := p.sw.logs()
+	s, undelivered, tail, err := ResumeKeeping(p.suite, p.cs, p.ss, rd, wr, 20)
+	if err != nil || len(tail) != 0 || string(undelivered) != (first + second)[20:] {
+		t.Fatalf("ResumeKeeping: undelivered %q, tail %d, %v", undelivered, len(tail), err)
+	}
+	if _, _, _, err := ResumeKeeping(p.suite, p.cs, p.ss, rd, wr, len(first+second)+1); err == nil {
+		t.Fatal("more delivered than read was accepted")
+	}
+	const answer = "HTTP/1.1 101 Switching Protocols\r\n\r\n"
+	if _, err := p.sw.Conn.Write(s.Seal(nil, []byte(answer))); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, len(answer))
+	if _, err := io.ReadFull(p.client, got); err != nil || string(got) != answer {
+		t.Fatalf("client read %q, %v", got, err)
+	}
+}
