@@ -349,7 +349,8 @@ func (s *State) Pending() bool { return s.pending.Load() }
 // pending answer, or nothing. Before the write sequence number reaches
 // writeLimit, Seal sends its own KeyUpdate (update_not_requested) and
 // switches keys (§5.5), so it never wraps. Seal does not allocate when
-// cap(dst)-len(dst) >= len(p)+Overhead(len(p)).
+// cap(dst)-len(dst) >= len(p)+Overhead(len(p)). p must not overlap
+// dst[len(dst):cap(dst)].
 func (s *State) Seal(dst, p []byte) []byte {
 	dst = grow(dst, len(p)+s.Overhead(len(p)))
 	if s.pending.CompareAndSwap(true, false) {

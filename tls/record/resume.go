@@ -17,7 +17,7 @@ import (
 // is replayed through the same state machine as Open, so KeyUpdates that
 // crypto/tls read or answered are followed, and their plaintext discarded:
 // the caller takes over only when crypto/tls holds no data it read and has
-// not yet delivered. A client's update_requested that the write log does
+// not yet delivered (ResumeKeeping returns that data). A client's update_requested that the write log does
 // not answer leaves an answer pending.
 //
 // readTail is a copy of the incomplete record at the end of the read log,
