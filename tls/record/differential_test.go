@@ -3,6 +3,7 @@ package record
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"net"
@@ -16,8 +17,10 @@ var diffSizes = []int{1, 100, 1369, 16383, 16384, 16385, 40000, 100}
 // TestDifferentialClientRecords (a): the records a crypto/tls client writes
 // give, through Open, the plaintext the crypto/tls server reads, whole and
 // fed in random pieces.
-func TestDifferentialClientRecords(t *testing.T) {
-	p := newPair(t, false)
+func TestDifferentialClientRecords(t *testing.T) { forSuites(t, testDifferentialClientRecords) }
+
+func testDifferentialClientRecords(t *testing.T, suite uint16) {
+	p := newSuitePair(t, false, suite)
 	_, mark := p.cw.logs()
 	var sent []byte
 	go func() {
@@ -75,8 +78,10 @@ func TestDifferentialClientRecords(t *testing.T) {
 // TestDifferentialServerRecords (b): what Seal writes, a crypto/tls client
 // reads exactly: small, full and multi-record writes, an empty Seal, a
 // KeyUpdate answer in front of data, and close_notify as EOF.
-func TestDifferentialServerRecords(t *testing.T) {
-	p := newPair(t, false)
+func TestDifferentialServerRecords(t *testing.T) { forSuites(t, testDifferentialServerRecords) }
+
+func testDifferentialServerRecords(t *testing.T, suite uint16) {
+	p := newSuitePair(t, false, suite)
 	s := p.serverState(t)
 	var want, wire []byte
 	for i, n := range diffSizes {
@@ -108,7 +113,11 @@ func TestDifferentialServerRecords(t *testing.T) {
 // reads the client's data under the next key, and the client reads ours
 // under our next key.
 func TestCryptoTLSClientAnswersKeyUpdate(t *testing.T) {
-	p := newPair(t, false)
+	forSuites(t, testCryptoTLSClientAnswersKeyUpdate)
+}
+
+func testCryptoTLSClientAnswersKeyUpdate(t *testing.T, suite uint16) {
+	p := newSuitePair(t, false, suite)
 	s := p.serverState(t)
 	wire := s.sealKeyUpdate(nil, true)
 	wire = s.Seal(wire, []byte("ping"))
@@ -136,8 +145,10 @@ func TestCryptoTLSClientAnswersKeyUpdate(t *testing.T) {
 // session tickets and data both ways; Resume on the server's socket logs
 // continues exactly where it stopped, with part of the next client record
 // already read into the log.
-func TestResumeAfterCryptoTLS(t *testing.T) {
-	p := newPair(t, true)
+func TestResumeAfterCryptoTLS(t *testing.T) { forSuites(t, testResumeAfterCryptoTLS) }
+
+func testResumeAfterCryptoTLS(t *testing.T, suite uint16) {
+	p := newSuitePair(t, true, suite)
 	exchange(t, p, "hello from the client", "hello from the server")
 	exchange(t, p, "second", "second answer, longer than the first")
 	if _, err := p.client.Write([]byte("after the takeover")); err != nil {
@@ -195,8 +206,10 @@ func exchange(t *testing.T, p *pair, c2s, s2c string) {
 // the crypto/tls server reads and answers. Resume on the server's logs
 // follows both generations and continues: the next client record opens,
 // the next sealed record is read by the client.
-func TestResumeFollowsKeyUpdates(t *testing.T) {
-	p := newPair(t, true)
+func TestResumeFollowsKeyUpdates(t *testing.T) { forSuites(t, testResumeFollowsKeyUpdates) }
+
+func testResumeFollowsKeyUpdates(t *testing.T, suite uint16) {
+	p := newSuitePair(t, true, suite)
 	cv := clientView(t, p.suite, p.cs, p.ss)
 	out := cv.Seal(nil, []byte("c1"))
 	out = cv.sealKeyUpdate(out, true)
@@ -324,9 +337,11 @@ func tamperCases() []tamperCase {
 // crypto/tls server and to Open. Both reject the same ones with the same
 // alert (read off the wire for crypto/tls), read the same data from the
 // ones they accept, and where they differ, the table says why (RFC 8446).
-func TestDifferentialTampered(t *testing.T) {
+func TestDifferentialTampered(t *testing.T) { forSuites(t, testDifferentialTampered) }
+
+func testDifferentialTampered(t *testing.T, suite uint16) {
 	for i, tc := range tamperCases() {
-		p := newPair(t, false)
+		p := newSuitePair(t, false, suite)
 		p.cw.mu.Lock()
 		p.cw.hold = true
 		p.cw.mu.Unlock()
@@ -339,7 +354,6 @@ func TestDifferentialTampered(t *testing.T) {
 		tlsData, tlsAlert := crypoTLSVerdict(t, p, bad)
 		ourData, ourAlert := openVerdict(p.serverState(t), bad)
 		name := tc.name
-		t.Logf("%-45s crypto/tls %3d  Open %3d  data %d/%d", name, tlsAlert, ourAlert, len(tlsData), len(ourData))
 		if tc.deviates {
 			if tlsAlert != tc.tlsAlert || ourAlert != tc.our {
 				t.Errorf("case %d %s: crypto/tls alert %d, Open %d; the table says %d and %d", i, name, tlsAlert, ourAlert, tc.tlsAlert, tc.our)
@@ -395,8 +409,10 @@ func openVerdict(s *State, b []byte) ([]byte, int) {
 // TestResumeKeepingUndelivered: crypto/tls read a record of which the
 // application took only a part (a client's request often comes with its
 // Finished); ResumeKeeping hands back exactly what was not delivered.
-func TestResumeKeepingUndelivered(t *testing.T) {
-	p := newPair(t, true)
+func TestResumeKeepingUndelivered(t *testing.T) { forSuites(t, testResumeKeepingUndelivered) }
+
+func testResumeKeepingUndelivered(t *testing.T, suite uint16) {
+	p := newSuitePair(t, true, suite)
 	const first, second = "GET / HTTP/1.1\r\n", "Host: edge.test\r\n\r\n"
 	if _, err := p.client.Write([]byte(first)); err != nil {
 		t.Fatal(err)
@@ -424,5 +440,13 @@ func TestResumeKeepingUndelivered(t *testing.T) {
 	got := make([]byte, len(answer))
 	if _, err := io.ReadFull(p.client, got); err != nil || string(got) != answer {
 		t.Fatalf("client read %q, %v", got, err)
+	}
+}
+
+// forSuites runs a differential test once per suite of RFC 8446 §B.4,
+// with crypto/tls negotiating that suite.
+func forSuites(t *testing.T, f func(*testing.T, uint16)) {
+	for _, suite := range suites {
+		t.Run(fmt.Sprintf("%#04x", suite), func(t *testing.T) { f(t, suite) })
 	}
 }

@@ -95,6 +95,18 @@ type pair struct {
 
 func newPair(t testing.TB, tickets bool) *pair {
 	t.Helper()
+	return newSuitePair(t, tickets, 0)
+}
+
+// newSuitePair is newPair with crypto/tls offering only suite (0: its
+// default list) during the handshake. Tests using it must not be parallel.
+func newSuitePair(t testing.TB, tickets bool, suite uint16) *pair {
+	t.Helper()
+	if suite != 0 {
+		saved := tls13Suites
+		tls13Suites = []uint16{suite}
+		defer func() { tls13Suites = saved }()
+	}
 	cert, pool := testCertificate(t)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -135,6 +147,9 @@ func newPair(t testing.TB, tickets bool) *pair {
 		t.Fatal(a.err)
 	}
 	p := &pair{client: client, server: a.c, cw: cw, sw: a.w, suite: a.c.ConnectionState().CipherSuite}
+	if suite != 0 && p.suite != suite {
+		t.Fatalf("crypto/tls negotiated %#04x, want %#04x", p.suite, suite)
+	}
 	t.Cleanup(func() { raw.Close(); a.w.Conn.Close() })
 	rd, _ := a.w.logs()
 	rnd, ok := ClientRandom(rd)
