@@ -93,13 +93,10 @@ type pair struct {
 	cs, ss         []byte
 }
 
-func newPair(t testing.TB, tickets bool) *pair {
-	t.Helper()
-	return newSuitePair(t, tickets, 0)
-}
-
-// newSuitePair is newPair with crypto/tls offering only suite (0: its
-// default list) during the handshake. Tests using it must not be parallel.
+// newSuitePair starts a pair: a handshake over loopback with the
+// server's KeyLogWriter a KeyLog, the secrets taken by the ClientHello's
+// random. crypto/tls offers only suite (0: its default list) during the
+// handshake; tests using it must not be parallel.
 func newSuitePair(t testing.TB, tickets bool, suite uint16) *pair {
 	t.Helper()
 	if suite != 0 {
