@@ -216,6 +216,9 @@ func FuzzKeyLog(f *testing.F) {
 			k.Forget(lines[len(lines)-32:])
 		}
 		rnd := randomOf(9)
+		if bytes.Contains(bytes.ToLower(lines), []byte(hex.EncodeToString(rnd))) {
+			return // the input may have made that random ambiguous
+		}
 		k.Write(keyLogLine("CLIENT_TRAFFIC_SECRET_0", rnd, bytes.Repeat([]byte{2}, 32)))
 		k.Write(keyLogLine("SERVER_TRAFFIC_SECRET_0", rnd, bytes.Repeat([]byte{3}, 32)))
 		c, s, ok := k.Take(rnd)

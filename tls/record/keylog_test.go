@@ -131,3 +131,21 @@ func TestKeyLogConcurrent(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// TestKeyLogSharedRandom: a second handshake with the same client random
+// (a client chooses its random) makes the entry ambiguous, and Take
+// refuses it instead of handing out either connection's secrets.
+func TestKeyLogSharedRandom(t *testing.T) {
+	k := NewKeyLog(time.Minute, 10, nil)
+	r := randomOf(3)
+	for _, b := range []byte{1, 2} {
+		k.Write(keyLogLine("CLIENT_TRAFFIC_SECRET_0", r, bytes.Repeat([]byte{b}, 32)))
+		k.Write(keyLogLine("SERVER_TRAFFIC_SECRET_0", r, bytes.Repeat([]byte{b + 10}, 32)))
+	}
+	if _, _, ok := k.Take(r); ok {
+		t.Fatal("Take handed out the secrets of a random two handshakes share")
+	}
+	if k.Len() != 0 {
+		t.Fatal("the ambiguous entry was kept")
+	}
+}
