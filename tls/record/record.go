@@ -160,7 +160,7 @@ func (s *State) Open(buf []byte) (plain []byte, used int, err error) {
 		if rest[1] != 3 || rest[2] != 3 {
 			// RFC 8446 §5.1: legacy_record_version is 0x0303 on every record
 			// after the ClientHello; crypto/tls sends protocol_version.
-			return buf[:n], used, s.fail(violation(AlertProtocolVersion, "record version %#02x%02x", rest[1], rest[2]))
+			return buf[:n], used, s.fail(violation(AlertProtocolVersion, "record version %#04x, want 0x0303", uint16(rest[1])<<8|uint16(rest[2])))
 		}
 		l := bodyLen(rest)
 		if l > maxCiphertext {

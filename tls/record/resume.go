@@ -24,6 +24,11 @@ import (
 // to be passed to Open in front of the next bytes from the socket. The
 // write log must end on a record boundary. Neither log is modified. Any
 // error means: do not take over, keep crypto/tls.
+//
+// The secrets must be this connection's (KeyLog.Take with the
+// ClientRandom of its read log): while neither log holds an application
+// record yet, Resume cannot tell wrong secrets from right ones, and the
+// first Open after it would fail with bad_record_mac.
 func Resume(suite uint16, clientSecret, serverSecret, readLog, writeLog []byte) (s *State, readTail []byte, err error) {
 	s, _, readTail, err = resume(suite, clientSecret, serverSecret, readLog, writeLog, -1)
 	return s, readTail, err
