@@ -17,11 +17,18 @@ func TestImportRules(t *testing.T) {
 		ours     []string // packages of ours it may import
 		forbid   []string // import-path prefixes it must not reach
 		noStdNet bool     // forbid net/http (pure logic)
+		noNet    bool     // forbid the net package itself (no I/O at all)
+		// external, when set, lists the only import-path prefixes outside
+		// the standard library and our module that it may reach.
+		external []string
 	}{
 		{pkg: "balance", noStdNet: true},
 		{pkg: "internal/hostname", noStdNet: true},
 		{pkg: "conf", ours: []string{"internal/hostname"}},
 		{pkg: "tls"},
+		// The record layer is pure: stdlib crypto and x/crypto (whose
+		// chacha20 reaches x/sys/cpu) only.
+		{pkg: "tls/record", noStdNet: true, noNet: true, external: []string{"golang.org/x/crypto/", "golang.org/x/sys/cpu"}},
 		{pkg: "proxy", ours: []string{"balance", "internal/hostname", "internal/wswire", "proxy/internal/wsession", "tls/record"}},
 		{pkg: "discovery", ours: []string{"balance", "internal/hostname"}},
 		{pkg: "health", ours: []string{"balance", "internal/wswire"}},
@@ -48,6 +55,12 @@ func TestImportRules(t *testing.T) {
 				if r.noStdNet && dep == "net/http" {
 					t.Errorf("%s reaches net/http: it must stay pure logic", r.pkg)
 				}
+				if r.noNet && dep == "net" {
+					t.Errorf("%s reaches net: it must do no I/O", r.pkg)
+				}
+			}
+			if r.external != nil {
+				checkExternal(t, r.pkg, r.external)
 			}
 		})
 	}
@@ -67,6 +80,28 @@ func TestTestkitOnlyInTests(t *testing.T) {
 				t.Errorf("%s imports internal/testkit outside its _test.go files", pkg)
 			}
 		}
+	}
+}
+
+// checkExternal fails for every package pkg reaches outside the standard
+// library and our module whose path has none of the allowed prefixes.
+func checkExternal(t *testing.T, pkg string, allowed []string) {
+	t.Helper()
+	out, err := exec.Command("go", "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", "./"+pkg).CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list ./%s: %v\n%s", pkg, err, out)
+	}
+next:
+	for _, dep := range strings.Fields(string(out)) {
+		if strings.HasPrefix(dep, module+"/") {
+			continue
+		}
+		for _, a := range allowed {
+			if strings.HasPrefix(dep, a) {
+				continue next
+			}
+		}
+		t.Errorf("%s reaches %s; allowed outside the standard library: %v", pkg, dep, allowed)
 	}
 }
 

@@ -12,7 +12,11 @@ import (
 // application traffic secrets per client random
 // ("CLIENT_TRAFFIC_SECRET_0 <client random> <secret>" and
 // "SERVER_TRAFFIC_SECRET_0 ..."), until Take removes them or Forget drops
-// them. Other labels, malformed lines and TLS 1.2 lines are ignored.
+// them. Other labels, malformed lines and TLS 1.2 lines are ignored. Each
+// Write holds whole lines, as crypto/tls writes them. Two handshakes with
+// the same client random (the client chooses it) make the entry
+// ambiguous: Take then refuses it rather than hand either connection the
+// other's secrets.
 //
 // It is bounded: an entry older than maxAge, or the oldest beyond
 // maxEntries, is dropped, so handshakes that never reach a takeover cannot
@@ -29,6 +33,10 @@ type KeyLog struct {
 type keyLogEntry struct {
 	client, server []byte
 	added          time.Time
+	// conflict: a secret came twice for this random. A client chooses its
+	// random, so two handshakes can share one; their secrets are then
+	// never handed out, and both connections stay with crypto/tls.
+	conflict bool
 }
 
 type keyLogRef struct {
@@ -89,13 +97,16 @@ func (k *KeyLog) add(line []byte) {
 		k.order = append(k.order, keyLogRef{random: random, entry: e})
 		k.trim()
 	}
+	slot := &e.server
 	if isClient {
-		clear(e.client)
-		e.client = secret
-	} else {
-		clear(e.server)
-		e.server = secret
+		slot = &e.client
 	}
+	if *slot != nil {
+		e.conflict = true
+		clear(secret)
+		return
+	}
+	*slot = secret
 }
 
 // expire drops the entries older than maxAge from the front of the order.
@@ -153,6 +164,11 @@ func (k *KeyLog) Take(clientRandom []byte) (clientSecret, serverSecret []byte, o
 		return nil, nil, false
 	}
 	delete(k.entries, [32]byte(clientRandom))
+	if e.conflict {
+		clear(e.client)
+		clear(e.server)
+		return nil, nil, false
+	}
 	return e.client, e.server, true
 }
 

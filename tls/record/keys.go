@@ -74,8 +74,7 @@ type dir struct {
 	seq    uint64
 	secret [maxSecret]byte
 	key    [maxKey]byte
-	iv     [ivLen]byte
-	nonce  [ivLen]byte // scratch for the per-record nonce, kept here so it does not escape per record
+	iv     [ivLen]byte // XORed with seq around each AEAD call: the nonce needs no storage of its own (see xorSeq)
 }
 
 // setSecret installs a traffic secret: key and iv are derived (§7.3), the
@@ -115,12 +114,14 @@ func (d *dir) build(suite uint16) {
 	}
 }
 
-// setNonce computes the per-record nonce of RFC 8446 §5.3: the 64-bit
-// sequence number in network order, left-padded to iv_length, XORed with the iv.
-func (d *dir) setNonce() {
-	d.nonce = d.iv
+// xorSeq turns iv into the per-record nonce of RFC 8446 §5.3 (the 64-bit
+// sequence number in network order, left-padded to iv_length, XORed with
+// the iv) and, called again, back into the iv. Working in place keeps the
+// nonce out of the heap without 12 more bytes per direction; one direction
+// is used by one goroutine at a time.
+func (d *dir) xorSeq() {
 	for i := 0; i < 8; i++ {
-		d.nonce[ivLen-1-i] ^= byte(d.seq >> (8 * i))
+		d.iv[ivLen-1-i] ^= byte(d.seq >> (8 * i))
 	}
 }
 
@@ -130,8 +131,9 @@ func (d *dir) open(suite uint16, rec []byte) ([]byte, bool) {
 	if d.aead == nil {
 		d.build(suite)
 	}
-	d.setNonce()
-	inner, err := d.aead.Open(rec[headerLen:headerLen], d.nonce[:], rec[headerLen:], rec[:headerLen])
+	d.xorSeq()
+	inner, err := d.aead.Open(rec[headerLen:headerLen], d.iv[:], rec[headerLen:], rec[:headerLen])
+	d.xorSeq()
 	if err != nil {
 		return nil, false
 	}
@@ -140,17 +142,19 @@ func (d *dir) open(suite uint16, rec []byte) ([]byte, bool) {
 }
 
 // encrypt protects the record that starts at dst[start:]: five header bytes
-// (filled here) then the TLSInnerPlaintext. dst has room for the tag.
-func (d *dir) encrypt(suite uint16, dst []byte, start int) []byte {
+// (filled here, with outer type outer) then the TLSInnerPlaintext. dst has
+// room for the tag.
+func (d *dir) encrypt(suite uint16, dst []byte, start int, outer byte) []byte {
 	if d.aead == nil {
 		d.build(suite)
 	}
 	n := len(dst) - start - headerLen + tagLen
 	hdr := dst[start : start+headerLen]
-	hdr[0], hdr[1], hdr[2], hdr[3], hdr[4] = typeApplicationData, 3, 3, byte(n>>8), byte(n)
+	hdr[0], hdr[1], hdr[2], hdr[3], hdr[4] = outer, 3, 3, byte(n>>8), byte(n)
 	body := dst[start+headerLen:]
-	d.setNonce()
-	d.aead.Seal(body[:0], d.nonce[:], body, hdr)
+	d.xorSeq()
+	d.aead.Seal(body[:0], d.iv[:], body, hdr)
+	d.xorSeq()
 	d.seq++
 	return dst[:start+headerLen+n]
 }
@@ -162,7 +166,7 @@ func (d *dir) seal(suite uint16, dst []byte, typ byte, p []byte) []byte {
 	dst = append(dst, 0, 0, 0, 0, 0)
 	dst = append(dst, p...)
 	dst = append(dst, typ)
-	return d.encrypt(suite, dst, start)
+	return d.encrypt(suite, dst, start, typeApplicationData)
 }
 
 // grow makes room for n more bytes, allocating only when cap is short.

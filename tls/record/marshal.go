@@ -129,6 +129,14 @@ func (s *State) checkHandshakeState() error {
 	if s.checkHandshakeType() != nil {
 		return bad
 	}
+	if s.hsHdr[0] == handshakeKeyUpdate {
+		// The length bytes received so far are a prefix of 0, 0, 1.
+		for i := 1; i < int(s.hsHave); i++ {
+			if s.hsHdr[i] != [4]byte{24, 0, 0, 1}[i] {
+				return bad
+			}
+		}
+	}
 	if s.hsHave < 4 {
 		for _, c := range s.hsHdr[s.hsHave:] {
 			if c != 0 {

@@ -160,17 +160,17 @@ func (s *State) Open(buf []byte) (plain []byte, used int, err error) {
 		if rest[1] != 3 || rest[2] != 3 {
 			// RFC 8446 §5.1: legacy_record_version is 0x0303 on every record
 			// after the ClientHello; crypto/tls sends protocol_version.
-			return buf[:n], used, s.fail(violation(AlertProtocolVersion, "record version %#02x%02x", rest[1], rest[2]))
+			return buf[:n], used, s.fail(violation(AlertProtocolVersion, "record version %#04x, want 0x0303", uint16(rest[1])<<8|uint16(rest[2])))
 		}
 		l := bodyLen(rest)
 		if l > maxCiphertext {
 			return buf[:n], used, s.fail(violation(AlertRecordOverflow, "record of %d bytes, the limit is %d (RFC 8446 §5.2)", l, maxCiphertext))
 		}
-		if rest[0] != typeApplicationData {
-			// RFC 8446 §5: after the handshake every record is protected
-			// (outer type application_data); a change_cipher_spec is only
-			// dropped before the peer's Finished.
-			return buf[:n], used, s.fail(violation(AlertUnexpectedMessage, "outer record type %d after the handshake", rest[0]))
+		if rest[0] == typeChangeCipherSpec {
+			// RFC 8446 §5: a change_cipher_spec is dropped only before the
+			// peer's Finished; after it, unexpected_message. (crypto/tls
+			// drops it at any time.)
+			return buf[:n], used, s.fail(violation(AlertUnexpectedMessage, "change_cipher_spec after the handshake (RFC 8446 §5)"))
 		}
 		if len(rest) < headerLen+l {
 			break
@@ -204,7 +204,13 @@ func (s *State) openRecord(rec []byte) (data []byte, eof bool, err error) {
 	}
 	inner, ok := s.read.open(s.suite, rec)
 	if !ok {
+		// Another outer type fails here too: the header is the additional
+		// data, so crypto/tls and this agree on bad_record_mac.
 		return nil, false, violation(AlertBadRecordMAC, "record %d does not authenticate", s.read.seq)
+	}
+	if rec[0] != typeApplicationData {
+		// RFC 8446 §5.2: the outer type of a protected record is always application_data.
+		return nil, false, violation(AlertUnexpectedMessage, "protected record of outer type %d", rec[0])
 	}
 	if len(inner) > maxPlaintext+1 {
 		return nil, false, violation(AlertRecordOverflow, "inner plaintext of %d bytes, the limit is %d (RFC 8446 §5.4)", len(inner), maxPlaintext+1)
@@ -282,7 +288,7 @@ func (s *State) handshake(data []byte) error {
 		k := uint32(min(len(data), int(s.hsLeft)))
 		data = data[k:]
 		if s.hsLeft -= k; s.hsLeft == 0 {
-			s.hsHave = 0
+			s.endMessage()
 		}
 	}
 	return nil
@@ -306,9 +312,14 @@ func (s *State) handshakeHeader() error {
 	}
 	s.hsLeft = l
 	if l == 0 {
-		s.hsHave = 0
+		s.endMessage()
 	}
 	return nil
+}
+
+// endMessage forgets the handshake message just completed.
+func (s *State) endMessage() {
+	s.hsHave, s.hsLeft, s.hsHdr = 0, 0, [4]byte{}
 }
 
 // keyUpdate takes the request_update byte of a KeyUpdate and switches the
@@ -321,7 +332,7 @@ func (s *State) keyUpdate(data []byte) error {
 	if len(data) > 1 {
 		return violation(AlertUnexpectedMessage, "KeyUpdate not at the end of its record (RFC 8446 §5.1)")
 	}
-	s.hsHave, s.hsLeft = 0, 0
+	s.endMessage()
 	s.read.next(s.suite)
 	if req == 1 {
 		s.pending.Store(true)
@@ -338,7 +349,8 @@ func (s *State) Pending() bool { return s.pending.Load() }
 // pending answer, or nothing. Before the write sequence number reaches
 // writeLimit, Seal sends its own KeyUpdate (update_not_requested) and
 // switches keys (§5.5), so it never wraps. Seal does not allocate when
-// cap(dst)-len(dst) >= len(p)+Overhead(len(p)).
+// cap(dst)-len(dst) >= len(p)+Overhead(len(p)). p must not overlap
+// dst[len(dst):cap(dst)].
 func (s *State) Seal(dst, p []byte) []byte {
 	dst = grow(dst, len(p)+s.Overhead(len(p)))
 	if s.pending.CompareAndSwap(true, false) {
@@ -374,6 +386,9 @@ func (s *State) SealAlert(dst []byte, alert uint8) []byte {
 	level := byte(2)
 	if alert == AlertCloseNotify || alert == AlertUserCanceled {
 		level = 1
+	}
+	if s.write.seq >= writeLimit-1 {
+		dst = s.sealKeyUpdate(dst, false)
 	}
 	msg := [2]byte{level, alert}
 	return s.write.seal(s.suite, dst, typeAlert, msg[:])

@@ -17,47 +17,84 @@ import (
 // is replayed through the same state machine as Open, so KeyUpdates that
 // crypto/tls read or answered are followed, and their plaintext discarded:
 // the caller takes over only when crypto/tls holds no data it read and has
-// not yet delivered. A client's update_requested that the write log does
+// not yet delivered (ResumeKeeping returns that data). A client's update_requested that the write log does
 // not answer leaves an answer pending.
 //
 // readTail is a copy of the incomplete record at the end of the read log,
 // to be passed to Open in front of the next bytes from the socket. The
 // write log must end on a record boundary. Neither log is modified. Any
 // error means: do not take over, keep crypto/tls.
+//
+// The secrets must be this connection's (KeyLog.Take with the
+// ClientRandom of its read log): while neither log holds an application
+// record yet, Resume cannot tell wrong secrets from right ones, and the
+// first Open after it would fail with bad_record_mac.
 func Resume(suite uint16, clientSecret, serverSecret, readLog, writeLog []byte) (s *State, readTail []byte, err error) {
+	s, _, readTail, err = resume(suite, clientSecret, serverSecret, readLog, writeLog, -1)
+	return s, readTail, err
+}
+
+// ResumeKeeping is Resume for a takeover while crypto/tls may still hold
+// application data it read from the socket but did not deliver (a client
+// often sends its first request in the same segment as its Finished):
+// delivered is the number of application data bytes crypto/tls's Read
+// returned, and undelivered is the plaintext read after them, which the
+// caller handles as if Open had returned it. delivered beyond what the
+// read log holds is an error.
+func ResumeKeeping(suite uint16, clientSecret, serverSecret, readLog, writeLog []byte, delivered int) (s *State, undelivered, readTail []byte, err error) {
+	if delivered < 0 {
+		return nil, nil, nil, fmt.Errorf("tls record: %d bytes delivered", delivered)
+	}
+	return resume(suite, clientSecret, serverSecret, readLog, writeLog, delivered)
+}
+
+// resume is Resume, keeping the read plaintext after the first delivered
+// bytes unless delivered is negative.
+func resume(suite uint16, clientSecret, serverSecret, readLog, writeLog []byte, delivered int) (s *State, undelivered, readTail []byte, err error) {
 	s, err = New(suite, clientSecret, serverSecret)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	// The write log is replayed by the client's view of the connection: its
 	// read direction is the server's write direction, and NewSessionTicket
 	// is legal in it.
 	view := &State{peerIsServer: true}
 	if err := view.init(suite, serverSecret, clientSecret); err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	requests, _, tail, err := replay(s, readLog)
-	if err != nil {
-		return nil, nil, fmt.Errorf("tls record: replaying the read log: %w", err)
+	var plain *[]byte
+	if delivered >= 0 {
+		plain = &undelivered
 	}
-	_, updates, wtail, err := replay(view, writeLog)
+	requests, _, tail, err := replay(s, readLog, plain)
 	if err != nil {
-		return nil, nil, fmt.Errorf("tls record: replaying the write log: %w", err)
+		return nil, nil, nil, fmt.Errorf("tls record: replaying the read log: %w", err)
+	}
+	if delivered > len(undelivered) {
+		return nil, nil, nil, fmt.Errorf("tls record: %d bytes delivered, the read log holds %d", delivered, len(undelivered))
+	}
+	if delivered >= 0 {
+		undelivered = undelivered[delivered:]
+	}
+	_, updates, wtail, err := replay(view, writeLog, nil)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("tls record: replaying the write log: %w", err)
 	}
 	if len(wtail) > 0 || view.hsHave > 0 {
-		return nil, nil, errors.New("tls record: the write log ends inside a record or a handshake message")
+		return nil, nil, nil, errors.New("tls record: the write log ends inside a record or a handshake message")
 	}
 	s.write = view.read
 	// crypto/tls answers each update_requested as it reads it (and never
 	// updates its key otherwise), so an answer is owed only if fewer
 	// KeyUpdates were written than requested.
 	s.pending.Store(requests > updates)
-	return s, append([]byte(nil), tail...), nil
+	return s, undelivered, append([]byte(nil), tail...), nil
 }
 
 // replay opens the application records of log with st and counts the
-// update_requested KeyUpdates it read and the key switches it made.
-func replay(st *State, log []byte) (requests, updates int, tail []byte, err error) {
+// update_requested KeyUpdates it read and the key switches it made. The
+// plaintext is appended to *plain, or dropped when plain is nil.
+func replay(st *State, log []byte, plain *[]byte) (requests, updates int, tail []byte, err error) {
 	start, err := applicationStart(st, log)
 	if err != nil {
 		return 0, 0, nil, err
@@ -69,7 +106,10 @@ func replay(st *State, log []byte) (requests, updates int, tail []byte, err erro
 			return requests, updates, log[start+off:], nil
 		}
 		n := headerLen + bodyLen(rest)
-		_, used, err := st.Open(rest[:n])
+		data, used, err := st.Open(rest[:n])
+		if plain != nil {
+			*plain = append(*plain, data...)
+		}
 		if err != nil {
 			return 0, 0, nil, fmt.Errorf("record at offset %d: %w", start+off, err)
 		}
