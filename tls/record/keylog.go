@@ -129,7 +129,15 @@ func (k *KeyLog) trim() {
 		k.drop(k.order[0])
 		k.order = k.order[1:]
 	}
-	if len(k.order) > 2*k.maxEntries {
+	k.compact()
+}
+
+// compact drops the refs to entries already taken or forgotten once they
+// outnumber the live ones: a ref holds its entry, so without this every
+// connection that took its secrets would leave about 200 bytes behind
+// until maxEntries more handshakes came.
+func (k *KeyLog) compact() {
+	if len(k.order) > 2*len(k.entries) && len(k.order) > min(64, k.maxEntries) {
 		live := make([]keyLogRef, 0, len(k.entries))
 		for _, r := range k.order {
 			if k.entries[r.random] == r.entry {
@@ -164,12 +172,15 @@ func (k *KeyLog) Take(clientRandom []byte) (clientSecret, serverSecret []byte, o
 		return nil, nil, false
 	}
 	delete(k.entries, [32]byte(clientRandom))
+	k.compact()
+	cs, ss := e.client, e.server
+	e.client, e.server = nil, nil
 	if e.conflict {
-		clear(e.client)
-		clear(e.server)
+		clear(cs)
+		clear(ss)
 		return nil, nil, false
 	}
-	return e.client, e.server, true
+	return cs, ss, true
 }
 
 // Forget drops the secrets of the handshake with this client random (the
@@ -183,7 +194,9 @@ func (k *KeyLog) Forget(clientRandom []byte) {
 	if e := k.entries[[32]byte(clientRandom)]; e != nil {
 		clear(e.client)
 		clear(e.server)
+		e.client, e.server = nil, nil
 		delete(k.entries, [32]byte(clientRandom))
+		k.compact()
 	}
 }
 

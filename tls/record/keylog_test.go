@@ -149,3 +149,27 @@ func TestKeyLogSharedRandom(t *testing.T) {
 		t.Fatal("the ambiguous entry was kept")
 	}
 }
+
+// TestKeyLogTakenLeaveNothing: secrets taken or forgotten leave nothing
+// behind, however large the bound: an edge holding 10,000 WebSockets must
+// not hold 10,000 dead key log entries.
+func TestKeyLogTakenLeaveNothing(t *testing.T) {
+	k := NewKeyLog(time.Minute, 1<<16, nil)
+	sec := bytes.Repeat([]byte{7}, 32)
+	for i := range 10000 {
+		k.Write(keyLogLine("CLIENT_TRAFFIC_SECRET_0", randomOf(i), sec))
+		k.Write(keyLogLine("SERVER_TRAFFIC_SECRET_0", randomOf(i), sec))
+		if i%2 == 0 {
+			if _, _, ok := k.Take(randomOf(i)); !ok {
+				t.Fatalf("entry %d not taken", i)
+			}
+		} else {
+			k.Forget(randomOf(i))
+		}
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if len(k.entries) != 0 || len(k.order) > 64 {
+		t.Fatalf("%d entries and %d refs left after every secret was taken or forgotten", len(k.entries), len(k.order))
+	}
+}
