@@ -186,6 +186,12 @@ func BenchmarkIdleMemory(b *testing.B) {
 			runtime.GC()
 			debug.FreeOSMemory()
 			afterGC := rssKiB(b)
+			// What the heap itself holds after the collection: live
+			// objects, and the spans they keep in use (fragmentation).
+			var ms runtime.MemStats
+			runtime.ReadMemStats(&ms)
+			b.ReportMetric(float64(ms.HeapAlloc)/float64(n), "live-B/conn")
+			b.ReportMetric(float64(ms.HeapInuse)/float64(n), "inuse-B/conn")
 			b.ReportMetric((after-before)/float64(n), "KiB/conn")
 			b.ReportMetric((settled-before)/float64(n), "KiB/conn-settled")
 			b.ReportMetric((afterGC-before)/float64(n), "KiB/conn-after-GC")
