@@ -27,6 +27,8 @@
 //	splice.go     the goroutine splice: two directions, readiness waits
 //	              without buffers, half-close
 //	listener.go   WrapListener: accepted conns the splice can take over later
+//	tlsrecord.go, tlsrecord_linux.go  the TLS 1.3 record layer after the
+//	              upgrade: handshake log, secrets, takeover, recConn
 //	acceptlimit.go the cap on open client sockets, accept-error warnings
 //	splice_ready_linux.go, sock_linux.go, poll_linux.go, rawio_linux.go
 //	              the readiness-driven splice: no goroutine per idle connection
@@ -64,7 +66,7 @@
 // while nothing is ready, and runs the connections that became readable or
 // writable inline: every read and
 // write is non-blocking, so a run costs only the bytes it moves. A run
-// borrows a 16 KiB buffer, reads until the source would block, writes to
+// borrows an 18 KiB buffer, reads until the source would block, writes to
 // the other side, and returns the buffer; an idle connection holds no
 // buffer and no goroutine. One run per connection at a time (an atomic
 // idle/busy/again state: whoever finds it idle runs it, others ask for one
@@ -105,8 +107,16 @@
 // connection ids, so an event for a reused descriptor number cannot reach
 // another connection.
 //
-// Known limit: crypto/tls never shrinks its read buffer, so a connection
-// that once received a 16 KiB record keeps that much.
+// TLS 1.3 record layer. crypto/tls never shrinks its record buffers, so
+// on the readiness splice edge owns the records of a TLS 1.3 WebSocket
+// once the upgrade is done (tlsrecord.go, tlsrecord_linux.go, tls/record):
+// the handshake's secrets come from the listener's key log hook
+// (RecordLayer), edgeConn keeps what crypto/tls read and wrote until the
+// takeover, and record.Resume replays that to continue where crypto/tls
+// stopped. Reads unprotect in place in the run's buffer, writes seal into
+// a borrowed one, and a quiet connection's ciphers are dropped by the
+// sweeper's rest, so an idle connection keeps only its keys and sequence
+// numbers. TLS 1.2 and the goroutine splice keep crypto/tls.
 //
 // Routes from the registry (Route.Declared) form a tier of their own: a
 // request is matched against the file's routes first, the declared ones

@@ -332,6 +332,15 @@ func TestEchoStickinessAndHeaders(t *testing.T) {
 		}
 		c2.Close()
 	}
+	// Every one of those TLS 1.3 WebSockets ran on edge's record layer
+	// after its upgrade, none on crypto/tls.
+	m := s.metricsText(t)
+	if v, _ := metricValue(m, series("edge_tls_record_layer_total", `owner="edge"`)); v != 11 {
+		t.Errorf("edge_tls_record_layer_total{owner=\"edge\"} = %v, want 11", v)
+	}
+	if v, ok := metricValue(m, series("edge_tls_record_layer_total", `owner="crypto_tls"`)); !ok || v != 0 {
+		t.Errorf("edge_tls_record_layer_total{owner=\"crypto_tls\"} = %v (present %v), want 0", v, ok)
+	}
 }
 
 // TestDrainOnSIGTERM: every WebSocket gets a close frame 1001 and the

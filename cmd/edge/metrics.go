@@ -302,6 +302,9 @@ type stateSource struct {
 	discovery       func() []discovery.Status
 	tls             func() []listenerTLS
 	now             func() time.Time
+	// recordLayer counts TLS WebSockets whose records edge took over
+	// and those crypto/tls kept; nil reports nothing.
+	recordLayer func() (owned, kept int64)
 }
 
 // listenerTLS is one TLS listener's status and its rotation setting.
@@ -318,6 +321,7 @@ type stateCollector struct {
 	src                          stateSource
 	ready, draining, discoveryOK *prometheus.Desc
 	stapleNext, keyAge, keyInt   *prometheus.Desc
+	records                      *prometheus.Desc
 }
 
 func newStateCollector(src stateSource) *stateCollector {
@@ -333,12 +337,13 @@ func newStateCollector(src stateSource) *stateCollector {
 		stapleNext:  prometheus.NewDesc("edge_tls_ocsp_staple_next_update_timestamp_seconds", "nextUpdate of the OCSP staple being served; absent without a staple.", ln, nil),
 		keyAge:      prometheus.NewDesc("edge_tls_ticket_key_age_seconds", "Time since the session-ticket keys last changed.", []string{"listener"}, nil),
 		keyInt:      prometheus.NewDesc("edge_tls_ticket_key_rotation_interval_seconds", "How often the keys are meant to rotate (absent for keys from a file, which edge does not rotate).", []string{"listener"}, nil),
+		records:     prometheus.NewDesc("edge_tls_record_layer_total", "TLS WebSockets taken over by the readiness splice, by who protects their records after the upgrade: edge (TLS 1.3) or crypto_tls (TLS 1.2, or a handshake log over its bound).", []string{"owner"}, nil),
 	}
 }
 
 // Describe implements prometheus.Collector.
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.ready, c.draining, c.discoveryOK, c.stapleNext, c.keyAge, c.keyInt} {
+	for _, d := range []*prometheus.Desc{c.ready, c.draining, c.discoveryOK, c.stapleNext, c.keyAge, c.keyInt, c.records} {
 		ch <- d
 	}
 }
@@ -347,6 +352,11 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.ready, prometheus.GaugeValue, b2f(c.src.ready()))
 	ch <- prometheus.MustNewConstMetric(c.draining, prometheus.GaugeValue, b2f(c.src.draining()))
+	if c.src.recordLayer != nil {
+		owned, kept := c.src.recordLayer()
+		ch <- prometheus.MustNewConstMetric(c.records, prometheus.CounterValue, float64(owned), "edge")
+		ch <- prometheus.MustNewConstMetric(c.records, prometheus.CounterValue, float64(kept), "crypto_tls")
+	}
 	for _, st := range c.src.discovery() {
 		ch <- prometheus.MustNewConstMetric(c.discoveryOK, prometheus.GaugeValue, unixSeconds(st.LastContact), st.Pool)
 	}
@@ -391,9 +401,10 @@ func (m *metrics) watchState(src stateSource) { m.reg.MustRegister(newStateColle
 // stateGauges is where the state gauges of e come from.
 func (e *edge) stateGauges() stateSource {
 	return stateSource{
-		ready:     e.admin.ready.Load,
-		draining:  e.admin.draining.Load,
-		discovery: e.dyn.watcherStatus,
+		ready:       e.admin.ready.Load,
+		draining:    e.admin.draining.Load,
+		recordLayer: e.proxy.RecordLayerTakeovers,
+		discovery:   e.dyn.watcherStatus,
 		tls: func() []listenerTLS {
 			var out []listenerTLS
 			for _, l := range e.listeners {
