@@ -32,6 +32,7 @@ import (
 //
 //	go test -run '^$' -bench IdleMemory -benchtime 1x ./proxy
 //	EDGE_IDLE_CONNS=9800 go test -run '^$' -bench IdleMemory -benchtime 1x ./proxy
+//	EDGE_IDLE_BIG=16384 go test -run '^$' -bench IdleMemory -benchtime 1x ./proxy   (one 16 KiB echo each, then idle)
 //	go test -run '^$' -bench EchoCPU -benchtime 1x ./proxy
 
 // helperEnv switches the test binary into the load helper.
@@ -157,7 +158,7 @@ func BenchmarkIdleMemory(b *testing.B) {
 	for _, p := range splicePaths {
 		b.Run(p.String(), func(b *testing.B) {
 			defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
-			h := startHelper(b, fmt.Sprintf("idle %d", n))
+			h := startHelper(b, fmt.Sprintf("idle %d %d", n, envInt("EDGE_IDLE_BIG", 0)))
 			e := benchEdge(b, p, h)
 			runtime.GC()
 			debug.FreeOSMemory()
@@ -258,6 +259,10 @@ func TestLoadHelper(t *testing.T) {
 	switch f[0] {
 	case "idle":
 		n, _ := strconv.Atoi(f[1])
+		big := 0
+		if len(f) > 2 {
+			big, _ = strconv.Atoi(f[2])
+		}
 		cs := make([]*websocket.Conn, n)
 		var wg sync.WaitGroup
 		sem := make(chan struct{}, 32)
@@ -277,6 +282,14 @@ func TestLoadHelper(t *testing.T) {
 				c.WriteMessage(websocket.BinaryMessage, msg)
 				if _, _, err := c.ReadMessage(); err != nil {
 					t.Errorf("echo %d: %v", i, err)
+				}
+				if big > 0 {
+					// One large message each, as chat and game traffic
+					// has now and then: what stays held afterwards?
+					c.WriteMessage(websocket.BinaryMessage, make([]byte, big))
+					if _, _, err := c.ReadMessage(); err != nil {
+						t.Errorf("large echo %d: %v", i, err)
+					}
 				}
 			}()
 		}
@@ -327,5 +340,70 @@ func TestLoadHelper(t *testing.T) {
 		wg.Wait()
 		fmt.Printf("done %d\n", count.Load())
 		io.Copy(io.Discard, in)
+	case "connect":
+		workers, _ := strconv.Atoi(f[1])
+		secs, _ := strconv.Atoi(f[2])
+		connectLoop(t, d, url, workers, time.Duration(secs)*time.Second)
+		io.Copy(io.Discard, in)
 	}
+}
+
+// connectLoop runs workers loops of: dial (a full TLS 1.3 handshake:
+// the dialer keeps no session cache), upgrade, one small echo, close,
+// for the window, and prints how many completed.
+func connectLoop(t *testing.T, d *websocket.Dialer, url string, workers int, window time.Duration) {
+	var count atomic.Int64
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	msg := []byte("0123456789abcdef")
+	fmt.Println("start")
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for !stop.Load() {
+				c, _, err := d.Dial(url, nil)
+				if err != nil {
+					t.Errorf("dial: %v", err)
+					return
+				}
+				c.WriteMessage(websocket.BinaryMessage, msg)
+				_, _, err = c.ReadMessage()
+				c.Close()
+				if err != nil {
+					t.Errorf("echo: %v", err)
+					return
+				}
+				count.Add(1)
+			}
+		}()
+	}
+	time.Sleep(window) // the measured window
+	stop.Store(true)
+	wg.Wait()
+	fmt.Printf("done %d\n", count.Load())
+}
+
+// BenchmarkConnectCPU reports the proxy's CPU time per connection set up:
+// a full TLS 1.3 handshake, the upgrade with its backend dial, one small
+// echo and the close, 8 loops at once, on the readiness splice.
+//
+//	go test -run '^$' -bench ConnectCPU -benchtime 1x -cpuprofile cpu.out ./proxy
+func BenchmarkConnectCPU(b *testing.B) {
+	const workers, seconds = 8, 5
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	h := startHelper(b, fmt.Sprintf("connect %d %d", workers, seconds))
+	e := benchEdge(b, spliceReadiness, h)
+	fmt.Fprintf(h.in, "edge %s\n", e.addr)
+	h.expect(b, "start")
+	c0 := cpuTime()
+	line := h.expect(b, "done ")
+	cpu := cpuTime() - c0
+	n, err := strconv.Atoi(strings.TrimPrefix(line, "done "))
+	if err != nil || n == 0 {
+		b.Fatalf("helper: %q", line)
+	}
+	b.ReportMetric(float64(cpu.Microseconds())/float64(n), "cpu-µs/conn")
+	b.ReportMetric(float64(n)/seconds, "conns/s")
+	b.ReportMetric(0, "ns/op")
 }
