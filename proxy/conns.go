@@ -18,6 +18,10 @@ type registry struct {
 	closed   bool          // no new registrations
 	draining bool
 	window   time.Duration
+	// The close a connection registered during a drain gets: 1001 for
+	// Drain, 1012 for Handoff (0: Drain's).
+	code int
+	why  CloseReason
 }
 
 func (g *registry) init() { g.conns = map[*wsConn]struct{}{} }
@@ -32,7 +36,11 @@ func (g *registry) add(c *wsConn) bool {
 	g.conns[c] = struct{}{}
 	if g.draining {
 		// Registered while a drain is under way: schedule it like the rest.
-		c.scheduleCloseLocked(g.window, CloseGoingAway, ReasonDrain)
+		code, why := CloseGoingAway, ReasonDrain
+		if g.code != 0 {
+			code, why = g.code, g.why
+		}
+		c.scheduleCloseLocked(g.window, code, why)
 	}
 	if until, ok := c.be.Draining(); ok {
 		// Its backend left while this connection was being set up (it was
@@ -170,12 +178,18 @@ func (s *Server) CloseBackend(be *balance.Backend, window time.Duration) int {
 
 // scheduleCloseLocked arms the jittered close request; the registry lock is held.
 func (c *wsConn) scheduleCloseLocked(window time.Duration, code int, reason CloseReason) {
-	if c.timer != nil {
-		return
-	}
 	var d time.Duration
 	if window > 0 {
 		d = rand.N(window)
+	}
+	c.scheduleCloseAtLocked(d, code, reason)
+}
+
+// scheduleCloseAtLocked arms the close request to go after d, unless one
+// is armed already; the registry lock is held.
+func (c *wsConn) scheduleCloseAtLocked(d time.Duration, code int, reason CloseReason) {
+	if c.timer != nil {
+		return
 	}
 	c.timer = time.AfterFunc(d, func() { c.requestClose(code, reason) })
 }

@@ -54,6 +54,10 @@ type Server struct {
 	sweepEvery atomic.Int64 // nanoseconds
 	readyAdds  atomic.Int64 // readiness-driven connections ever started
 	sweepDone  chan struct{}
+
+	// handoffPlan is when Handoff's 1012s go, in order (for tests);
+	// guarded by reg.mu.
+	handoffPlan []time.Duration
 }
 
 // New returns a Server for the routes in opts.
