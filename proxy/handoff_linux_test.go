@@ -12,11 +12,13 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/edgelb/edge/balance"
+	"github.com/edgelb/edge/internal/interop"
 	"github.com/edgelb/edge/proxy/internal/handoff"
 	"github.com/gorilla/websocket"
 	"golang.org/x/sys/unix"
@@ -558,4 +560,54 @@ func TestHandoffPings(t *testing.T) {
 		t.Fatalf("B holds %d, want the live client only", got)
 	}
 	live.Close()
+}
+
+// TestHandoffNodeWSKeepsEchoing: 50 connections of Node's `ws` client, a
+// client edge did not write, echo across the hand-off from A to B and see
+// no close or error event until they close themselves.
+func TestHandoffNodeWSKeepsEchoing(t *testing.T) {
+	const n = 50
+	be := startBackend(t, "b1")
+	pr := startPair(t, be.Addr(), nil, edgeConfig{})
+	cmd := interop.Node(t, interopCtx(t), "testdata/wsecho.js", pr.a.url("/"), strconv.Itoa(n))
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	out := bufio.NewScanner(stdout)
+	if !out.Scan() || out.Text() != "echoing" {
+		t.Fatalf("wsecho.js: %q %v\n%s", out.Text(), out.Err(), stderr.String())
+	}
+	waitFor(t, "every connection in A", func() bool { return pr.a.srv.Active() == n })
+	if moved, closed, adopted := pr.handoff(t, time.Second); moved != n || closed != 0 || adopted != n {
+		t.Fatalf("moved %d closed %d adopted %d, want %d 0 %d", moved, closed, adopted, n, n)
+	}
+	io.WriteString(stdin, "stop\n")
+	if !out.Scan() {
+		t.Fatalf("wsecho.js printed no result: %v\n%s", out.Err(), stderr.String())
+	}
+	var r struct {
+		Conns, Messages, Unexpected int
+		Error                       string
+	}
+	if err := json.Unmarshal(out.Bytes(), &r); err != nil {
+		t.Fatalf("wsecho.js printed %q: %v", out.Text(), err)
+	}
+	cmd.Wait()
+	if r.Unexpected != 0 || r.Error != "" {
+		t.Fatalf("the ws client noticed: %d close/error events, %q", r.Unexpected, r.Error)
+	}
+	if r.Messages < 4*n {
+		t.Fatalf("%d messages, want at least %d", r.Messages, 4*n)
+	}
+	waitFor(t, "B ended every connection", func() bool { return pr.b.srv.Active() == 0 })
 }
