@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"time"
 
 	"github.com/edgelb/edge/balance"
@@ -169,6 +170,12 @@ func (s *Server) moveHeld(c *wsConn, to *net.UnixConn) (moveResult, error) {
 		return moveBroken, err
 	}
 	ok, err := handoff.ReadAck(to)
+	if err != nil && errors.Is(err, os.ErrDeadlineExceeded) {
+		// ctx ended while the peer may be splicing it already: two
+		// processes must never both run it, so it is given up here
+		// (closed without a write) as if moved.
+		ok, err = true, nil
+	}
 	if err != nil {
 		// No answer: a peer that died closed its duplicates with it.
 		s.rewatch(c, id)

@@ -228,6 +228,9 @@ func TestHandoffKeepsEchoing(t *testing.T) {
 	if got := pr.a.srv.Active(); got != 0 {
 		t.Errorf("A holds %d connections, want 0", got)
 	}
+	if got := epollWatched(t, pr.a.srv); got != 0 {
+		t.Errorf("A's epoll sets still watch %d sockets B holds", got)
+	}
 	if got := pr.b.srv.Active(); got != n {
 		t.Errorf("B holds %d connections, want %d", got, n)
 	}
@@ -277,6 +280,24 @@ func TestHandoffKeepsEchoing(t *testing.T) {
 			t.Errorf("A observed a close %q, want only %q", r, ReasonMoved)
 		}
 	}
+}
+
+// epollWatched counts the sockets s's pollers watch, from
+// /proc/self/fdinfo of their epoll descriptors (each also watches its
+// eventfd, not counted). A socket handed over stays watched unless it was
+// taken out: its file lives on in the other process.
+func epollWatched(t *testing.T, s *Server) int {
+	s.pollMu.Lock()
+	defer s.pollMu.Unlock()
+	n := 0
+	for _, p := range s.polls {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/self/fdinfo/%d", p.epfd))
+		if err != nil {
+			t.Fatal(err)
+		}
+		n += bytes.Count(b, []byte("\ntfd:")) - 1
+	}
+	return n
 }
 
 // openFDs counts this process's open descriptors.
@@ -610,4 +631,33 @@ func TestHandoffNodeWSKeepsEchoing(t *testing.T) {
 		t.Fatalf("%d messages, want at least %d", r.Messages, 4*n)
 	}
 	waitFor(t, "B ended every connection", func() bool { return pr.b.srv.Active() == 0 })
+}
+
+// TestHandoffPoolGone: a connection whose pool is not in B (renamed in
+// the new configuration) is still adopted, counted, and sent a close
+// 1012 at its next frame boundary; its access line says backend_gone.
+func TestHandoffPoolGone(t *testing.T) {
+	be := startBackend(t, "b1")
+	pr := startPair(t, be.Addr(), nil, edgeConfig{})
+	pr.poolB.Name = "renamed"
+	if err := pr.b.srv.SetRoutes([]Route{{Default: true, Pool: pr.poolB}}); err != nil {
+		t.Fatal(err)
+	}
+	c, _ := pr.a.dialWS(t, "/", nil)
+	ask(t, c, "before")
+	if moved, _, adopted := pr.handoff(t, time.Second); moved != 1 || adopted != 1 {
+		t.Fatalf("moved %d adopted %d, want 1 1", moved, adopted)
+	}
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	_, _, err := c.ReadMessage()
+	if ce, ok := err.(*websocket.CloseError); !ok || ce.Code != CloseServiceRestart {
+		t.Fatalf("got %v, want a close frame 1012", err)
+	}
+	c.Close()
+	if r := pr.b.obs.waitClosed(t); r != string(ReasonBackendGone) {
+		t.Fatalf("B closed it for %q, want %q", r, ReasonBackendGone)
+	}
+	if got := pr.poolB.Balancer.Snapshot().ByID("b1").Active(); got != 0 {
+		t.Fatalf("B's backend of another pool counts %d", got)
+	}
 }
