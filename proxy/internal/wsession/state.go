@@ -111,66 +111,96 @@ func (s *Session) UnmarshalBinary(b []byte) error {
 	if s.cfg == nil {
 		return errors.New("wsession: UnmarshalBinary before Init")
 	}
-	r := reader{b: b}
-	if v := r.u8(); v != stateVersion {
-		return fmt.Errorf("wsession: state version %d, want %d", v, stateVersion)
+	var st state
+	if err := st.read(b); err != nil {
+		return err
 	}
-	flags := r.u16()
-	code := int32(r.u32())
-	at := int32(r.u32())
-	by, ok := byteSide(r.u8())
-	reason := Reason(r.bytes(int(r.u8())))
-	linger := int32(r.u8())
-	lingerUntil := int64(r.u64())
-	lingered := int64(r.u64())
-	var b2c, c2b tracker
-	b2c.readState(&r)
-	aware := flags&stAware != 0
-	var last, sent, await int64
-	if aware {
-		c2b.readState(&r)
-		last, sent, await = int64(r.u64()), int64(r.u64()), int64(r.u64())
+	if err := st.check(s.cfg); err != nil {
+		return err
 	}
-	switch {
-	case r.err != nil:
-		return r.err
-	case len(r.b) != 0:
-		return fmt.Errorf("wsession: %d bytes after the state", len(r.b))
-	case flags&^stKnown != 0:
-		return fmt.Errorf("wsession: unknown state flags %#x", flags)
-	case !ok:
-		return errors.New("wsession: unknown close side")
-	case reason != ReasonKeep && !slices.Contains(Reasons(), reason):
-		return fmt.Errorf("wsession: unknown close reason %q", reason)
-	case linger < lingerNone || linger > lingerOver:
-		return fmt.Errorf("wsession: linger state %d", linger)
-	case code < 0 || code > 4999 || at < 0 || at > 65535:
-		return errors.New("wsession: close code out of range")
-	case !aware && flags&(stTooBig|stEndAfterClose|stPingWanted|stPingExpired|stTracksClient) != 0:
-		return errors.New("wsession: frame-aware flags on an opaque session")
-	case s.cfg.tracksClient() && flags&stTracksClient == 0:
-		return ErrIncompatible
-	}
+	flags := st.flags
 	s.closeSent, s.closeNoticed = flags&stCloseSent != 0, flags&stCloseNoticed != 0
-	s.closeCode.Store(code)
-	s.reason, s.closeBy, s.closeAt, s.closeSeen = reason, by, int(at), flags&stCloseSeen != 0
+	s.closeCode.Store(st.code)
+	s.reason, s.closeBy, s.closeAt, s.closeSeen = st.reason, st.by, int(st.at), flags&stCloseSeen != 0
 	s.closeOut.Store(flags&stCloseOut != 0)
 	s.clientEOF.Store(flags&stClientEOF != 0)
-	s.linger.Store(linger)
-	s.lingerUntil.Store(lingerUntil)
-	s.lingered = lingered
-	b2c.limit = s.b2c.limit
-	s.b2c = b2c
-	if f := s.fw; f != nil && aware {
-		c2b.limit, c2b.msgLimit = f.c2b.limit, f.c2b.msgLimit
-		f.c2b = c2b
+	s.linger.Store(st.linger)
+	s.lingerUntil.Store(st.lingerUntil)
+	s.lingered = st.lingered
+	st.b2c.limit = s.b2c.limit
+	s.b2c = st.b2c
+	if f := s.fw; f != nil && flags&stAware != 0 {
+		st.c2b.limit, st.c2b.msgLimit = f.c2b.limit, f.c2b.msgLimit
+		f.c2b = st.c2b
 		f.tooBig = flags&stTooBig != 0
 		f.endAfterClose.Store(flags&stEndAfterClose != 0)
 		f.pingWanted.Store(flags&stPingWanted != 0)
 		f.pingExpired.Store(flags&stPingExpired != 0)
-		f.lastClient.Store(last)
-		f.pingSent.Store(sent)
-		f.awaitSince.Store(await)
+		f.lastClient.Store(st.last)
+		f.pingSent.Store(st.sent)
+		f.awaitSince.Store(st.await)
+	}
+	return nil
+}
+
+// state is a marshalled session, read but not yet applied.
+type state struct {
+	flags                 uint16
+	code, at, linger      int32
+	by                    Side
+	sideOK                bool
+	reason                Reason
+	lingerUntil, lingered int64
+	b2c, c2b              tracker
+	last, sent, await     int64
+}
+
+// read parses b.
+func (st *state) read(b []byte) error {
+	r := reader{b: b}
+	if v := r.u8(); v != stateVersion {
+		return fmt.Errorf("wsession: state version %d, want %d", v, stateVersion)
+	}
+	st.flags = r.u16()
+	st.code = int32(r.u32())
+	st.at = int32(r.u32())
+	st.by, st.sideOK = byteSide(r.u8())
+	st.reason = Reason(r.bytes(int(r.u8())))
+	st.linger = int32(r.u8())
+	st.lingerUntil = int64(r.u64())
+	st.lingered = int64(r.u64())
+	st.b2c.readState(&r)
+	if st.flags&stAware != 0 {
+		st.c2b.readState(&r)
+		st.last, st.sent, st.await = int64(r.u64()), int64(r.u64()), int64(r.u64())
+	}
+	if r.err != nil {
+		return r.err
+	}
+	if len(r.b) != 0 {
+		return fmt.Errorf("wsession: %d bytes after the state", len(r.b))
+	}
+	return nil
+}
+
+// check validates a parsed state against the Config it resumes under.
+func (st *state) check(cfg *Config) error {
+	flags := st.flags
+	switch {
+	case flags&^stKnown != 0:
+		return fmt.Errorf("wsession: unknown state flags %#x", flags)
+	case !st.sideOK:
+		return errors.New("wsession: unknown close side")
+	case st.reason != ReasonKeep && !slices.Contains(Reasons(), st.reason):
+		return fmt.Errorf("wsession: unknown close reason %q", st.reason)
+	case st.linger < lingerNone || st.linger > lingerOver:
+		return fmt.Errorf("wsession: linger state %d", st.linger)
+	case st.code < 0 || st.code > 4999 || st.at < 0 || st.at > 65535:
+		return errors.New("wsession: close code out of range")
+	case flags&stAware == 0 && flags&(stTooBig|stEndAfterClose|stPingWanted|stPingExpired|stTracksClient) != 0:
+		return errors.New("wsession: frame-aware flags on an opaque session")
+	case cfg.tracksClient() && flags&stTracksClient == 0:
+		return ErrIncompatible
 	}
 	return nil
 }
