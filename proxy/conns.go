@@ -238,3 +238,29 @@ func (s *Server) Connections(b *balance.Backend) []ConnInfo {
 	})
 	return out
 }
+
+// restartClose schedules a 1012 for each of conns, the i-th of K at
+// i*window/K: evenly spread, so reconnects come at K/window per second.
+func (s *Server) restartClose(conns []*wsConn, window time.Duration) int {
+	s.reg.mu.Lock()
+	defer s.reg.mu.Unlock()
+	s.handoffPlan = s.handoffPlan[:0]
+	for i, c := range conns {
+		d := time.Duration(0)
+		if k := len(conns); k > 0 {
+			d = window * time.Duration(i) / time.Duration(k)
+		}
+		s.handoffPlan = append(s.handoffPlan, d)
+		if _, ok := s.reg.conns[c]; !ok {
+			continue
+		}
+		if c.timer != nil && c.timer.Stop() {
+			// A close scheduled for later (a backend's or an operator's
+			// window) comes within this window instead; one that already
+			// fired stands, the session keeps the first request.
+			c.timer = nil
+		}
+		c.scheduleCloseAtLocked(d, CloseServiceRestart, ReasonRestart)
+	}
+	return len(conns)
+}

@@ -97,25 +97,6 @@ func (s *Server) Handoff(ctx context.Context, to *net.UnixConn, window time.Dura
 	return moved, closed, err
 }
 
-// restartClose schedules a 1012 for each of conns, the i-th of K at
-// i*window/K: evenly spread, so reconnects come at K/window per second.
-func (s *Server) restartClose(conns []*wsConn, window time.Duration) int {
-	s.reg.mu.Lock()
-	defer s.reg.mu.Unlock()
-	s.handoffPlan = s.handoffPlan[:0]
-	for i, c := range conns {
-		d := time.Duration(0)
-		if k := len(conns); k > 0 {
-			d = window * time.Duration(i) / time.Duration(k)
-		}
-		s.handoffPlan = append(s.handoffPlan, d)
-		if _, ok := s.reg.conns[c]; ok {
-			c.scheduleCloseAtLocked(d, CloseServiceRestart, ReasonRestart)
-		}
-	}
-	return len(conns)
-}
-
 // moveOne tries to move c once.
 func (s *Server) moveOne(c *wsConn, to *net.UnixConn) (moveResult, error) {
 	r := &c.rd

@@ -342,7 +342,7 @@ func TestHandoffNoDescriptorLeak(t *testing.T) {
 }
 
 // TestHandoffUnmovableGet1012: connections that cannot move (the
-// goroutine splice, TLS) each get a close frame 1012, never a bare TCP
+// goroutine splice, TLS, a close already scheduled) each get a close frame 1012, never a bare TCP
 // close, at times evenly spread over the window: the plan Handoff
 // computed is in order and reaches the window's second half.
 func TestHandoffUnmovableGet1012(t *testing.T) {
@@ -354,6 +354,7 @@ func TestHandoffUnmovableGet1012(t *testing.T) {
 	}{
 		{"goroutines", edgeConfig{wrap: func(l net.Listener) net.Listener { return l }}},
 		{"tls", edgeConfig{tls: true}},
+		{"closing", edgeConfig{}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if tc.name == "goroutines" {
@@ -367,6 +368,11 @@ func TestHandoffUnmovableGet1012(t *testing.T) {
 				c, _ := pr.a.dialWS(t, "/", nil)
 				ask(t, c, "hi")
 				cs = append(cs, c)
+			}
+			if tc.name == "closing" {
+				// Asked to close within the hour: it does not move, and
+				// its close comes within the hand-off's window instead.
+				pr.a.srv.CloseConnsOn(pr.poolA.Balancer.Snapshot().ByID("b1"), CloseServiceRestart, time.Hour, ReasonAdminDrain)
 			}
 			codes := make(chan int, k)
 			for _, c := range cs {
