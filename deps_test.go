@@ -29,7 +29,8 @@ func TestImportRules(t *testing.T) {
 		// The record layer is pure: stdlib crypto and x/crypto (whose
 		// chacha20 reaches x/sys/cpu) only.
 		{pkg: "tls/record", noStdNet: true, noNet: true, external: []string{"golang.org/x/crypto/", "golang.org/x/sys/cpu"}},
-		{pkg: "proxy", ours: []string{"balance", "internal/hostname", "internal/wswire", "proxy/internal/wsession", "tls/record"}},
+		{pkg: "proxy", ours: []string{"balance", "internal/hostname", "internal/wswire", "proxy/internal/wsession", "proxy/internal/handoff", "tls/record"}},
+		{pkg: "proxy/internal/handoff"},
 		{pkg: "discovery", ours: []string{"balance", "internal/hostname"}},
 		{pkg: "health", ours: []string{"balance", "internal/wswire"}},
 		{pkg: "internal/wswire", noStdNet: true},

@@ -184,3 +184,24 @@ func (l *Limiter) sweep(sh *limiterShard, now int64) {
 	}
 	sh.sweepAt = max(2*len(sh.m), minSweep)
 }
+
+// Hold counts one connection of ip that was admitted elsewhere (by the
+// edge process that handed it over), whatever the limit and without a
+// rate token: it is already open, and refusing it now would close it.
+// Done(ip) must follow, as after Admit.
+func (l *Limiter) Hold(ip netip.Addr) {
+	if l == nil || l.maxConns == 0 {
+		return
+	}
+	key := l.key(ip)
+	sh := &l.shards[hashAddr(key)%limiterShards]
+	now := l.now().UnixNano()
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	st, found := sh.m[key]
+	if !found {
+		st = clientState{tokens: l.burst, last: now}
+	}
+	st.conns++
+	sh.m[key] = st
+}

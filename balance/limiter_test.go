@@ -191,3 +191,23 @@ func TestLimiterConcurrentUse(t *testing.T) {
 		}
 	}
 }
+
+// TestLimiterHold: a connection held for a client at its limit (handed
+// over from another process) is counted without a refusal, and Done
+// gives it back like any other.
+func TestLimiterHold(t *testing.T) {
+	l := balance.NewLimiter(balance.LimiterOptions{MaxConnsPerIP: 1})
+	ip := netip.MustParseAddr("192.0.2.1")
+	if ok, _ := l.Admit(ip); !ok {
+		t.Fatal("first connection refused")
+	}
+	l.Hold(ip)
+	l.Done(ip)
+	if ok, _ := l.Admit(ip); ok {
+		t.Fatal("admitted past the limit while a held connection is open")
+	}
+	l.Done(ip)
+	if ok, _ := l.Admit(ip); !ok {
+		t.Fatal("refused after every connection ended")
+	}
+}

@@ -30,6 +30,8 @@ const (
 	ReasonMessageTooBig      = wsession.ReasonMessageTooBig      // a client message over max_message_bytes: close 1009
 	ReasonBackendFrameTooBig = wsession.ReasonBackendFrameTooBig // a backend frame over max_frame_bytes
 	ReasonError              = wsession.ReasonError              // a socket error the splice could not attribute
+	ReasonMoved              = wsession.ReasonMoved              // handed to another edge process (Handoff), still open there
+	ReasonRestart            = wsession.ReasonRestart            // edge restarted and could not hand it over: close 1012
 )
 
 // reasonKeep closes without recording a reason of its own: the one

@@ -18,6 +18,10 @@ type registry struct {
 	closed   bool          // no new registrations
 	draining bool
 	window   time.Duration
+	// The close a connection registered during a drain gets: 1001 for
+	// Drain, 1012 for Handoff (0: Drain's).
+	code int
+	why  CloseReason
 }
 
 func (g *registry) init() { g.conns = map[*wsConn]struct{}{} }
@@ -32,7 +36,11 @@ func (g *registry) add(c *wsConn) bool {
 	g.conns[c] = struct{}{}
 	if g.draining {
 		// Registered while a drain is under way: schedule it like the rest.
-		c.scheduleCloseLocked(g.window, CloseGoingAway, ReasonDrain)
+		code, why := CloseGoingAway, ReasonDrain
+		if g.code != 0 {
+			code, why = g.code, g.why
+		}
+		c.scheduleCloseLocked(g.window, code, why)
 	}
 	if until, ok := c.be.Draining(); ok {
 		// Its backend left while this connection was being set up (it was
@@ -170,12 +178,18 @@ func (s *Server) CloseBackend(be *balance.Backend, window time.Duration) int {
 
 // scheduleCloseLocked arms the jittered close request; the registry lock is held.
 func (c *wsConn) scheduleCloseLocked(window time.Duration, code int, reason CloseReason) {
-	if c.timer != nil {
-		return
-	}
 	var d time.Duration
 	if window > 0 {
 		d = rand.N(window)
+	}
+	c.scheduleCloseAtLocked(d, code, reason)
+}
+
+// scheduleCloseAtLocked arms the close request to go after d, unless one
+// is armed already; the registry lock is held.
+func (c *wsConn) scheduleCloseAtLocked(d time.Duration, code int, reason CloseReason) {
+	if c.timer != nil {
+		return
 	}
 	c.timer = time.AfterFunc(d, func() { c.requestClose(code, reason) })
 }
@@ -223,4 +237,30 @@ func (s *Server) Connections(b *balance.Backend) []ConnInfo {
 		out = append(out, ci)
 	})
 	return out
+}
+
+// restartClose schedules a 1012 for each of conns, the i-th of K at
+// i*window/K: evenly spread, so reconnects come at K/window per second.
+func (s *Server) restartClose(conns []*wsConn, window time.Duration) int {
+	s.reg.mu.Lock()
+	defer s.reg.mu.Unlock()
+	s.handoffPlan = s.handoffPlan[:0]
+	for i, c := range conns {
+		d := time.Duration(0)
+		if k := len(conns); k > 0 {
+			d = window * time.Duration(i) / time.Duration(k)
+		}
+		s.handoffPlan = append(s.handoffPlan, d)
+		if _, ok := s.reg.conns[c]; !ok {
+			continue
+		}
+		if c.timer != nil && c.timer.Stop() {
+			// A close scheduled for later (a backend's or an operator's
+			// window) comes within this window instead; one that already
+			// fired stands, the session keeps the first request.
+			c.timer = nil
+		}
+		c.scheduleCloseAtLocked(d, CloseServiceRestart, ReasonRestart)
+	}
+	return len(conns)
 }

@@ -33,6 +33,8 @@
 //	splice_ready_linux.go, sock_linux.go, poll_linux.go, rawio_linux.go
 //	              the readiness-driven splice: no goroutine per idle connection
 //	linger.go     lingering close after a close frame to the client
+//	handoff_linux.go  Handoff and Adopt: live connections moved to another
+//	              edge process; internal/handoff is their wire
 //	conns.go      live-connection registry, Drain, CloseBackend, CloseConnsOn, Connections
 //	closereason.go close reasons, close sides and codes (declared in
 //	              wsession), refusals: the lists metrics are zero-initialised from
@@ -187,6 +189,66 @@
 // or message limit) or sent itself, else whose stream ended first. The
 // trackers read a close frame's code from its first two payload bytes
 // (RFC 6455 §5.5.1), unmasking a client's; nothing is buffered.
+//
+// # Hand-off
+//
+// handoff_linux.go. Server.Handoff moves live WebSockets to another edge
+// process over a Unix stream socket; Server.Adopt, in that process,
+// resumes them. The wire is internal/handoff: per connection one message,
+// a versioned, length-checked binary state record with the client's and
+// the backend's socket descriptors attached (SCM_RIGHTS, unix(7)), and a
+// one-byte answer. The record holds the pool name, the backend's ID and
+// address, the client and peer addresses, the access-log fields (listener,
+// method, host, path, request id, TLS version, start time, time to the
+// 101, bytes in and out so far), the last activity, and the session
+// (wsession.Session.MarshalBinary: both frame trackers' positions, close
+// and linger state, heartbeat timestamps). Times are wall-clock unix
+// nanoseconds; the new process resumes them against its own clock. A flag
+// reserves an optional section for a TLS 1.3 record-layer state and the
+// bytes read but not yet decrypted; version 1 writers never set it.
+//
+// A connection moves only while it is quiescent: Handoff takes its runner
+// state (idle to busy, so no run is in progress and none starts), holds
+// both sockets' locks, and moves it only if it is on the readiness splice,
+// plain, with nothing queued on either socket and no bytes left in a PROXY
+// reader, and not closing, lingering or half-closed. Both descriptors are
+// taken out of this process's epoll set first: the duplicates keep the
+// open files alive, and an epoll registration lives as long as the file,
+// not the descriptor (epoll(7)). Once the peer answered, both descriptors
+// are closed without shutdown(2) and without a write (close(2) of one
+// duplicate does not touch the connection), and the connection is
+// forgotten here: its counts given back, no access line, and
+// Observer.ConnClosed with the reason "moved" (no ConnCloseCode: it did
+// not close), so every ConnOpened keeps its ConnClosed. A peer that
+// refuses a record, or dies, leaves the connection here, resumed.
+//
+// Connections that cannot move (the goroutine splice, TLS until the
+// record-layer state is added, closing, or still queued after a few
+// rounds) are sent a close 1012 (Service Restart, RFC 6455 §7.4.1) at
+// their next frame boundary, the i-th of K at i*window/K: reconnects come
+// at a bounded rate. Connections that already had a close scheduled (a
+// drain, a departed backend) keep theirs. New requests are refused from
+// the start, as during a drain; when ctx ends, what is left is closed as
+// Drain does at its deadline.
+//
+// Adopt resumes each connection under this process's settings of the
+// pool of the same name, counted against the backend of the same ID and
+// address (so least-connections and max-conns stay right; stickiness is
+// the client's cookie), the pool's and the server's admission counts and
+// the per-client limiter (balance.Limiter.Hold: counted whatever the
+// limit, without a rate token). It registers the connection (Drain,
+// Connections and CloseBackend see it), adds both sockets to a poller and
+// runs both directions once, since bytes that came during the move raise
+// no new edge here. Its one access line is written here when it ends,
+// with the original start time and the bytes of its whole life. When the
+// pool or that backend is not in this process, the connection is still
+// adopted (counted against a stand-in) and sent a close 1012 at its next
+// frame boundary, reason "backend_gone", like a connection whose backend
+// left its pool; a pool that now follows client frames the old process
+// did not (a new frame or message limit: the client stream's position is
+// unknown) resumes it without client limits and sends it a 1012, reason
+// "restart". A record that cannot be read is refused and its descriptors
+// closed; the next message is read as usual.
 //
 // # Lingering close
 //

@@ -128,6 +128,16 @@ func (p *poller) watch(fd int, id uint64) error {
 	return nil
 }
 
+// unwatch removes fd from p's epoll set. A socket handed to another
+// process needs it: its file stays open there, and an epoll registration
+// lives as long as the open file, not the descriptor (epoll(7), Q6).
+func (p *poller) unwatch(fd int) error {
+	if err := unix.EpollCtl(p.epfd, unix.EPOLL_CTL_DEL, fd, nil); err != nil {
+		return fmt.Errorf("epoll_ctl del fd %d: %w", fd, err)
+	}
+	return nil
+}
+
 // run waits for events and runs the connections they concern inline: all
 // socket work is non-blocking, so a batch costs only the work it carries.
 func (p *poller) run(log *slog.Logger) {

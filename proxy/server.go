@@ -57,6 +57,10 @@ type Server struct {
 	// and TLS WebSockets it left there (tlsrecord_linux.go).
 	recOwned, recKept atomic.Int64
 	sweepDone         chan struct{}
+
+	// handoffPlan is when Handoff's 1012s go, in order (for tests);
+	// guarded by reg.mu.
+	handoffPlan []time.Duration
 }
 
 // New returns a Server for the routes in opts.

@@ -16,6 +16,7 @@ const (
 	runIdle  = iota // nobody runs the connection
 	runBusy         // one goroutine runs it
 	runAgain        // one goroutine runs it and must run it once more
+	runMoved        // handed to another process (Handoff): nobody runs it again
 )
 
 // readyState is the part of a wsConn that only the readiness-driven splice

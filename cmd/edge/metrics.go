@@ -189,6 +189,11 @@ func (m *metrics) ConnOpened(route, backend string) { m.opened.WithLabelValues(r
 func (m *metrics) ConnClosed(route, _ string, reason string, dur time.Duration, in, out int64) {
 	m.closed.WithLabelValues(route, reason).Inc()
 	m.closedFor(route, reason)
+	if reason == string(proxy.ReasonMoved) {
+		// Still open in the process it moved to, which observes its
+		// whole life and bytes when it ends: counted once, not twice.
+		return
+	}
 	m.duration.WithLabelValues(route).Observe(dur.Seconds())
 	m.bytes.WithLabelValues(route, "in").Add(float64(in))
 	m.bytes.WithLabelValues(route, "out").Add(float64(out))

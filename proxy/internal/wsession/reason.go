@@ -21,6 +21,8 @@ const (
 	ReasonMessageTooBig      Reason = "message_too_big"       // a client message over max_message_bytes: close 1009
 	ReasonBackendFrameTooBig Reason = "backend_frame_too_big" // a backend frame over max_frame_bytes
 	ReasonError              Reason = "error"                 // a socket error the splice could not attribute
+	ReasonMoved              Reason = "moved"                 // handed to another edge process, still open there
+	ReasonRestart            Reason = "restart"               // edge restarted and could not hand it over: close 1012
 )
 
 // ReasonKeep closes without recording a reason of its own: the one
@@ -34,7 +36,7 @@ func Reasons() []Reason {
 		ReasonClientClosed, ReasonBackendClosed, ReasonShutdown, ReasonDrain,
 		ReasonBackendGone, ReasonAdminDrain, ReasonIdleTimeout, ReasonWriteTimeout, ReasonFinTimeout,
 		ReasonPingTimeout, ReasonFrameTooBig, ReasonMessageTooBig,
-		ReasonBackendFrameTooBig, ReasonError,
+		ReasonBackendFrameTooBig, ReasonError, ReasonMoved, ReasonRestart,
 	}
 }
 

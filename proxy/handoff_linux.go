@@ -1,0 +1,427 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"time"
+
+	"github.com/edgelb/edge/balance"
+	"github.com/edgelb/edge/proxy/internal/handoff"
+	"github.com/edgelb/edge/proxy/internal/wsession"
+	"golang.org/x/sys/unix"
+)
+
+// Rounds of Handoff over connections that were busy or had bytes queued,
+// and the pause between two rounds: a queue drains as fast as its peer
+// reads, and one that does not within the rounds gets a 1012 instead.
+const (
+	moveRounds    = 20
+	moveRetryWait = 5 * time.Millisecond
+)
+
+// moveResult is what one attempt to move a connection came to.
+type moveResult int
+
+const (
+	moveDone   moveResult = iota // the peer holds it; forgotten here
+	moveRetry                    // busy or queued: try again next round
+	moveNever                    // cannot move: it gets a 1012
+	moveGone                     // ended meanwhile
+	moveBroken                   // the socket to the peer failed: nothing more moves
+)
+
+// Handoff moves every live WebSocket it can to the process at the other
+// end of to (SCM_RIGHTS: both socket descriptors and a state record per
+// connection, internal/handoff), and closes the others with close code
+// 1012 (Service Restart, RFC 6455 §7.4.1 and the IANA registry) spread
+// evenly over window, so reconnects come at a bounded rate. It returns
+// when every connection has moved or closed, or ctx ends (then what is
+// left is closed as Drain does at its deadline). New requests are refused
+// from the start, like Drain's. to must be a SOCK_STREAM Unix socket; it
+// is left open (closing it ends the peer's Adopt).
+//
+// A connection moves only while it is quiescent: plain (TLS state cannot
+// move yet), on the readiness-driven splice, its runner held, nothing
+// queued on either socket, and not closing, lingering or half-closed.
+// Once the peer acknowledged it, both descriptors here are closed without
+// shutdown(2) or any write: the peer's duplicates keep the connection,
+// and this process forgets it without an access line (Observer.ConnClosed
+// with ReasonMoved).
+func (s *Server) Handoff(ctx context.Context, to *net.UnixConn, window time.Duration) (moved, closed int, err error) {
+	s.draining.Store(true)
+	s.reg.mu.Lock()
+	s.reg.draining, s.reg.window = true, window
+	s.reg.code, s.reg.why = CloseServiceRestart, ReasonRestart
+	s.reg.mu.Unlock()
+	stop := context.AfterFunc(ctx, func() { to.SetDeadline(aLongTimeAgo) })
+	defer stop()
+
+	var left []*wsConn
+	pending := s.reg.appendAll(nil)
+	for round := 0; len(pending) > 0 && round < moveRounds; round++ {
+		if round > 0 {
+			time.Sleep(moveRetryWait)
+		}
+		var again []*wsConn
+		for i, c := range pending {
+			if err != nil {
+				left = append(left, pending[i:]...)
+				break
+			}
+			switch res, merr := s.moveOne(c, to); res {
+			case moveDone:
+				moved++
+			case moveRetry:
+				again = append(again, c)
+			case moveNever:
+				left = append(left, c)
+			case moveBroken:
+				err = merr
+				left = append(left, c)
+			}
+		}
+		pending = again
+	}
+	left = append(left, pending...)
+	closed = s.restartClose(left, window)
+	if s.reg.wait(ctx) != nil {
+		for _, c := range s.reg.appendAll(nil) {
+			c.closeBoth(ReasonShutdown)
+		}
+		s.reg.wait(context.Background())
+	}
+	return moved, closed, err
+}
+
+// moveOne tries to move c once.
+func (s *Server) moveOne(c *wsConn, to *net.UnixConn) (moveResult, error) {
+	r := &c.rd
+	ec, plain := c.client.(*edgeConn)
+	if !r.on || !plain || len(ec.pre) > 0 {
+		// The goroutine splice, TLS, bytes a PROXY reader still holds.
+		return moveNever, nil
+	}
+	if !r.state.CompareAndSwap(runIdle, runBusy) {
+		if r.closed.Load() {
+			return moveGone, nil
+		}
+		return moveRetry, nil
+	}
+	// The runner state is ours: no run is in progress and none starts.
+	res, err := s.moveHeld(c, to)
+	if res == moveDone {
+		s.forgetMoved(c, ec)
+		return res, nil
+	}
+	// Give it back: a run does whatever was asked for meanwhile.
+	c.runReady()
+	return res, err
+}
+
+// moveHeld moves c, whose runner state the caller holds. Both sockets'
+// locks are held throughout, so a close from another goroutine (the
+// sweeper, a timer) waits and then finds the descriptors gone.
+func (s *Server) moveHeld(c *wsConn, to *net.UnixConn) (moveResult, error) {
+	r := &c.rd
+	cs, bs := r.cs, r.bs
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	bs.mu.Lock()
+	defer bs.mu.Unlock()
+	if res, ok := c.movable(); !ok {
+		return res, nil
+	}
+	msg, err := handoff.Encode(c.handoffState())
+	if err != nil {
+		return moveNever, nil
+	}
+	id := r.id.Load()
+	// Out of this process's epoll first (poller.unwatch): the peer's
+	// duplicates keep the files open.
+	if r.p.unwatch(cs.fd) != nil || r.p.unwatch(bs.fd) != nil {
+		s.rewatch(c, id)
+		return moveNever, nil
+	}
+	if err := handoff.Send(to, msg, cs.fd, bs.fd); err != nil {
+		s.rewatch(c, id)
+		return moveBroken, err
+	}
+	ok, err := handoff.ReadAck(to)
+	if err != nil && errors.Is(err, os.ErrDeadlineExceeded) {
+		// ctx ended while the peer may be splicing it already: two
+		// processes must never both run it, so it is given up here
+		// (closed without a write) as if moved.
+		ok, err = true, nil
+	}
+	if err != nil {
+		// No answer: a peer that died closed its duplicates with it.
+		s.rewatch(c, id)
+		return moveBroken, err
+	}
+	if !ok {
+		s.rewatch(c, id)
+		return moveNever, nil
+	}
+	// Closed without shutdown(2) or a write: close(2) of one duplicate
+	// leaves the connection to the other.
+	unix.Close(cs.fd)
+	unix.Close(bs.fd)
+	cs.fd, bs.fd = -1, -1
+	r.state.Store(runMoved)
+	return moveDone, nil
+}
+
+// movable reports whether c can move now, or what to do with it; the
+// caller holds its runner state and both socket locks.
+func (c *wsConn) movable() (moveResult, bool) {
+	r := &c.rd
+	cs, bs := r.cs, r.bs
+	switch {
+	case r.closed.Load() || r.finished || cs.fd < 0 || bs.fd < 0:
+		return moveGone, false
+	case c.sess.Lingering() || r.ending || r.c2bDone || r.b2cDone || r.fin != nil,
+		c.sess.Requested() || c.sess.CloseOut(), cs.werr != nil || bs.werr != nil:
+		// Closing, lingering or half-closed: it ends here.
+		return moveNever, false
+	case len(cs.q) > 0 || len(bs.q) > 0 || cs.finPending || bs.finPending:
+		return moveRetry, false
+	}
+	c.s.reg.mu.Lock()
+	scheduled := c.timer != nil
+	c.s.reg.mu.Unlock()
+	if scheduled {
+		return moveNever, false
+	}
+	return moveDone, true
+}
+
+// rewatch puts c's sockets back into its poller after a failed move;
+// the caller holds both socket locks.
+func (s *Server) rewatch(c *wsConn, id uint64) {
+	r := &c.rd
+	// EEXIST for a socket that was never taken out is fine.
+	r.p.watch(r.cs.fd, id)
+	r.p.watch(r.bs.fd, id|1)
+	// Bytes may have arrived meanwhile; the edge is not reported again.
+	r.c2bReady.Store(true)
+	r.b2cReady.Store(true)
+}
+
+// handoffState is c's state record.
+func (c *wsConn) handoffState() *handoff.State {
+	x := c.x
+	sess, _ := c.sess.MarshalBinary()
+	st := &handoff.State{
+		Pool: c.pool.Name, BackendID: c.be.ID(), BackendAddr: c.be.Addr(),
+		Method: x.method, Host: x.host, Path: x.path, RequestID: x.reqID, TLS: x.tls,
+		Client: x.id.client, Peer: x.id.peer,
+		Start: x.start.UnixNano(), Upgrade: int64(x.upgrade),
+		In: c.in.Load(), Out: c.out.Load(), Last: c.last.Load(),
+		Session: sess,
+	}
+	if x.lo != nil {
+		st.Listener = x.lo.Name
+	}
+	return st
+}
+
+// forgetMoved drops a connection the peer took: its counts are given
+// back here (the peer counts it now), with no access line; the Observer
+// sees it close as ReasonMoved, so every ConnOpened keeps its ConnClosed.
+func (s *Server) forgetMoved(c *wsConn, ec *edgeConn) {
+	r := &c.rd
+	if id := r.id.Load(); id != 0 {
+		r.p.forget(id)
+	}
+	r.closed.Store(true)
+	r.finished = true
+	ec.release()
+	s.reg.remove(c)
+	c.be.Release()
+	c.x.release()
+	x := c.x
+	s.obs.ConnClosed(x.routeName(), c.be.ID(), string(ReasonMoved), s.now().Sub(x.start), c.in.Load(), c.out.Load())
+}
+
+// Adopt receives connections from from until EOF or ctx ends and resumes
+// splicing each one; it returns the count. A record it cannot read is
+// refused (its descriptors closed, the sender told) and the next one is
+// read. Each connection is counted against its pool (by name, with this
+// process's settings), its backend (by ID and address: least-conns and
+// max-conns stay right) and its client's limits, and writes its one
+// access line here when it ends, with its original start time. When the
+// pool or backend is not here any more, or the pool now follows client
+// frames the old process did not, the connection is still adopted and is
+// sent a close 1012 at its next frame boundary.
+func (s *Server) Adopt(ctx context.Context, from *net.UnixConn) (adopted int, err error) {
+	stop := context.AfterFunc(ctx, func() { from.SetDeadline(aLongTimeAgo) })
+	defer stop()
+	for {
+		m, err := handoff.Receive(from)
+		if errors.Is(err, io.EOF) {
+			return adopted, nil
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return adopted, ctx.Err()
+			}
+			return adopted, err
+		}
+		c, why, perr := s.adoptPrepare(&m)
+		if perr != nil {
+			s.log.Warn("hand-off: connection refused", "err", perr)
+			m.Close()
+		}
+		if err := handoff.WriteAck(from, perr == nil); err != nil {
+			if c != nil {
+				// The sender did not hear it and keeps the connection:
+				// close ours without a write.
+				unix.Close(c.rd.cs.fd)
+				unix.Close(c.rd.bs.fd)
+			}
+			return adopted, err
+		}
+		if c != nil {
+			s.adoptStart(c, why)
+			adopted++
+		}
+	}
+}
+
+// adoptPrepare builds the connection of one message; nothing is counted
+// yet. why, when not empty, is the reason of the 1012 it gets at once.
+func (s *Server) adoptPrepare(m *handoff.Message) (*wsConn, CloseReason, error) {
+	if len(m.FDs) != handoff.FDs {
+		return nil, "", fmt.Errorf("%d descriptors, want %d", len(m.FDs), handoff.FDs)
+	}
+	st, err := handoff.Decode(m.Bytes)
+	if err != nil {
+		return nil, "", err
+	}
+	if st.TLS13 != nil || st.TLS != "" {
+		return nil, "", errors.New("a TLS connection: its record state cannot be resumed yet")
+	}
+	for _, fd := range m.FDs {
+		if t, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_TYPE); err != nil || t != unix.SOCK_STREAM {
+			return nil, "", fmt.Errorf("descriptor %d is no stream socket", fd)
+		}
+		if err := unix.SetNonblock(fd, true); err != nil {
+			return nil, "", fmt.Errorf("descriptor %d: %w", fd, err)
+		}
+	}
+	pool, be, why := s.adoptTarget(st)
+	if be == nil {
+		return nil, "", fmt.Errorf("pool %q: no stand-in for backend %q", st.Pool, st.BackendID)
+	}
+	x := &exchange{s: s, lo: &ListenerOptions{Name: st.Listener}, start: time.Unix(0, st.Start), pool: pool,
+		id: identity{peer: st.Peer, client: st.Client}, backend: st.BackendID, status: 101, kind: "ws",
+		method: st.Method, host: st.Host, path: st.Path, tls: st.TLS, reqID: st.RequestID, upgrade: time.Duration(st.Upgrade)}
+	c := &wsConn{s: s, x: x, be: be, pool: pool}
+	cfg := &pool.settings().ws
+	c.sess.Init(cfg, time.Now().UnixNano())
+	if err := c.sess.UnmarshalBinary(st.Session); errors.Is(err, wsession.ErrIncompatible) {
+		// The pool follows client frames now and this stream's position
+		// is unknown: resumed without client limits, then closed 1012.
+		own := *cfg
+		own.MaxFrameBytes, own.MaxMessageBytes = 0, 0
+		c.sess = wsession.Session{}
+		c.sess.Init(&own, time.Now().UnixNano())
+		if err := c.sess.UnmarshalBinary(st.Session); err != nil {
+			return nil, "", err
+		}
+		why = ReasonRestart
+	} else if err != nil {
+		return nil, "", err
+	}
+	c.last.Store(st.Last)
+	c.in.Store(st.In)
+	c.out.Store(st.Out)
+	cs, bs := newSock(m.FDs[0]), newSock(m.FDs[1])
+	ec := &edgeConn{s: cs, raddr: peerOf(m.FDs[0])}
+	cs.closed = ec.release
+	c.client = ec
+	c.rd.on, c.rd.cs, c.rd.bs = true, cs, bs
+	m.FDs = nil
+	return c, why, nil
+}
+
+// adoptTarget finds the pool and backend a record names. A pool or a
+// backend (same ID and address) no longer here gets a stand-in that only
+// counts, and ReasonBackendGone: the connection is closed 1012 like one
+// whose backend left its pool.
+func (s *Server) adoptTarget(st *handoff.State) (*Pool, *balance.Backend, CloseReason) {
+	var pool *Pool
+	for _, p := range s.routes.Load().pools {
+		if p.Name == st.Pool && p.Balancer != nil {
+			pool = p
+			break
+		}
+	}
+	if pool != nil {
+		if b := pool.Balancer.Snapshot().ByID(st.BackendID); b != nil && b.Addr() == st.BackendAddr {
+			return pool, b, ""
+		}
+	} else {
+		pool = &Pool{Name: st.Pool}
+		pool.prepare()
+	}
+	bp, err := balance.NewPool(balance.PoolOptions{Name: st.Pool})
+	if err != nil || bp.Update([]balance.Member{{ID: st.BackendID, Addr: st.BackendAddr}}) != nil {
+		return pool, nil, ReasonBackendGone
+	}
+	return pool, bp.Snapshot().ByID(st.BackendID), ReasonBackendGone
+}
+
+// adoptStart counts an adopted connection and resumes its splice: both
+// directions run once at once, since bytes that arrived during the move
+// raise no new edge in this process's epoll.
+func (s *Server) adoptStart(c *wsConn, why CloseReason) {
+	r, x := &c.rd, c.x
+	c.be.Acquire()
+	x.admitted = s.poolCounter(c.pool.Name)
+	x.admitted.Add(1)
+	s.inflight.Add(1)
+	c.pool.Limiter.Hold(x.id.client)
+	s.obs.ConnOpened(x.routeName(), c.be.ID())
+	r.state.Store(runBusy)
+	p := s.getPoller()
+	if p == nil || !s.reg.add(c) {
+		r.p = p
+		c.closeBoth(ReasonShutdown)
+		c.finishReady()
+		return
+	}
+	r.p = p
+	s.noteTimeouts(c.pool)
+	s.readyAdds.Add(1)
+	id := p.add(c)
+	r.id.Store(id)
+	if r.closed.Load() {
+		p.forget(id)
+	} else if err := r.cs.watch(p, id); err != nil {
+		c.closeBoth(ReasonShutdown)
+	} else if err := r.bs.watch(p, id|1); err != nil {
+		c.closeBoth(ReasonShutdown)
+	}
+	if why != "" {
+		c.sess.Request(CloseServiceRestart, why)
+	}
+	r.c2bReady.Store(true)
+	r.b2cReady.Store(true)
+	c.runReady()
+}
+
+// peerOf is the peer address of a socket, for logs.
+func peerOf(fd int) net.Addr {
+	switch sa, _ := unix.Getpeername(fd); v := sa.(type) {
+	case *unix.SockaddrInet4:
+		return &net.TCPAddr{IP: net.IP(v.Addr[:]).To16(), Port: v.Port}
+	case *unix.SockaddrInet6:
+		return &net.TCPAddr{IP: net.IP(v.Addr[:]), Port: v.Port}
+	}
+	return &net.TCPAddr{}
+}

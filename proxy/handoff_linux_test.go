@@ -1,0 +1,666 @@
+package proxy
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"github.com/edgelb/edge/internal/testkit"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/edgelb/edge/balance"
+	"github.com/edgelb/edge/internal/interop"
+	"github.com/edgelb/edge/proxy/internal/handoff"
+	"github.com/gorilla/websocket"
+	"golang.org/x/sys/unix"
+)
+
+// The hand-off tests run two Servers, A (the old process) and B (the new
+// one), in this one test process, connected by a Unix socketpair: the
+// descriptors really go through SCM_RIGHTS, and A closes its own copies,
+// exactly as between two processes. (The end-to-end test through real
+// edge processes lives with cmd/edge.)
+
+// lockedBuffer is an access log both Servers may write to.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+// lines returns the JSON access lines so far.
+func (l *lockedBuffer) lines(t *testing.T) []map[string]any {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []map[string]any
+	for _, ln := range bytes.Split(bytes.TrimSpace(l.b.Bytes()), []byte("\n")) {
+		if len(ln) == 0 {
+			continue
+		}
+		var m map[string]any
+		if err := json.Unmarshal(ln, &m); err != nil {
+			t.Fatalf("access line %q: %v", ln, err)
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+// unixPair returns both ends of a SOCK_STREAM Unix socketpair.
+func unixPair(t *testing.T) (*net.UnixConn, *net.UnixConn) {
+	t.Helper()
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn := func(fd int) *net.UnixConn {
+		f := os.NewFile(uintptr(fd), "handoff")
+		defer f.Close()
+		c, err := net.FileConn(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c.(*net.UnixConn)
+	}
+	return conn(fds[0]), conn(fds[1])
+}
+
+// pair is A and B over the same backend, each with its own pool "chat"
+// (member "b1"), as two processes with the same configuration have.
+type pair struct {
+	a, b         *edge
+	poolA, poolB *Pool
+	logB         *lockedBuffer
+	ua, ub       *net.UnixConn
+}
+
+func startPair(t *testing.T, backendAddr string, tune func(p *Pool), cfgA edgeConfig) *pair {
+	t.Helper()
+	pr := &pair{logB: &lockedBuffer{}}
+	pr.poolA = newPool(t, "chat", balance.LeastConn, map[string]string{"b1": backendAddr})
+	pr.poolB = newPool(t, "chat", balance.LeastConn, map[string]string{"b1": backendAddr})
+	if tune != nil {
+		tune(pr.poolA)
+		tune(pr.poolB)
+	}
+	cfgA.opts.Routes = []Route{{Default: true, Pool: pr.poolA}}
+	pr.a = startEdge(t, cfgA)
+	pr.b = startEdge(t, edgeConfig{opts: Options{Routes: []Route{{Default: true, Pool: pr.poolB}},
+		AccessLog: slog.New(slog.NewJSONHandler(pr.logB, nil))}})
+	// Room for every ConnClosed of the biggest test (the recorder's
+	// channel blocks when full).
+	pr.a.obs.closeCh = make(chan string, 1000)
+	pr.b.obs.closeCh = make(chan string, 1000)
+	pr.ua, pr.ub = unixPair(t)
+	return pr
+}
+
+// handoff runs A.Handoff against B.Adopt and returns their results.
+func (pr *pair) handoff(t *testing.T, window time.Duration) (moved, closed, adopted int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	type res struct {
+		n   int
+		err error
+	}
+	done := make(chan res, 1)
+	go func() {
+		n, err := pr.b.srv.Adopt(ctx, pr.ub)
+		done <- res{n, err}
+	}()
+	moved, closed, err := pr.a.srv.Handoff(ctx, pr.ua, window)
+	if err != nil {
+		t.Fatalf("Handoff: %v", err)
+	}
+	pr.ua.CloseWrite() // Adopt returns at EOF
+	r := <-done
+	if r.err != nil {
+		t.Fatalf("Adopt: %v", r.err)
+	}
+	return moved, closed, r.n
+}
+
+// echoer is one client echoing numbered messages.
+type echoer struct {
+	c          *websocket.Conn
+	mu         sync.Mutex
+	n          int   // messages answered
+	in, out    int64 // frame bytes sent and received
+	err        error
+	stop, done chan struct{}
+}
+
+func (e *echoer) count() int { e.mu.Lock(); defer e.mu.Unlock(); return e.n }
+
+func (e *echoer) run(id int) {
+	defer close(e.done)
+	for seq := 0; ; seq++ {
+		select {
+		case <-e.stop:
+			return
+		default:
+		}
+		msg := fmt.Sprintf("c%d-%d", id, seq)
+		e.c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		if err := e.c.WriteMessage(websocket.TextMessage, []byte(msg)); err != nil {
+			e.mu.Lock()
+			e.err = err
+			e.mu.Unlock()
+			return
+		}
+		_, got, err := e.c.ReadMessage()
+		if err == nil && string(got) != msg {
+			err = fmt.Errorf("got %q, want %q (out of order or lost)", got, msg)
+		}
+		e.mu.Lock()
+		if err != nil {
+			e.err = err
+		} else {
+			e.n++
+			e.in += int64(6 + len(msg))
+			e.out += int64(2 + len(msg))
+		}
+		e.mu.Unlock()
+		if err != nil {
+			return
+		}
+	}
+}
+
+// TestHandoffKeepsEchoing: 200 plain WebSockets, each echoing numbered
+// messages without pause, move from A to B mid-traffic: every message is
+// answered, in order, none is closed; A then holds none and B all, B's
+// pool counts them on the backend, and closing them gives 200 access
+// lines in B's log with the original start (A's clock runs an hour
+// behind, so a start B made up would show a short duration) and the byte
+// counts of the whole connection.
+func TestHandoffKeepsEchoing(t *testing.T) {
+	const n = 200
+	be := startBackend(t, "b1")
+	pr := startPair(t, be.Addr(), nil, edgeConfig{opts: Options{Now: func() time.Time { return time.Now().Add(-time.Hour) }}})
+	cs := make([]*echoer, n)
+	for i := range cs {
+		h := http.Header{"X-Request-Id": {fmt.Sprintf("c%d", i)}}
+		c, _ := pr.a.dialWS(t, "/", h)
+		cs[i] = &echoer{c: c, stop: make(chan struct{}), done: make(chan struct{})}
+		go cs[i].run(i)
+	}
+	testkit.WaitFor(t, "every client echoing through A", func() bool {
+		for _, e := range cs {
+			if e.count() < 3 {
+				return false
+			}
+		}
+		return true
+	})
+	moved, closed, adopted := pr.handoff(t, time.Second)
+	if moved != n || closed != 0 || adopted != n {
+		t.Fatalf("moved %d closed %d adopted %d, want %d 0 %d", moved, closed, adopted, n, n)
+	}
+	after := make([]int, n)
+	for i, e := range cs {
+		after[i] = e.count()
+	}
+	testkit.WaitFor(t, "every client echoing through B", func() bool {
+		for i, e := range cs {
+			if e.count() < after[i]+3 {
+				return false
+			}
+		}
+		return true
+	})
+	if got := pr.a.srv.Active(); got != 0 {
+		t.Errorf("A holds %d connections, want 0", got)
+	}
+	if got := epollWatched(t, pr.a.srv); got != 0 {
+		t.Errorf("A's epoll sets still watch %d sockets B holds", got)
+	}
+	if got := pr.b.srv.Active(); got != n {
+		t.Errorf("B holds %d connections, want %d", got, n)
+	}
+	if got := pr.poolA.Balancer.Snapshot().ByID("b1").Active(); got != 0 {
+		t.Errorf("A's backend count %d, want 0", got)
+	}
+	if got := pr.poolB.Balancer.Snapshot().ByID("b1").Active(); got != n {
+		t.Errorf("B's backend count %d, want %d", got, n)
+	}
+	if got := pr.b.srv.poolCounter("chat").Load(); got != n {
+		t.Errorf("B's pool admission count %d, want %d", got, n)
+	}
+	for i, e := range cs {
+		close(e.stop)
+		<-e.done
+		if e.err != nil {
+			t.Fatalf("client %d: %v", i, e.err)
+		}
+		e.c.Close()
+	}
+	testkit.WaitFor(t, "every connection ended in B", func() bool { return pr.b.srv.Active() == 0 })
+	lines := pr.logB.lines(t)
+	if len(lines) != n {
+		t.Fatalf("B wrote %d access lines, want %d", len(lines), n)
+	}
+	for _, l := range lines {
+		var i int
+		fmt.Sscanf(l["request_id"].(string), "c%d", &i)
+		e := cs[i]
+		if d := l["dur_s"].(float64); d < 3600 {
+			t.Errorf("%v: dur_s %.3f: the start was not A's", l["request_id"], d)
+		}
+		if in := int64(l["bytes_in"].(float64)); in < e.in {
+			t.Errorf("%v: bytes_in %d, the client sent %d", l["request_id"], in, e.in)
+		}
+		if out := int64(l["bytes_out"].(float64)); out < e.out {
+			t.Errorf("%v: bytes_out %d, the client got %d", l["request_id"], out, e.out)
+		}
+		if l["route"] != "chat" || l["backend"] != "b1" || l["method"] != "GET" || l["kind"] != "ws" {
+			t.Errorf("access line fields: %v", l)
+		}
+	}
+	pr.a.obs.mu.Lock()
+	defer pr.a.obs.mu.Unlock()
+	for _, r := range pr.a.obs.closed {
+		if r != string(ReasonMoved) {
+			t.Errorf("A observed a close %q, want only %q", r, ReasonMoved)
+		}
+	}
+}
+
+// epollWatched counts the sockets s's pollers watch, from
+// /proc/self/fdinfo of their epoll descriptors (each also watches its
+// eventfd, not counted). A socket handed over stays watched unless it was
+// taken out: its file lives on in the other process.
+func epollWatched(t *testing.T, s *Server) int {
+	s.pollMu.Lock()
+	defer s.pollMu.Unlock()
+	n := 0
+	for _, p := range s.polls {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/self/fdinfo/%d", p.epfd))
+		if err != nil {
+			t.Fatal(err)
+		}
+		n += bytes.Count(b, []byte("\ntfd:")) - 1
+	}
+	return n
+}
+
+// openFDs counts this process's open descriptors.
+func openFDs(t *testing.T) int {
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(ents)
+}
+
+// TestHandoffNoDescriptorLeak: a round of hand-off (connections opened
+// through A, moved, closed in B) leaves as many descriptors open as
+// before it, once both Servers' pollers exist.
+func TestHandoffNoDescriptorLeak(t *testing.T) {
+	be := startBackend(t, "b1")
+	pr := startPair(t, be.Addr(), nil, edgeConfig{})
+	warm := func(e *edge) {
+		c, _ := e.dialWS(t, "/", nil)
+		testkit.Ask(t, c, "warm")
+		c.Close()
+	}
+	warm(pr.a)
+	warm(pr.b)
+	testkit.WaitFor(t, "warm-up ended", func() bool { return pr.a.srv.Active() == 0 && pr.b.srv.Active() == 0 && be.Conns() == 0 })
+	base := openFDs(t)
+	var cs []*websocket.Conn
+	for range 20 {
+		c, _ := pr.a.dialWS(t, "/", nil)
+		testkit.Ask(t, c, "before")
+		cs = append(cs, c)
+	}
+	if moved, _, _ := pr.handoff(t, time.Second); moved != 20 {
+		t.Fatalf("moved %d, want 20", moved)
+	}
+	for _, c := range cs {
+		testkit.Ask(t, c, "after")
+		c.Close()
+	}
+	testkit.WaitFor(t, "every connection ended", func() bool { return pr.b.srv.Active() == 0 && be.Conns() == 0 })
+	testkit.WaitFor(t, "descriptors back to the base", func() bool { return openFDs(t) <= base })
+}
+
+// TestHandoffUnmovableGet1012: connections that cannot move (the
+// goroutine splice, TLS, a close already scheduled) each get a close frame 1012, never a bare TCP
+// close, at times evenly spread over the window: the plan Handoff
+// computed is in order and reaches the window's second half.
+func TestHandoffUnmovableGet1012(t *testing.T) {
+	const k = 6
+	const window = 600 * time.Millisecond
+	for _, tc := range []struct {
+		name string
+		cfg  edgeConfig
+	}{
+		{"goroutines", edgeConfig{splice: spliceGoroutines}},
+		{"tls", edgeConfig{tls: true}},
+		{"closing", edgeConfig{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			be := startBackend(t, "b1")
+			pr := startPair(t, be.Addr(), nil, tc.cfg)
+			var cs []*websocket.Conn
+			for range k {
+				c, _ := pr.a.dialWS(t, "/", nil)
+				testkit.Ask(t, c, "hi")
+				cs = append(cs, c)
+			}
+			if tc.name == "closing" {
+				// Asked to close within the hour: it does not move, and
+				// its close comes within the hand-off's window instead.
+				pr.a.srv.CloseConnsOn(pr.poolA.Balancer.Snapshot().ByID("b1"), CloseServiceRestart, time.Hour, ReasonAdminDrain)
+			}
+			codes := make(chan int, k)
+			for _, c := range cs {
+				go func() {
+					c.SetReadDeadline(time.Now().Add(10 * time.Second))
+					_, _, err := c.ReadMessage()
+					c.Close()
+					ce, ok := err.(*websocket.CloseError)
+					if !ok {
+						codes <- -1
+						return
+					}
+					codes <- ce.Code
+				}()
+			}
+			moved, closed, adopted := pr.handoff(t, window)
+			if moved != 0 || closed != k || adopted != 0 {
+				t.Fatalf("moved %d closed %d adopted %d, want 0 %d 0", moved, closed, adopted, k)
+			}
+			for range k {
+				if code := <-codes; code != CloseServiceRestart {
+					t.Errorf("client got %d, want a close frame 1012", code)
+				}
+			}
+			pr.a.srv.reg.mu.Lock()
+			plan := append([]time.Duration(nil), pr.a.srv.handoffPlan...)
+			pr.a.srv.reg.mu.Unlock()
+			if len(plan) != k {
+				t.Fatalf("plan of %d closes, want %d", len(plan), k)
+			}
+			late := 0
+			for i, d := range plan {
+				if i > 0 && d < plan[i-1] || d < 0 || d >= window {
+					t.Errorf("plan %v: not in order inside the window", plan)
+				}
+				if d >= window/2 {
+					late++
+				}
+			}
+			if late == 0 || late == k {
+				t.Errorf("plan %v: not spread over the window", plan)
+			}
+		})
+	}
+}
+
+// TestHandoffRefusesMalformed: a record B cannot read is refused, its
+// descriptors are closed (the test's other ends see end of file), and
+// the next message, a real connection from A, is adopted.
+func TestHandoffRefusesMalformed(t *testing.T) {
+	be := startBackend(t, "b1")
+	pr := startPair(t, be.Addr(), nil, edgeConfig{})
+	c, _ := pr.a.dialWS(t, "/", nil)
+	testkit.Ask(t, c, "before")
+
+	// Two socketpairs stand in for the sockets; their far ends stay here.
+	mk := func() (sent int, kept *net.UnixConn) {
+		fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := os.NewFile(uintptr(fds[1]), "kept")
+		defer f.Close()
+		k, _ := net.FileConn(f)
+		t.Cleanup(func() { k.Close() })
+		return fds[0], k.(*net.UnixConn)
+	}
+	s1, k1 := mk()
+	s2, k2 := mk()
+	bad, _ := handoff.Encode(&handoff.State{Pool: "chat", BackendID: "b1", Session: []byte{99}})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	done := make(chan int, 1)
+	go func() {
+		n, err := pr.b.srv.Adopt(ctx, pr.ub)
+		if err != nil {
+			t.Errorf("Adopt: %v", err)
+		}
+		done <- n
+	}()
+	if err := handoff.Send(pr.ua, bad, s1, s2); err != nil {
+		t.Fatal(err)
+	}
+	unix.Close(s1)
+	unix.Close(s2)
+	if ok, err := handoff.ReadAck(pr.ua); err != nil || ok {
+		t.Fatalf("ack of a malformed record: %v %v, want refused", ok, err)
+	}
+	for _, k := range []*net.UnixConn{k1, k2} {
+		k.SetReadDeadline(time.Now().Add(5 * time.Second))
+		var b [1]byte
+		if n, err := k.Read(b[:]); n != 0 || err == nil {
+			t.Fatalf("refused descriptor still open: %d %v", n, err)
+		}
+	}
+	moved, _, err := pr.a.srv.Handoff(ctx, pr.ua, time.Second)
+	if err != nil || moved != 1 {
+		t.Fatalf("Handoff after the malformed record: moved %d, %v", moved, err)
+	}
+	pr.ua.CloseWrite()
+	if n := <-done; n != 1 {
+		t.Fatalf("adopted %d, want 1", n)
+	}
+	if got := testkit.Ask(t, c, "after"); got != "after" {
+		t.Fatalf("after the hand-off: %q", got)
+	}
+}
+
+// TestHandoffMidFrame: a connection whose backend sent half of a large
+// frame moves; the rest of the frame arrives intact through B, and a
+// drain in B puts its close 1001 right after that frame, not inside it.
+func TestHandoffMidFrame(t *testing.T) {
+	payload := bytes.Repeat([]byte("0123456789abcdef"), 4096) // 64 KiB
+	frame := binary.BigEndian.AppendUint64([]byte{0x82, 127}, uint64(len(payload)))
+	frame = append(frame, payload...)
+	half := len(frame) / 2
+	rest := make(chan struct{})
+	addr := testkit.RawBackend(t, func(c net.Conn) {
+		br := bufio.NewReader(c)
+		_, resp := testkit.ReadUpgrade(t, br)
+		c.Write([]byte(resp))
+		c.Write(frame[:half])
+		<-rest
+		c.Write(frame[half:])
+		c.Read(make([]byte, 1024)) // until the client's close reply or the end
+	})
+	pr := startPair(t, addr, nil, edgeConfig{})
+	conn := pr.a.rawConn(t)
+	conn.Write([]byte(testkit.RawUpgrade("/", "x")))
+	br := testkit.Read101(t, conn)
+	conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	got := make([]byte, half)
+	if _, err := io.ReadFull(br, got); err != nil {
+		t.Fatalf("first half: %v", err)
+	}
+	testkit.WaitFor(t, "A relayed the first half", func() bool { return pr.a.srv.Active() == 1 })
+	if moved, _, _ := pr.handoff(t, time.Second); moved != 1 {
+		t.Fatalf("moved %d, want 1", moved)
+	}
+	drained := make(chan struct{})
+	go func() {
+		defer close(drained)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		pr.b.srv.Drain(ctx, 0)
+	}()
+	testkit.WaitFor(t, "B asked for the close", func() bool { return pr.b.srv.ClosePending() == 1 })
+	close(rest)
+	tail := make([]byte, len(frame)-half)
+	if _, err := io.ReadFull(br, tail); err != nil {
+		t.Fatalf("second half: %v", err)
+	}
+	if !bytes.Equal(append(got, tail...), frame) {
+		t.Fatal("the frame did not arrive intact")
+	}
+	op2, p2 := testkit.ReadFrame(t, br)
+	if op2 != 0x8 || len(p2) < 2 || int(p2[0])<<8|int(p2[1]) != CloseGoingAway {
+		t.Fatalf("after the frame: opcode %#x payload %x, want close 1001", op2, p2)
+	}
+	conn.Close()
+	<-drained
+}
+
+// TestHandoffPings: in frame-aware mode pings keep flowing after the
+// move, and a client that answers nothing still hits its ping timeout,
+// in B.
+func TestHandoffPings(t *testing.T) {
+	be := startBackend(t, "b1")
+	tune := func(p *Pool) {
+		p.PingInterval, p.PingTimeout, p.LingerTimeout = 100*time.Millisecond, time.Second, 200*time.Millisecond
+	}
+	pr := startPair(t, be.Addr(), tune, edgeConfig{})
+	live, _ := pr.a.dialWS(t, "/", nil)
+	pings := make(chan struct{}, 100)
+	live.SetPingHandler(func(string) error {
+		select {
+		case pings <- struct{}{}:
+		default:
+		}
+		return live.WriteControl(websocket.PongMessage, nil, time.Now().Add(time.Second))
+	})
+	go func() {
+		for {
+			if _, _, err := live.ReadMessage(); err != nil {
+				return
+			}
+		}
+	}()
+	mute := pr.a.rawConn(t)
+	mute.Write([]byte(testkit.RawUpgrade("/", "x")))
+	testkit.Read101(t, mute)
+	testkit.WaitFor(t, "both through A", func() bool { return pr.a.srv.Active() == 2 })
+	if moved, _, _ := pr.handoff(t, time.Second); moved != 2 {
+		t.Fatalf("moved %d, want 2", moved)
+	}
+	for len(pings) > 0 {
+		<-pings
+	}
+	for range 3 {
+		select {
+		case <-pings:
+		case <-time.After(5 * time.Second):
+			t.Fatal("no ping after the hand-off")
+		}
+	}
+	for {
+		if r := pr.b.obs.waitClosed(t); r == string(ReasonPingTimeout) {
+			break
+		}
+	}
+	if got := pr.b.srv.Active(); got != 1 {
+		t.Fatalf("B holds %d, want the live client only", got)
+	}
+	live.Close()
+}
+
+// TestHandoffNodeWSKeepsEchoing: 50 connections of Node's `ws` client, a
+// client edge did not write, echo across the hand-off from A to B and see
+// no close or error event until they close themselves.
+func TestHandoffNodeWSKeepsEchoing(t *testing.T) {
+	const n = 50
+	be := startBackend(t, "b1")
+	pr := startPair(t, be.Addr(), nil, edgeConfig{})
+	cmd := interop.Node(t, interopCtx(t), "testdata/wsecho.js", pr.a.url("/"), strconv.Itoa(n))
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	out := bufio.NewScanner(stdout)
+	if !out.Scan() || out.Text() != "echoing" {
+		t.Fatalf("wsecho.js: %q %v\n%s", out.Text(), out.Err(), stderr.String())
+	}
+	testkit.WaitFor(t, "every connection in A", func() bool { return pr.a.srv.Active() == n })
+	if moved, closed, adopted := pr.handoff(t, time.Second); moved != n || closed != 0 || adopted != n {
+		t.Fatalf("moved %d closed %d adopted %d, want %d 0 %d", moved, closed, adopted, n, n)
+	}
+	io.WriteString(stdin, "stop\n")
+	if !out.Scan() {
+		t.Fatalf("wsecho.js printed no result: %v\n%s", out.Err(), stderr.String())
+	}
+	var r struct {
+		Conns, Messages, Unexpected int
+		Error                       string
+	}
+	if err := json.Unmarshal(out.Bytes(), &r); err != nil {
+		t.Fatalf("wsecho.js printed %q: %v", out.Text(), err)
+	}
+	cmd.Wait()
+	if r.Unexpected != 0 || r.Error != "" {
+		t.Fatalf("the ws client noticed: %d close/error events, %q", r.Unexpected, r.Error)
+	}
+	if r.Messages < 4*n {
+		t.Fatalf("%d messages, want at least %d", r.Messages, 4*n)
+	}
+	testkit.WaitFor(t, "B ended every connection", func() bool { return pr.b.srv.Active() == 0 })
+}
+
+// TestHandoffPoolGone: a connection whose pool is not in B (renamed in
+// the new configuration) is still adopted, counted, and sent a close
+// 1012 at its next frame boundary; its access line says backend_gone.
+func TestHandoffPoolGone(t *testing.T) {
+	be := startBackend(t, "b1")
+	pr := startPair(t, be.Addr(), nil, edgeConfig{})
+	pr.poolB.Name = "renamed"
+	if err := pr.b.srv.SetRoutes([]Route{{Default: true, Pool: pr.poolB}}); err != nil {
+		t.Fatal(err)
+	}
+	c, _ := pr.a.dialWS(t, "/", nil)
+	testkit.Ask(t, c, "before")
+	if moved, _, adopted := pr.handoff(t, time.Second); moved != 1 || adopted != 1 {
+		t.Fatalf("moved %d adopted %d, want 1 1", moved, adopted)
+	}
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	_, _, err := c.ReadMessage()
+	if ce, ok := err.(*websocket.CloseError); !ok || ce.Code != CloseServiceRestart {
+		t.Fatalf("got %v, want a close frame 1012", err)
+	}
+	c.Close()
+	if r := pr.b.obs.waitClosed(t); r != string(ReasonBackendGone) {
+		t.Fatalf("B closed it for %q, want %q", r, ReasonBackendGone)
+	}
+	if got := pr.poolB.Balancer.Snapshot().ByID("b1").Active(); got != 0 {
+		t.Fatalf("B's backend of another pool counts %d", got)
+	}
+}
