@@ -203,14 +203,18 @@
 // 101, bytes in and out so far), the last activity, and the session
 // (wsession.Session.MarshalBinary: both frame trackers' positions, close
 // and linger state, heartbeat timestamps). Times are wall-clock unix
-// nanoseconds; the new process resumes them against its own clock. A flag
-// reserves an optional section for a TLS 1.3 record-layer state and the
-// bytes read but not yet decrypted; version 1 writers never set it.
+// nanoseconds; the new process resumes them against its own clock. A TLS
+// 1.3 connection on edge's record layer adds a section (FlagTLS13): its
+// record state (record.State.MarshalBinary: keys, IVs, secrets, sequence
+// numbers, a KeyUpdate answer owed) and the start of a record already
+// read, so the new process protects and unprotects from where this one
+// stopped.
 //
 // A connection moves only while it is quiescent: Handoff takes its runner
 // state (idle to busy, so no run is in progress and none starts), holds
-// both sockets' locks, and moves it only if it is on the readiness splice,
-// plain, with nothing queued on either socket and no bytes left in a PROXY
+// both sockets' locks (and a TLS client's record state), and moves it only
+// if it is on the readiness splice, plain or TLS 1.3 on edge's record
+// layer, with nothing queued on either socket and no bytes left in a PROXY
 // reader, and not closing, lingering or half-closed. Both descriptors are
 // taken out of this process's epoll set first: the duplicates keep the
 // open files alive, and an epoll registration lives as long as the file,
@@ -222,8 +226,8 @@
 // not close), so every ConnOpened keeps its ConnClosed. A peer that
 // refuses a record, or dies, leaves the connection here, resumed.
 //
-// Connections that cannot move (the goroutine splice, TLS until the
-// record-layer state is added, closing, or still queued after a few
+// Connections that cannot move (the goroutine splice, TLS on crypto/tls
+// (TLS 1.2), closing, or still queued after a few
 // rounds) are sent a close 1012 (Service Restart, RFC 6455 §7.4.1) at
 // their next frame boundary, the i-th of K at i*window/K: reconnects come
 // at a bounded rate. Connections that already had a close scheduled (a

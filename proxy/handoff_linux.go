@@ -12,6 +12,7 @@ import (
 	"github.com/edgelb/edge/balance"
 	"github.com/edgelb/edge/proxy/internal/handoff"
 	"github.com/edgelb/edge/proxy/internal/wsession"
+	"github.com/edgelb/edge/tls/record"
 	"golang.org/x/sys/unix"
 )
 
@@ -44,8 +45,9 @@ const (
 // from the start, like Drain's. to must be a SOCK_STREAM Unix socket; it
 // is left open (closing it ends the peer's Adopt).
 //
-// A connection moves only while it is quiescent: plain (TLS state cannot
-// move yet), on the readiness-driven splice, its runner held, nothing
+// A connection moves only while it is quiescent: plain or TLS 1.3 on
+// edge's record layer (TLS 1.2 on crypto/tls cannot move), on the
+// readiness-driven splice, its runner held, nothing
 // queued on either socket, and not closing, lingering or half-closed.
 // Once the peer acknowledged it, both descriptors here are closed without
 // shutdown(2) or any write: the peer's duplicates keep the connection,
@@ -100,9 +102,10 @@ func (s *Server) Handoff(ctx context.Context, to *net.UnixConn, window time.Dura
 // moveOne tries to move c once.
 func (s *Server) moveOne(c *wsConn, to *net.UnixConn) (moveResult, error) {
 	r := &c.rd
-	ec, plain := c.client.(*edgeConn)
-	if !r.on || !plain || len(ec.pre) > 0 {
-		// The goroutine splice, TLS, bytes a PROXY reader still holds.
+	ec := movableConn(c)
+	if !r.on || ec == nil || len(ec.pre) > 0 {
+		// The goroutine splice, TLS on crypto/tls (1.2), bytes a PROXY
+		// reader still holds.
 		return moveNever, nil
 	}
 	if !r.state.CompareAndSwap(runIdle, runBusy) {
@@ -112,7 +115,16 @@ func (s *Server) moveOne(c *wsConn, to *net.UnixConn) (moveResult, error) {
 		return moveRetry, nil
 	}
 	// The runner state is ours: no run is in progress and none starts.
+	// A TLS client's record state is locked too (before the sockets, as
+	// recConn's writes do), so a close_notify from a closing goroutine
+	// waits and then finds the descriptors gone.
+	if r.rec != nil {
+		r.rec.mu.Lock()
+	}
 	res, err := s.moveHeld(c, to)
+	if r.rec != nil {
+		r.rec.mu.Unlock()
+	}
 	if res == moveDone {
 		s.forgetMoved(c, ec)
 		return res, nil
@@ -120,6 +132,21 @@ func (s *Server) moveOne(c *wsConn, to *net.UnixConn) (moveResult, error) {
 	// Give it back: a run does whatever was asked for meanwhile.
 	c.runReady()
 	return res, err
+}
+
+// movableConn is the accepted conn under c's client when its whole state
+// can move: a plain one, or a TLS 1.3 one on edge's record layer (its
+// keys and sequence numbers travel in the record); nil otherwise.
+func movableConn(c *wsConn) *edgeConn {
+	switch v := c.client.(type) {
+	case *edgeConn:
+		return v
+	case *recConn:
+		if v.rerr == nil && !v.shut {
+			return v.ec
+		}
+	}
+	return nil
 }
 
 // moveHeld moves c, whose runner state the caller holds. Both sockets'
@@ -135,7 +162,11 @@ func (s *Server) moveHeld(c *wsConn, to *net.UnixConn) (moveResult, error) {
 	if res, ok := c.movable(); !ok {
 		return res, nil
 	}
-	msg, err := handoff.Encode(c.handoffState())
+	st, err := c.handoffState()
+	if err != nil {
+		return moveNever, nil
+	}
+	msg, err := handoff.Encode(st)
 	if err != nil {
 		return moveNever, nil
 	}
@@ -211,8 +242,10 @@ func (s *Server) rewatch(c *wsConn, id uint64) {
 	r.b2cReady.Store(true)
 }
 
-// handoffState is c's state record.
-func (c *wsConn) handoffState() *handoff.State {
+// handoffState is c's state record; a TLS 1.3 client's record state
+// (keys, IVs, sequence numbers, a KeyUpdate answer owed) and the start of
+// a record it already read go with it.
+func (c *wsConn) handoffState() (*handoff.State, error) {
 	x := c.x
 	sess, _ := c.sess.MarshalBinary()
 	st := &handoff.State{
@@ -226,7 +259,14 @@ func (c *wsConn) handoffState() *handoff.State {
 	if x.lo != nil {
 		st.Listener = x.lo.Name
 	}
-	return st
+	if rc := c.rd.rec; rc != nil {
+		rec, err := rc.st.MarshalBinary()
+		if err != nil {
+			return nil, err
+		}
+		st.TLS13 = &handoff.TLS13{Record: rec, Pending: rc.tail}
+	}
+	return st, nil
 }
 
 // forgetMoved drops a connection the peer took: its counts are given
@@ -302,8 +342,14 @@ func (s *Server) adoptPrepare(m *handoff.Message) (*wsConn, CloseReason, error) 
 	if err != nil {
 		return nil, "", err
 	}
-	if st.TLS13 != nil || st.TLS != "" {
-		return nil, "", errors.New("a TLS connection: its record state cannot be resumed yet")
+	var rs *record.State
+	if st.TLS13 != nil {
+		rs = new(record.State)
+		if err := rs.UnmarshalBinary(st.TLS13.Record); err != nil {
+			return nil, "", fmt.Errorf("TLS 1.3 record state: %w", err)
+		}
+	} else if st.TLS != "" {
+		return nil, "", errors.New("a TLS connection without its record state")
 	}
 	for _, fd := range m.FDs {
 		if t, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_TYPE); err != nil || t != unix.SOCK_STREAM {
@@ -344,6 +390,11 @@ func (s *Server) adoptPrepare(m *handoff.Message) (*wsConn, CloseReason, error) 
 	ec := &edgeConn{s: cs, raddr: peerOf(m.FDs[0])}
 	cs.closed = ec.release
 	c.client = ec
+	if rs != nil {
+		rc := &recConn{srv: s, sock: cs, ec: ec, st: rs}
+		rc.setTail(st.TLS13.Pending)
+		c.client, c.rd.rec = rc, rc
+	}
 	c.rd.on, c.rd.cs, c.rd.bs = true, cs, bs
 	m.FDs = nil
 	return c, why, nil

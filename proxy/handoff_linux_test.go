@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strconv"
 	"sync"
 	"testing"
@@ -192,9 +194,24 @@ func (e *echoer) run(id int) {
 // behind, so a start B made up would show a short duration) and the byte
 // counts of the whole connection.
 func TestHandoffKeepsEchoing(t *testing.T) {
-	const n = 200
+	handoffKeepsEchoing(t, 200, false)
+}
+
+// TestHandoffTLS13KeepsEchoing: the same with TLS 1.3 WebSockets on
+// edge's record layer: their keys, sequence numbers and any record
+// already half read move with them, and B protects their records from
+// where A stopped (a wrong sequence number or key would fail the next
+// record's tag at the client).
+func TestHandoffTLS13KeepsEchoing(t *testing.T) {
+	pr := handoffKeepsEchoing(t, 100, true)
+	if owned, _ := pr.a.srv.RecordLayerTakeovers(); owned != 100 {
+		t.Errorf("A took over the records of %d connections, want 100", owned)
+	}
+}
+
+func handoffKeepsEchoing(t *testing.T, n int, tlsOn bool) *pair {
 	be := startBackend(t, "b1")
-	pr := startPair(t, be.Addr(), nil, edgeConfig{opts: Options{Now: func() time.Time { return time.Now().Add(-time.Hour) }}})
+	pr := startPair(t, be.Addr(), nil, edgeConfig{tls: tlsOn, opts: Options{Now: func() time.Time { return time.Now().Add(-time.Hour) }}})
 	cs := make([]*echoer, n)
 	for i := range cs {
 		h := http.Header{"X-Request-Id": {fmt.Sprintf("c%d", i)}}
@@ -235,13 +252,16 @@ func TestHandoffKeepsEchoing(t *testing.T) {
 	if got := pr.b.srv.Active(); got != n {
 		t.Errorf("B holds %d connections, want %d", got, n)
 	}
+	if got := pr.b.srv.recordConns(); tlsOn && got != n {
+		t.Errorf("B protects the records of %d connections, want %d", got, n)
+	}
 	if got := pr.poolA.Balancer.Snapshot().ByID("b1").Active(); got != 0 {
 		t.Errorf("A's backend count %d, want 0", got)
 	}
-	if got := pr.poolB.Balancer.Snapshot().ByID("b1").Active(); got != n {
+	if got := pr.poolB.Balancer.Snapshot().ByID("b1").Active(); got != int64(n) {
 		t.Errorf("B's backend count %d, want %d", got, n)
 	}
-	if got := pr.b.srv.poolCounter("chat").Load(); got != n {
+	if got := pr.b.srv.poolCounter("chat").Load(); got != int64(n) {
 		t.Errorf("B's pool admission count %d, want %d", got, n)
 	}
 	for i, e := range cs {
@@ -281,6 +301,7 @@ func TestHandoffKeepsEchoing(t *testing.T) {
 			t.Errorf("A observed a close %q, want only %q", r, ReasonMoved)
 		}
 	}
+	return pr
 }
 
 // epollWatched counts the sockets s's pollers watch, from
@@ -343,7 +364,7 @@ func TestHandoffNoDescriptorLeak(t *testing.T) {
 }
 
 // TestHandoffUnmovableGet1012: connections that cannot move (the
-// goroutine splice, TLS, a close already scheduled) each get a close frame 1012, never a bare TCP
+// goroutine splice, TLS 1.2, a close already scheduled) each get a close frame 1012, never a bare TCP
 // close, at times evenly spread over the window: the plan Handoff
 // computed is in order and reaches the window's second half.
 func TestHandoffUnmovableGet1012(t *testing.T) {
@@ -354,7 +375,7 @@ func TestHandoffUnmovableGet1012(t *testing.T) {
 		cfg  edgeConfig
 	}{
 		{"goroutines", edgeConfig{splice: spliceGoroutines}},
-		{"tls", edgeConfig{tls: true}},
+		{"tls12", edgeConfig{tls: true}},
 		{"closing", edgeConfig{}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -362,7 +383,19 @@ func TestHandoffUnmovableGet1012(t *testing.T) {
 			pr := startPair(t, be.Addr(), nil, tc.cfg)
 			var cs []*websocket.Conn
 			for range k {
-				c, _ := pr.a.dialWS(t, "/", nil)
+				var c *websocket.Conn
+				if tc.name == "tls12" {
+					// TLS 1.2 stays with crypto/tls, whose record state
+					// cannot move.
+					d := pr.a.dialer()
+					d.TLSClientConfig.MaxVersion = tls.VersionTLS12
+					var err error
+					if c, _, err = d.Dial(pr.a.url("/"), nil); err != nil {
+						t.Fatal(err)
+					}
+				} else {
+					c, _ = pr.a.dialWS(t, "/", nil)
+				}
 				testkit.Ask(t, c, "hi")
 				cs = append(cs, c)
 			}
@@ -590,10 +623,22 @@ func TestHandoffPings(t *testing.T) {
 // client edge did not write, echo across the hand-off from A to B and see
 // no close or error event until they close themselves.
 func TestHandoffNodeWSKeepsEchoing(t *testing.T) {
+	t.Run("ws", func(t *testing.T) { nodeAcrossHandoff(t, false) })
+	// wss: Node's OpenSSL checks every record B protects after A's.
+	t.Run("wss", func(t *testing.T) { nodeAcrossHandoff(t, true) })
+}
+
+func nodeAcrossHandoff(t *testing.T, tlsOn bool) {
 	const n = 50
 	be := startBackend(t, "b1")
-	pr := startPair(t, be.Addr(), nil, edgeConfig{})
-	cmd := interop.Node(t, interopCtx(t), "testdata/wsecho.js", pr.a.url("/"), strconv.Itoa(n))
+	pr := startPair(t, be.Addr(), nil, edgeConfig{tls: tlsOn})
+	args := []string{pr.a.url("/"), strconv.Itoa(n)}
+	if tlsOn {
+		ca := filepath.Join(t.TempDir(), "ca.pem")
+		testkit.WriteFile(t, ca, pr.a.certPEM)
+		args = append(args, ca, "edge.test")
+	}
+	cmd := interop.Node(t, interopCtx(t), "testdata/wsecho.js", args...)
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)

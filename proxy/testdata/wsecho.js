@@ -6,10 +6,12 @@
 // error, unexpected}: unexpected counts close or error events before our
 // own close.
 //
-//   node wsecho.js URL N
+//   node wsecho.js URL N [CAFILE SERVERNAME]   (wss: trust only CAFILE's certificate for SERVERNAME)
+const fs = require('fs');
 const WebSocket = require('ws');
 
-const [url, nStr] = process.argv.slice(2);
+const [url, nStr, caFile, servername] = process.argv.slice(2);
+const tlsOpts = caFile ? { ca: fs.readFileSync(caFile), servername } : {};
 const n = Number(nStr);
 let messages = 0;
 let unexpected = 0;
@@ -25,7 +27,7 @@ function finish() {
 }
 
 for (let i = 0; i < n; i++) {
-  const ws = new WebSocket(url, { perMessageDeflate: false });
+  const ws = new WebSocket(url, { perMessageDeflate: false, ...tlsOpts });
   const st = { ws, seq: 0, left: -1, ours: false, counted: false };
   conns.push(st);
   const send = () => ws.send(`n${i}-${st.seq}`);

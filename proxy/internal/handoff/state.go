@@ -35,9 +35,9 @@ import (
 // Version is the record layout this package writes and reads.
 const Version = 1
 
-// FlagTLS13 says the body ends with a TLS 1.3 section. Version 1 writers
-// never set it; the section is defined so that TLS connections can be
-// moved later without a new version.
+// FlagTLS13 says the body ends with a TLS 1.3 section: the record state
+// of a connection on edge's record layer and the start of a record it
+// already read.
 const FlagTLS13 = 1 << 0
 
 // knownFlags are the flags this package reads; a record with any other
