@@ -36,6 +36,9 @@ type admin struct {
 	metricsAddr string       // "" = no metrics listener
 	draining    atomic.Bool  // set once drain starts; never cleared
 	metricsLn   net.Listener // nil without metricsAddr
+	// bind opens an address; nil is net.Listen. An upgraded process
+	// gets the sockets its predecessor handed over through it.
+	bind func(addr string) (net.Listener, error)
 }
 
 func healthz(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) }
@@ -92,13 +95,17 @@ func (a *admin) handler() http.Handler {
 // listen binds the admin address (and the metrics address) early so a port
 // conflict fails startup.
 func (a *admin) listen() error {
-	l, err := net.Listen("tcp", a.addr)
+	bind := a.bind
+	if bind == nil {
+		bind = func(addr string) (net.Listener, error) { return net.Listen("tcp", addr) }
+	}
+	l, err := bind(a.addr)
 	if err != nil {
 		return fmt.Errorf("admin listener %s: %w", a.addr, err)
 	}
 	a.listener = l
 	if a.metricsAddr != "" {
-		m, err := net.Listen("tcp", a.metricsAddr)
+		m, err := bind(a.metricsAddr)
 		if err != nil {
 			_ = l.Close()
 			return fmt.Errorf("metrics listener %s: %w", a.metricsAddr, err)

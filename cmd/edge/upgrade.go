@@ -1,0 +1,477 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cloudflare/tableflip"
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/errgroup"
+)
+
+// handoffName names the inherited socket over which live connections move
+// from the old process to the new one.
+const handoffName = "edge-handoff"
+
+// upgrader hands this process's listening sockets to a new binary, in the
+// manner of HAProxy's `-x` and nginx's USR2: the new process inherits them
+// over SCM_RIGHTS (tableflip), so no connection attempt is refused and the
+// accept queues survive, and the old one stops accepting only once the new
+// one serves. Exactly one upgrade runs at a time, and a process whose own
+// predecessor is still draining does not start another, so old processes
+// never pile up (haproxy#228, openshift/router#429).
+type upgrader struct {
+	tf     *tableflip.Upgrader // nil where descriptors cannot be passed (Windows)
+	binary string              // what an upgrade starts unless told another
+	notify string              // NOTIFY_SOCKET for the new process; "" without a manager
+	log    *slog.Logger
+
+	serving atomic.Bool // this process serves and told its parent so
+	busy    atomic.Bool // an upgrade is under way, or this process has handed off
+	parent  chan struct{}
+	// parentOnce closes parent: when the process that started this one
+	// has exited, or at once when there is none.
+	parentOnce sync.Once
+	done       chan struct{} // closed when a new process has taken over
+	handoff    *net.UnixConn // this end of the hand-off socket of the successful upgrade
+	pid        atomic.Int64  // the parent's pid while it drains, for refusals
+
+	metrics *upgradeMetrics
+}
+
+// newUpgrader takes the sockets a parent handed over, if any; timeout
+// bounds how long a new process may take to become ready.
+func newUpgrader(timeout time.Duration, notifySocket string, log *slog.Logger) (*upgrader, error) {
+	u := &upgrader{binary: selfBinary(), notify: notifySocket, log: log, parent: make(chan struct{}), done: make(chan struct{})}
+	tf, err := tableflip.New(tableflip.Options{UpgradeTimeout: timeout})
+	if errors.Is(err, tableflip.ErrNotSupported) {
+		u.closeParent()
+		return u, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("upgrade: inherited sockets: %w", err)
+	}
+	u.tf = tf
+	if !tf.HasParent() {
+		u.closeParent()
+	} else {
+		u.pid.Store(int64(os.Getppid()))
+	}
+	return u, nil
+}
+
+// selfBinary is the binary this process was started as, made absolute now,
+// while the working directory is the one it was started in. It is the path
+// (argv[0], found on PATH if bare), not the file: a binary replaced at that
+// path (install, mv, a package upgrade) or a symlink pointed at another
+// release is what the next upgrade runs, where os.Executable would name the
+// symlink's old target. os.Executable is the fallback when argv[0] names
+// nothing.
+func selfBinary() string {
+	arg0 := os.Args[0]
+	if !strings.Contains(arg0, string(filepath.Separator)) {
+		if p, err := exec.LookPath(arg0); err == nil {
+			arg0 = p
+		}
+	}
+	if abs, err := filepath.Abs(arg0); err == nil {
+		if _, err := os.Stat(abs); err == nil {
+			return abs
+		}
+	}
+	if exe, err := os.Executable(); err == nil {
+		return exe
+	}
+	return arg0
+}
+
+func (u *upgrader) closeParent() { u.parentOnce.Do(func() { close(u.parent) }) }
+
+// listen returns the listener for addr this process inherited, or binds
+// it with bind; either way the next upgrade hands it on.
+func (u *upgrader) listen(addr string, bind func(addr string) (net.Listener, error)) (net.Listener, error) {
+	if u == nil || u.tf == nil {
+		return bind(addr)
+	}
+	ln, err := u.tf.ListenWithCallback("tcp", addr, func(_, a string) (net.Listener, error) { return bind(a) })
+	if err != nil {
+		return nil, fmt.Errorf("listen %s: %w", addr, err)
+	}
+	return ln, nil
+}
+
+// hasParent reports whether an upgrade started this process.
+func (u *upgrader) hasParent() bool { return u != nil && u.tf != nil && u.tf.HasParent() }
+
+// inheritedHandoff is this end of the hand-off socket, when an upgrade
+// started this process; nil otherwise. It must be taken before ready, which
+// closes whatever was inherited and not taken.
+func (u *upgrader) inheritedHandoff() (*net.UnixConn, error) {
+	if !u.hasParent() {
+		return nil, nil
+	}
+	f, err := u.tf.File(handoffName)
+	if err != nil || f == nil {
+		return nil, err
+	}
+	defer f.Close()
+	c, err := net.FileConn(f)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", handoffName, err)
+	}
+	uc, ok := c.(*net.UnixConn)
+	if !ok {
+		_ = c.Close()
+		return nil, fmt.Errorf("%s: a %T, not a Unix socket", handoffName, c)
+	}
+	return uc, nil
+}
+
+// ready tells the parent, if any, that this process serves: the parent
+// then stops accepting. Inherited sockets the file no longer names are
+// closed here. From now on this process may itself be upgraded.
+func (u *upgrader) ready(ctx context.Context) error {
+	if u == nil || u.tf == nil {
+		return nil
+	}
+	err := u.tf.Ready()
+	u.serving.Store(true)
+	if u.tf.HasParent() {
+		go func() {
+			// Owned by ctx: the wait ends with the parent or with serve.
+			_ = u.tf.WaitForParent(ctx)
+			u.pid.Store(0)
+			u.closeParent()
+		}()
+	}
+	if err != nil {
+		return fmt.Errorf("upgrade: tell the parent: %w", err)
+	}
+	return nil
+}
+
+// stop refuses further upgrades, interrupts one under way (killing its new
+// process) and releases the copies of the listening sockets kept for
+// handing on: the process is stopping for good.
+func (u *upgrader) stop() {
+	if u != nil && u.tf != nil {
+		u.tf.Stop()
+	}
+}
+
+// handedOff is closed once a new process has taken over.
+func (u *upgrader) handedOff() <-chan struct{} {
+	if u == nil {
+		return nil
+	}
+	return u.done
+}
+
+// upgradeError is a failed or refused upgrade, with the reason.
+type upgradeError struct {
+	refused bool
+	err     error
+}
+
+func (e *upgradeError) Error() string { return e.err.Error() }
+func (e *upgradeError) Unwrap() error { return e.err }
+
+func refused(format string, args ...any) error {
+	return &upgradeError{refused: true, err: fmt.Errorf("upgrade refused: "+format, args...)}
+}
+
+// begin claims the one upgrade slot, or says why there is none.
+func (u *upgrader) begin() error {
+	switch {
+	case u == nil || u.tf == nil:
+		return refused("this system cannot pass listening sockets to another process")
+	case !u.serving.Load():
+		return refused("this process is not serving yet")
+	}
+	select {
+	case <-u.parent:
+	default:
+		return refused("the process this one replaced (pid %d) is still draining", u.pid.Load())
+	}
+	if !u.busy.CompareAndSwap(false, true) {
+		select {
+		case <-u.done:
+			return refused("this process has already handed over and is draining")
+		default:
+			return refused("an upgrade is already in progress")
+		}
+	}
+	return nil
+}
+
+// upgrade starts binary ("" for the one this process was started as) with
+// this process's arguments and sockets, and waits until it serves or
+// fails. On success the caller's serve loop sees handedOff and stops
+// accepting; on failure nothing changed.
+func (u *upgrader) upgrade(binary, via string) error {
+	if err := u.begin(); err != nil {
+		u.count("refused")
+		u.log.Warn("upgrade refused", "via", via, "err", err)
+		return err
+	}
+	if binary == "" {
+		binary = u.binary
+	}
+	log := u.log.With("via", via, "binary", binary)
+	log.Info("upgrade: starting the new process")
+	start := time.Now()
+	own, err := u.attempt(binary)
+	if err != nil {
+		// tableflip leaves the descriptors of a failed attempt (the ready
+		// and names pipes, its copy of the hand-off socket) to their
+		// finalizers; collect now, so failed attempts leave none behind.
+		runtime.GC()
+		u.busy.Store(false)
+		u.count("failed")
+		err = &upgradeError{err: fmt.Errorf("upgrade to %s failed, this process keeps serving: %w", binary, err)}
+		log.Error("upgrade failed", "err", err)
+		return err
+	}
+	u.handoff = own
+	u.count("ok")
+	log.Info("upgrade: the new process serves; handing over", "took", time.Since(start).String())
+	close(u.done)
+	return nil
+}
+
+// attempt runs one tableflip upgrade with a fresh hand-off socket, whose
+// new process's end is passed as an extra inherited file. It returns this
+// process's end.
+func (u *upgrader) attempt(binary string) (*net.UnixConn, error) {
+	own, theirs, err := handoffPair()
+	if err != nil {
+		return nil, fmt.Errorf("%s socket: %w", handoffName, err)
+	}
+	err = u.tf.AddFile(handoffName, theirs)
+	_ = theirs.Close() // tableflip keeps its own copy
+	if err != nil {
+		_ = own.Close()
+		return nil, fmt.Errorf("%s socket: %w", handoffName, err)
+	}
+	// tableflip starts os.Args[0] with os.Args[1:] (so the same flags and
+	// configuration file) from the directory this process started in.
+	arg0 := os.Args[0]
+	os.Args[0] = binary
+	if u.notify != "" {
+		// The new process tells the manager it is the main process now;
+		// edge keeps NOTIFY_SOCKET out of its environment otherwise.
+		_ = os.Setenv("NOTIFY_SOCKET", u.notify)
+	}
+	err = u.tf.Upgrade()
+	if u.notify != "" {
+		_ = os.Unsetenv("NOTIFY_SOCKET")
+	}
+	os.Args[0] = arg0
+	if err != nil {
+		_ = own.Close()
+		return nil, err
+	}
+	return own, nil
+}
+
+func (u *upgrader) count(result string) {
+	if u.metrics != nil {
+		u.metrics.upgrades.WithLabelValues(result).Inc()
+	}
+}
+
+// upgradeMetrics count upgrades and what became of the connections the
+// old process held.
+type upgradeMetrics struct {
+	upgrades *prometheus.CounterVec
+	conns    *prometheus.CounterVec
+}
+
+func newUpgradeMetrics(reg prometheus.Registerer) *upgradeMetrics {
+	m := &upgradeMetrics{
+		upgrades: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "edge_upgrades_total", Help: "Hand-offs to a new binary, by result (refused: one was under way, or this process was not ready)."}, []string{"result"}),
+		conns:    prometheus.NewCounterVec(prometheus.CounterOpts{Name: "edge_upgrade_connections_total", Help: "Live WebSockets of the old process at an upgrade: moved to the new process, or closed."}, []string{"outcome"}),
+	}
+	reg.MustRegister(m.upgrades, m.conns)
+	for _, r := range []string{"ok", "failed", "refused"} {
+		m.upgrades.WithLabelValues(r)
+	}
+	for _, o := range []string{"moved", "closed"} {
+		m.conns.WithLabelValues(o)
+	}
+	return m
+}
+
+// connMover moves live WebSockets between processes over the hand-off
+// socket: Handoff in the old process, Adopt in the new one.
+type connMover interface {
+	Handoff(ctx context.Context, conn *net.UnixConn, window time.Duration) (moved, closed int, err error)
+	Adopt(ctx context.Context, conn *net.UnixConn) (adopted int, err error)
+}
+
+// handOver is the old process's end of a successful upgrade: the admin
+// listener and every public listener stop accepting (the new process holds
+// the same sockets, so their queues are its to accept), the HTTP phase of
+// accepted connections finishes, then live WebSockets move to the new
+// process or, where the proxy cannot move them, are drained with 1001 over
+// drain.window. Everything is bounded by drain.timeout.
+func (e *edge) handOver(stopAdmin context.CancelFunc) {
+	d := e.config().Drain
+	e.drainFrom.Store(int64(e.proxy.Active()))
+	e.drainStart.Store(time.Now().UnixNano())
+	stopAdmin()
+	e.log.Info("handed over: draining", "connections", e.proxy.Active(), "window", d.Window.String(), "timeout", d.Timeout.String())
+	ctx, cancel := context.WithTimeout(context.Background(), d.Timeout.Std())
+	defer cancel()
+	conn := e.up.handoff
+	mover, ok := any(e.proxy).(connMover)
+	if !ok {
+		_ = conn.Close()
+		e.shutdownAndDrain(ctx, d.Window.Std())
+		e.log.Info("drained", "left", e.proxy.Active())
+		return
+	}
+	e.shutdownListeners(ctx)
+	moved, closed, err := mover.Handoff(ctx, conn, d.Window.Std())
+	_ = conn.Close()
+	e.up.metrics.conns.WithLabelValues("moved").Add(float64(moved))
+	e.up.metrics.conns.WithLabelValues("closed").Add(float64(closed))
+	if err != nil {
+		e.log.Error("connection hand-off", "moved", moved, "closed", closed, "err", err)
+	}
+	_ = e.proxy.Close()
+	e.log.Info("drained", "moved", moved, "closed", closed, "left", e.proxy.Active())
+}
+
+// shutdownListeners stops every public listener and waits for the HTTP
+// phase of their connections, until ctx ends.
+func (e *edge) shutdownListeners(ctx context.Context) {
+	var wg sync.WaitGroup
+	for _, l := range e.listeners {
+		wg.Go(func() { _ = l.srv.Shutdown(ctx) })
+	}
+	wg.Wait()
+}
+
+// shutdownAndDrain is drain's second half: listeners stop while
+// WebSockets get 1001 spread over window; what is left at ctx's end is
+// closed. http.Server.Shutdown does not know hijacked connections
+// (traefik#3630), hence proxy.Drain beside it.
+func (e *edge) shutdownAndDrain(ctx context.Context, window time.Duration) {
+	done := make(chan struct{})
+	go func() { e.shutdownListeners(ctx); close(done) }()
+	e.proxy.Drain(ctx, window)
+	<-done
+	_ = e.proxy.Close()
+}
+
+// adopt runs the new process's end of the connection hand-off; without a
+// mover in this binary the socket is closed, which tells the old process
+// to drain instead.
+func (e *edge) adopt(ctx context.Context, conn *net.UnixConn) error {
+	mover, ok := any(e.proxy).(connMover)
+	if !ok {
+		_ = conn.Close()
+		return nil
+	}
+	defer conn.Close()
+	n, err := mover.Adopt(ctx, conn)
+	e.log.Info("adopted connections from the old process", "connections", n)
+	if err != nil && !errors.Is(err, context.Canceled) {
+		e.log.Error("connection hand-off", "adopted", n, "err", err)
+	}
+	return nil
+}
+
+// upgradeRequest is the optional body of POST /api/v1/upgrade.
+type upgradeRequest struct {
+	// Binary is an absolute path; default, the binary edge was started as.
+	Binary string `json:"binary"`
+}
+
+// upgradeDoc is the answer to a successful upgrade.
+type upgradeDoc struct {
+	Result string `json:"result"`
+	Binary string `json:"binary"`
+	// OldPID is the process that answered and now drains.
+	OldPID int `json:"old_pid"`
+}
+
+// apiUpgrade is POST /api/v1/upgrade: 200 once the new process serves,
+// 409 when an upgrade is under way or this process may not start one, 500
+// with the reason when the new process failed.
+func (e *edge) apiUpgrade(r *http.Request) (any, error) {
+	var body upgradeRequest
+	if err := decodeBody(r, &body); err != nil {
+		return nil, err
+	}
+	if body.Binary != "" {
+		if !filepath.IsAbs(body.Binary) {
+			return nil, errStatus(http.StatusBadRequest, "binary %q: want an absolute path", body.Binary)
+		}
+		// Without a token any local user may write; naming a program
+		// would let them run it as edge, with its keys and capabilities.
+		if e.admin.api.settings.Load().token == "" {
+			return nil, errStatus(http.StatusForbidden, "naming a binary needs admin.api.token_file or token_env; without one, upgrade to the binary edge was started as")
+		}
+	}
+	err := e.up.upgrade(body.Binary, "api")
+	var ue *upgradeError
+	switch {
+	case errors.As(err, &ue) && ue.refused:
+		return nil, errStatus(http.StatusConflict, "%v", err)
+	case err != nil:
+		return nil, errStatus(http.StatusInternalServerError, "%v", err)
+	}
+	bin := body.Binary
+	if bin == "" {
+		bin = e.up.binary
+	}
+	return upgradeDoc{Result: "ok", Binary: bin, OldPID: os.Getpid()}, nil
+}
+
+// becomeReady ends the start: /readyz turns true, the service manager
+// hears READY=1 (and MAINPID= from a process an upgrade started, which
+// becomes the unit's main process), and a parent waiting on this process
+// is told, which makes it stop accepting. An upgraded process then adopts
+// the connections its parent hands over.
+func (e *edge) becomeReady(ctx context.Context, g *errgroup.Group) {
+	handoff, err := e.up.inheritedHandoff()
+	if err != nil {
+		e.log.Error("connection hand-off socket", "err", err)
+	}
+	e.admin.ready.Store(true)
+	e.log.Info("edge started", "version", versionString(), "pid", os.Getpid(), "parent", e.up.hasParent(), "listeners", len(e.listeners), "admin", e.admin.listener.Addr().String(), "metrics", e.admin.metricsAddr)
+	if e.up.hasParent() {
+		e.sdNotify(e.notify.readyAsMain(os.Getpid(), "serving; upgraded from pid "+strconv.Itoa(os.Getppid())))
+	} else {
+		e.sdNotify(e.notify.ready("serving"))
+	}
+	if err := e.up.ready(ctx); err != nil {
+		e.log.Error("upgrade", "err", err)
+	}
+	if handoff != nil {
+		g.Go(func() error { return e.adopt(ctx, handoff) })
+	}
+	// A SIGUSR2 that came while this process was starting is refused, not
+	// kept for later.
+	select {
+	case <-e.usr2:
+		e.log.Warn("upgrade refused", "via", "SIGUSR2", "err", "the signal came before this process was serving")
+		e.up.count("refused")
+	default:
+	}
+}
