@@ -452,7 +452,11 @@ func (e *edge) status() any {
 		Listeners []listenerDoc  `json:"listeners"`
 		Routes    []routeDoc     `json:"routes"`
 		Drain     drainDoc       `json:"drain"`
+		Upgrade   string         `json:"upgrade,omitempty"`
 	}{Active: e.proxy.Active(), TLS: map[string]any{}, Listeners: e.listenerDocs(), Routes: e.routeDocs(), Drain: e.drainDoc(), PID: os.Getpid()}
+	if e.up != nil {
+		out.Upgrade = e.up.state()
+	}
 	bi := currentBuild()
 	out.Version, out.Revision, out.GoVersion = bi.Version, bi.Revision, bi.GoVersion
 	for _, p := range e.allPools() {

@@ -46,7 +46,10 @@ type upgrader struct {
 	// has exited, or at once when there is none.
 	parentOnce sync.Once
 	done       chan struct{} // closed when a new process has taken over
-	handoff    *net.UnixConn // this end of the hand-off socket of the successful upgrade
+	// handoff is this end of the hand-off socket the next upgrade passes
+	// on; made when this process serves, and anew after a failed attempt
+	// (whose new process may have left something in it).
+	handoff *net.UnixConn
 	pid        atomic.Int64  // the parent's pid while it drains, for refusals
 
 	metrics *upgradeMetrics
@@ -148,6 +151,9 @@ func (u *upgrader) ready(ctx context.Context) error {
 		return nil
 	}
 	err := u.tf.Ready()
+	if herr := u.newHandoff(); herr != nil {
+		u.log.Error("upgrade", "err", herr)
+	}
 	u.serving.Store(true)
 	if u.tf.HasParent() {
 		go func() {
@@ -180,6 +186,23 @@ func (u *upgrader) handedOff() <-chan struct{} {
 	return u.done
 }
 
+// state says whether an upgrade may start now, for /status: "ready", or
+// why not.
+func (u *upgrader) state() string {
+	if u.busy.Load() {
+		select {
+		case <-u.done:
+			return "handed over, draining"
+		default:
+			return "in progress"
+		}
+	}
+	if err := u.refusal(); err != nil {
+		return strings.TrimPrefix(err.Error(), "upgrade refused: ")
+	}
+	return "ready"
+}
+
 // upgradeError is a failed or refused upgrade, with the reason.
 type upgradeError struct {
 	refused bool
@@ -193,8 +216,8 @@ func refused(format string, args ...any) error {
 	return &upgradeError{refused: true, err: fmt.Errorf("upgrade refused: "+format, args...)}
 }
 
-// begin claims the one upgrade slot, or says why there is none.
-func (u *upgrader) begin() error {
+// refusal says why no upgrade may start now, busy aside; nil if one may.
+func (u *upgrader) refusal() error {
 	switch {
 	case u == nil || u.tf == nil:
 		return refused("this system cannot pass listening sockets to another process")
@@ -203,8 +226,16 @@ func (u *upgrader) begin() error {
 	}
 	select {
 	case <-u.parent:
+		return nil
 	default:
 		return refused("the process this one replaced (pid %d) is still draining", u.pid.Load())
+	}
+}
+
+// begin claims the one upgrade slot, or says why there is none.
+func (u *upgrader) begin() error {
+	if err := u.refusal(); err != nil {
+		return err
 	}
 	if !u.busy.CompareAndSwap(false, true) {
 		select {
@@ -233,8 +264,7 @@ func (u *upgrader) upgrade(binary, via string) error {
 	log := u.log.With("via", via, "binary", binary)
 	log.Info("upgrade: starting the new process")
 	start := time.Now()
-	own, err := u.attempt(binary)
-	if err != nil {
+	if err := u.attempt(binary); err != nil {
 		// tableflip leaves the descriptors of a failed attempt (the ready
 		// and names pipes, its copy of the hand-off socket) to their
 		// finalizers; collect now, so failed attempts leave none behind.
@@ -245,26 +275,40 @@ func (u *upgrader) upgrade(binary, via string) error {
 		log.Error("upgrade failed", "err", err)
 		return err
 	}
-	u.handoff = own
 	u.count("ok")
 	log.Info("upgrade: the new process serves; handing over", "took", time.Since(start).String())
 	close(u.done)
 	return nil
 }
 
-// attempt runs one tableflip upgrade with a fresh hand-off socket, whose
-// new process's end is passed as an extra inherited file. It returns this
-// process's end.
-func (u *upgrader) attempt(binary string) (*net.UnixConn, error) {
+// newHandoff makes the hand-off socket pair for the next upgrade: the new
+// process's end is registered with tableflip as an extra inherited file,
+// replacing the previous one, this end is kept.
+func (u *upgrader) newHandoff() error {
 	own, theirs, err := handoffPair()
 	if err != nil {
-		return nil, fmt.Errorf("%s socket: %w", handoffName, err)
+		return fmt.Errorf("%s socket: %w", handoffName, err)
 	}
 	err = u.tf.AddFile(handoffName, theirs)
 	_ = theirs.Close() // tableflip keeps its own copy
 	if err != nil {
 		_ = own.Close()
-		return nil, fmt.Errorf("%s socket: %w", handoffName, err)
+		return fmt.Errorf("%s socket: %w", handoffName, err)
+	}
+	if u.handoff != nil {
+		_ = u.handoff.Close()
+	}
+	u.handoff = own
+	return nil
+}
+
+// attempt runs one tableflip upgrade, the hand-off socket's far end passed
+// with the listeners.
+func (u *upgrader) attempt(binary string) error {
+	if u.handoff == nil {
+		if err := u.newHandoff(); err != nil {
+			return err
+		}
 	}
 	// tableflip starts os.Args[0] with os.Args[1:] (so the same flags and
 	// configuration file) from the directory this process started in.
@@ -275,16 +319,20 @@ func (u *upgrader) attempt(binary string) (*net.UnixConn, error) {
 		// edge keeps NOTIFY_SOCKET out of its environment otherwise.
 		_ = os.Setenv("NOTIFY_SOCKET", u.notify)
 	}
-	err = u.tf.Upgrade()
+	err := u.tf.Upgrade()
 	if u.notify != "" {
 		_ = os.Unsetenv("NOTIFY_SOCKET")
 	}
 	os.Args[0] = arg0
 	if err != nil {
-		_ = own.Close()
-		return nil, err
+		if herr := u.newHandoff(); herr != nil {
+			u.log.Error("upgrade", "err", herr)
+			_ = u.handoff.Close()
+			u.handoff = nil
+		}
+		return err
 	}
-	return own, nil
+	return nil
 }
 
 func (u *upgrader) count(result string) {
@@ -325,9 +373,10 @@ type connMover interface {
 // handOver is the old process's end of a successful upgrade: the admin
 // listener and every public listener stop accepting (the new process holds
 // the same sockets, so their queues are its to accept), the HTTP phase of
-// accepted connections finishes, then live WebSockets move to the new
-// process or, where the proxy cannot move them, are drained with 1001 over
-// drain.window. Everything is bounded by drain.timeout.
+// accepted connections finishes (so none of them gets the drain's 503),
+// then live WebSockets move to the new process or, where this binary's
+// proxy cannot move them, are drained with 1001 spread over drain.window.
+// Everything is bounded by drain.timeout.
 func (e *edge) handOver(stopAdmin context.CancelFunc) {
 	d := e.config().Drain
 	e.drainFrom.Store(int64(e.proxy.Active()))
@@ -336,17 +385,17 @@ func (e *edge) handOver(stopAdmin context.CancelFunc) {
 	e.log.Info("handed over: draining", "connections", e.proxy.Active(), "window", d.Window.String(), "timeout", d.Timeout.String())
 	ctx, cancel := context.WithTimeout(context.Background(), d.Timeout.Std())
 	defer cancel()
+	e.shutdownListeners(ctx)
 	conn := e.up.handoff
+	defer conn.Close()
 	mover, ok := any(e.proxy).(connMover)
-	if !ok {
-		_ = conn.Close()
-		e.shutdownAndDrain(ctx, d.Window.Std())
+	if !ok || conn == nil {
+		e.proxy.Drain(ctx, d.Window.Std())
+		_ = e.proxy.Close()
 		e.log.Info("drained", "left", e.proxy.Active())
 		return
 	}
-	e.shutdownListeners(ctx)
 	moved, closed, err := mover.Handoff(ctx, conn, d.Window.Std())
-	_ = conn.Close()
 	e.up.metrics.conns.WithLabelValues("moved").Add(float64(moved))
 	e.up.metrics.conns.WithLabelValues("closed").Add(float64(closed))
 	if err != nil {
