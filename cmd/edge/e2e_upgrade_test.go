@@ -674,7 +674,6 @@ func TestTenUpgradesLeakNothing(t *testing.T) {
 	}
 }
 
-
 // statusField is one string field of the admin /status.
 func statusField(t *testing.T, admin, name string) string {
 	t.Helper()

@@ -50,7 +50,7 @@ type upgrader struct {
 	// on; made when this process serves, and anew after a failed attempt
 	// (whose new process may have left something in it).
 	handoff *net.UnixConn
-	pid        atomic.Int64  // the parent's pid while it drains, for refusals
+	pid     atomic.Int64 // the parent's pid while it drains, for refusals
 
 	metrics *upgradeMetrics
 }
