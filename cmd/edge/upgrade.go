@@ -223,6 +223,10 @@ func (u *upgrader) refusal() error {
 		return refused("this system cannot pass listening sockets to another process")
 	case !u.serving.Load():
 		return refused("this process is not serving yet")
+	case os.Getpid() == 1:
+		// A container ends with its PID 1: the old process's exit would
+		// take the new one with it. Containers are replaced, not upgraded.
+		return refused("this process is PID 1 (a container's init), whose exit ends the container; replace the container instead")
 	}
 	select {
 	case <-u.parent:
