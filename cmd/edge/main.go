@@ -55,13 +55,6 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	// Before anything slow: SIGUSR2's default action would end a process
-	// that is still starting; this way it is refused.
-	usr2 := make(chan os.Signal, 1)
-	if !*showVersion && *probeURL == "" && !*check && !*upgrade {
-		notifyUpgrade(usr2)
-		defer signal.Stop(usr2)
-	}
 	if *showVersion {
 		fmt.Fprintln(stdout, "edge", currentBuild())
 		return 0
@@ -72,6 +65,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if *path == "" {
 		fmt.Fprintln(stderr, "edge: -config FILE is required")
 		return 2
+	}
+	// Before anything slow: SIGUSR2's default action would end a process
+	// that is still starting; this way it is refused.
+	usr2 := make(chan os.Signal, 1)
+	if !*check && !*upgrade {
+		notifyUpgrade(usr2)
+		defer signal.Stop(usr2)
 	}
 	cfg, err := conf.Load(*path)
 	if err != nil {
