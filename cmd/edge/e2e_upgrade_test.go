@@ -400,6 +400,14 @@ func TestUpgradeHandsOverListeners(t *testing.T) {
 	if errs := pr.finish(t, 25); len(errs) > 0 {
 		t.Errorf("%d of %d probes failed during the upgrade: %q", len(errs), int64(len(errs))+pr.ok.Load(), errs)
 	}
+	t.Logf("%d probes; %d WebSockets opened on the old process were closed by its drain before their echo", pr.ok.Load(), pr.drained.Load())
+	// The inherited socket kept SO_REUSEPORT: another socket may bind
+	// the port beside it (and is closed at once).
+	if ln, err := listenReusePort(s.ws); err != nil {
+		t.Errorf("the new process's listener lost SO_REUSEPORT: %v", err)
+	} else {
+		ln.Close()
+	}
 	if m := metricsText(t, s.admin); !strings.Contains(grepLines(m, "edge_build_info{"), `version="`+nextVersion+`"} 1`) {
 		t.Errorf("edge_build_info of the new process: %s, want version %s", grepLines(m, "edge_build_info{"), nextVersion)
 	}
@@ -457,6 +465,22 @@ func TestUpgradeToBrokenBinaryKeepsServing(t *testing.T) {
 		if got := sampleOf(t, s.admin, `edge_upgrades_total{result="failed"}`); got != float64(i+1) {
 			t.Errorf("%s: edge_upgrades_total{result=\"failed\"} = %v, want %d", tc.name, got, i+1)
 		}
+	}
+	// edge -upgrade says why, and exits non-zero.
+	installScript(t, p.bin, "exit 1")
+	out, err := exec.Command(edgeBin, "-upgrade", "-config", s.cfg).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "exit status 1") {
+		t.Errorf("edge -upgrade to a binary that exits: %v, output %q; want a failure naming the exit status", err, out)
+	}
+	// A named binary must be absolute, and needs a token: without one any
+	// local user could have edge run a program of theirs.
+	for body, want := range map[string]int{`{"binary": "edge"}`: http.StatusBadRequest, `{"binary": "/bin/true"}`: http.StatusForbidden} {
+		if code, answer := postUpgrade(t, s.admin, body); code != want {
+			t.Errorf("upgrade with %s: got %d %s, want %d", body, code, answer, want)
+		}
+	}
+	if st := statusOf(s.admin); st.PID != pid {
+		t.Fatalf("/status answered by pid %d, want the running %d", st.PID, pid)
 	}
 	// Like for like: the same process, nothing open but what it had.
 	waitFor(t, "no live connection", func() bool { return statusOf(s.admin).Active == 0 })
@@ -688,4 +712,33 @@ func statusField(t *testing.T, admin, name string) string {
 	}
 	v, _ := m[name].(string)
 	return v
+}
+
+// TestUpgradeBindsAddedClosesRemovedListeners: the new process reads the
+// file as it is now: a listener moved to another address is bound there,
+// and the inherited socket of the old address is closed, not kept.
+func TestUpgradeBindsAddedClosesRemovedListeners(t *testing.T) {
+	s := newSetup(t, backends(t, "b1"), "least_conn", "")
+	p := startUpgradable(t, s)
+	moved := freeAddr(t)
+	writeFile(t, s.cfg, strings.Replace(readFile(t, s.cfg), fmt.Sprintf("address: %q\n", s.ws), fmt.Sprintf("address: %q\n", moved), 1))
+	if code, body := postUpgrade(t, s.admin, ""); code != http.StatusOK {
+		t.Fatalf("upgrade: got %d %s", code, body)
+	}
+	select {
+	case <-p.done:
+		p.done <- nil
+	case <-time.After(30 * time.Second):
+		t.Fatal("old process did not exit")
+	}
+	if err := echoOnce(s.dialer(), "ws://"+moved+"/"); err != nil {
+		t.Errorf("listener at its new address: %v", err)
+	}
+	if err := echoOnce(s.dialer(), "wss://"+s.wss+"/"); err != nil {
+		t.Errorf("the unchanged listener: %v", err)
+	}
+	if c, err := net.DialTimeout("tcp", s.ws, 5*time.Second); err == nil {
+		c.Close()
+		t.Errorf("the old address %s still accepts: its inherited socket was kept", s.ws)
+	}
 }
