@@ -110,12 +110,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	// waiting for the drain.
 	context.AfterFunc(ctx, stop)
 	notify := newNotifier()
-	up, err := newUpgrader(cfg.Upgrade.Timeout.Std(), notify.socket(), log)
-	if err != nil {
-		log.Error("startup failed", "err", err)
-		fmt.Fprintln(stderr, "edge:", err)
-		return 1
-	}
+	up := newUpgrader(cfg.Upgrade.Timeout.Std(), notify.socket(), log)
 	e, err := newEdge(cfg, *path, log, up)
 	if err != nil {
 		log.Error("startup failed", "err", err)

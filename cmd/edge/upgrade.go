@@ -57,15 +57,20 @@ type upgrader struct {
 
 // newUpgrader takes the sockets a parent handed over, if any; timeout
 // bounds how long a new process may take to become ready.
-func newUpgrader(timeout time.Duration, notifySocket string, log *slog.Logger) (*upgrader, error) {
+func newUpgrader(timeout time.Duration, notifySocket string, log *slog.Logger) *upgrader {
 	u := &upgrader{binary: selfBinary(), notify: notifySocket, log: log, parent: make(chan struct{}), done: make(chan struct{})}
 	tf, err := tableflip.New(tableflip.Options{UpgradeTimeout: timeout})
-	if errors.Is(err, tableflip.ErrNotSupported) {
-		u.closeParent()
-		return u, nil
-	}
 	if err != nil {
-		return nil, fmt.Errorf("upgrade: inherited sockets: %w", err)
+		// Serving matters more than upgrading: without tableflip (not on
+		// this system, or no working directory to start a new process in)
+		// edge binds its own sockets and refuses upgrades. A new process
+		// that cannot take its sockets then fails to bind the admin
+		// address, and its parent keeps serving.
+		if !errors.Is(err, tableflip.ErrNotSupported) {
+			log.Warn("upgrades are off", "err", err)
+		}
+		u.closeParent()
+		return u
 	}
 	u.tf = tf
 	if !tf.HasParent() {
@@ -73,7 +78,7 @@ func newUpgrader(timeout time.Duration, notifySocket string, log *slog.Logger) (
 	} else {
 		u.pid.Store(int64(os.Getppid()))
 	}
-	return u, nil
+	return u
 }
 
 // selfBinary is the binary this process was started as, made absolute now,
@@ -404,6 +409,11 @@ func (e *edge) handOver(stopAdmin context.CancelFunc) {
 	e.up.metrics.conns.WithLabelValues("closed").Add(float64(closed))
 	if err != nil {
 		e.log.Error("connection hand-off", "moved", moved, "closed", closed, "err", err)
+	}
+	if e.proxy.Active() > 0 {
+		// Whatever the hand-off left (a failed one) drains as a stop
+		// does, within what is left of drain.timeout.
+		e.proxy.Drain(ctx, d.Window.Std())
 	}
 	_ = e.proxy.Close()
 	e.log.Info("drained", "moved", moved, "closed", closed, "left", e.proxy.Active())

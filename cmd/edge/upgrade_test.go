@@ -11,12 +11,9 @@ import (
 // (or, without one, not started) that it serves refuses an upgrade, so a
 // new process still waiting to become ready never starts a third one.
 func TestUpgraderRefusesUntilServing(t *testing.T) {
-	u, err := newUpgrader(time.Second, "", slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
+	u := newUpgrader(time.Second, "", slog.New(slog.DiscardHandler))
 	defer u.stop()
-	err = u.upgrade("", "test")
+	err := u.upgrade("", "test")
 	var ue *upgradeError
 	if !errors.As(err, &ue) || !ue.refused {
 		t.Fatalf("upgrade before serving: got %v, want a refusal", err)
