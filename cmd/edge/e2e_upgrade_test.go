@@ -670,6 +670,7 @@ func TestTenUpgradesLeakNothing(t *testing.T) {
 	prev := p.cmd.Process.Pid
 	var baseFDs int
 	var baseGoroutines float64
+	var baseList []string
 	for i := range 10 {
 		if code, body := postUpgrade(t, s.admin, ""); code != http.StatusOK {
 			t.Fatalf("upgrade %d: got %d %s", i+1, code, body)
@@ -686,16 +687,39 @@ func TestTenUpgradesLeakNothing(t *testing.T) {
 		// The new process learns its parent is gone through a pipe; until
 		// then it refuses upgrades, which is what is waited for here.
 		waitFor(t, "the new process ready to upgrade", func() bool { return statusField(t, s.admin, "upgrade") == "ready" })
-		fds := openFDs(t, st.PID)
-		g := sampleOf(t, s.admin, "go_goroutines")
+		// tableflip closes that pipe, and its goroutine ends, just after
+		// saying so: the first count is taken once two in a row agree.
+		fds := settled(func() float64 { return float64(openFDs(t, st.PID)) })
+		g := settled(func() float64 { return sampleOf(t, s.admin, "go_goroutines") })
 		if i == 0 {
-			baseFDs, baseGoroutines = fds, g
+			baseFDs, baseGoroutines = int(fds), g
+			baseList = fdTargets(t, st.PID)
 		} else {
-			waitFor(t, fmt.Sprintf("upgrade %d: descriptors %d back to %d", i+1, fds, baseFDs), func() bool { return openFDs(t, st.PID) == baseFDs })
+			deadline := time.Now().Add(30 * time.Second)
+			for openFDs(t, st.PID) != baseFDs {
+				if time.Now().After(deadline) {
+					t.Fatalf("upgrade %d: descriptors %v, want %d as after the first:\n%s\nthe first:\n%s", i+1, fds, baseFDs, strings.Join(fdTargets(t, st.PID), "\n"), strings.Join(baseList, "\n"))
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
 			waitFor(t, fmt.Sprintf("upgrade %d: goroutines %v back to %v", i+1, g, baseGoroutines), func() bool { return sampleOf(t, s.admin, "go_goroutines") == baseGoroutines })
 		}
 		prev = st.PID
 	}
+}
+
+// settled reads f until two reads 50 ms apart agree, and returns that.
+func settled(f func() float64) float64 {
+	v := f()
+	for range 100 {
+		time.Sleep(50 * time.Millisecond)
+		w := f()
+		if w == v {
+			return v
+		}
+		v = w
+	}
+	return v
 }
 
 // statusField is one string field of the admin /status.

@@ -159,6 +159,13 @@ func (u *upgrader) ready(ctx context.Context) error {
 	if herr := u.newHandoff(); herr != nil {
 		u.log.Error("upgrade", "err", herr)
 	}
+	if u.tf.HasParent() {
+		// The new socket took the name of the inherited one, whose copy
+		// tableflip kept and has now let go of without closing it; its
+		// finalizer closes it, after this collection rather than some
+		// later one.
+		runtime.GC()
+	}
 	u.serving.Store(true)
 	if u.tf.HasParent() {
 		go func() {
