@@ -114,9 +114,26 @@ func (u *upgrader) listen(addr string, bind func(addr string) (net.Listener, err
 	if u == nil || u.tf == nil {
 		return bind(addr)
 	}
-	ln, err := u.tf.ListenWithCallback("tcp", addr, func(_, a string) (net.Listener, error) { return bind(a) })
+	ln, err := u.tf.Listener("tcp", addr)
 	if err != nil {
-		return nil, fmt.Errorf("listen %s: %w", addr, err)
+		return nil, fmt.Errorf("inherited listener %s: %w", addr, err)
+	}
+	if ln != nil {
+		return ln, nil
+	}
+	// Bound here rather than through tableflip's callback, whose error
+	// would lose bind's (and its errno) to a string.
+	if ln, err = bind(addr); err != nil {
+		return nil, err
+	}
+	tl, ok := ln.(tableflip.Listener)
+	if !ok {
+		_ = ln.Close()
+		return nil, fmt.Errorf("listener %s: a %T cannot be handed on", addr, ln)
+	}
+	if err := u.tf.AddListener("tcp", addr, tl); err != nil {
+		_ = ln.Close()
+		return nil, fmt.Errorf("listener %s: %w", addr, err)
 	}
 	return ln, nil
 }
