@@ -241,6 +241,7 @@ type upgradeError struct {
 func (e *upgradeError) Error() string { return e.err.Error() }
 func (e *upgradeError) Unwrap() error { return e.err }
 
+// refused is an upgrade that may not start now, and why.
 func refused(format string, args ...any) error {
 	return &upgradeError{refused: true, err: fmt.Errorf("upgrade refused: "+format, args...)}
 }
@@ -368,6 +369,7 @@ func (u *upgrader) attempt(binary string) error {
 	return nil
 }
 
+// count adds one upgrade with its result to edge_upgrades_total.
 func (u *upgrader) count(result string) {
 	if u.metrics != nil {
 		u.metrics.upgrades.WithLabelValues(result).Inc()
@@ -381,9 +383,10 @@ type upgradeMetrics struct {
 	conns    *prometheus.CounterVec
 }
 
+// newUpgradeMetrics registers the upgrade series on reg, every label at 0.
 func newUpgradeMetrics(reg prometheus.Registerer) *upgradeMetrics {
 	m := &upgradeMetrics{
-		upgrades: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "edge_upgrades_total", Help: "Hand-offs to a new binary, by result (refused: one was under way, or this process was not ready)."}, []string{"result"}),
+		upgrades: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "edge_upgrades_total", Help: "Hand-offs to a new binary, by result: ok, failed (the new process did not start or become ready; this one keeps serving), refused (one was under way, or this process may not start one)."}, []string{"result"}),
 		conns:    prometheus.NewCounterVec(prometheus.CounterOpts{Name: "edge_upgrade_connections_total", Help: "Live WebSockets of the old process at an upgrade: moved to the new process, or closed."}, []string{"outcome"}),
 	}
 	reg.MustRegister(m.upgrades, m.conns)
