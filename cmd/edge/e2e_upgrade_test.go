@@ -337,6 +337,54 @@ func (p *prober) finish(t *testing.T, n int64) []string {
 	return p.errs
 }
 
+// httpStorm sends plain GET /whoami through the ws listener back to back
+// from several clients, each on a new connection: requests that reach the
+// old process in its last moments must be answered, and none may be
+// refused.
+type httpStorm struct {
+	stop context.CancelFunc
+	wg   sync.WaitGroup
+	n    atomic.Int64
+	mu   sync.Mutex
+	errs []string
+}
+
+func startHTTPStorm(s *setup, clients int) *httpStorm {
+	ctx, cancel := context.WithCancel(context.Background())
+	h := &httpStorm{stop: cancel}
+	for range clients {
+		h.wg.Go(func() {
+			for ctx.Err() == nil {
+				h.n.Add(1)
+				resp, err := noKeepAlive.Get("http://" + s.ws + "/whoami")
+				if err == nil {
+					_, err = io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+					if err == nil && resp.StatusCode != http.StatusOK {
+						err = fmt.Errorf("status %d", resp.StatusCode)
+					}
+				}
+				if err != nil {
+					h.mu.Lock()
+					h.errs = append(h.errs, err.Error())
+					h.mu.Unlock()
+				}
+			}
+		})
+	}
+	return h
+}
+
+// finish stops the clients and returns how many requests were sent and
+// the failures.
+func (h *httpStorm) finish() (int64, []string) {
+	h.stop()
+	h.wg.Wait()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.n.Load(), h.errs
+}
+
 var (
 	nextBinOnce sync.Once
 	nextBin     string
@@ -376,6 +424,7 @@ func TestUpgradeHandsOverListeners(t *testing.T) {
 	pr := startProber(s)
 	waitFor(t, "probes before the upgrade", func() bool { return pr.ok.Load() >= 5 || pr.failed.Load() > 0 })
 
+	storm := startHTTPStorm(s, 4)
 	installBinary(t, next, p.bin)
 	out, err := exec.Command(edgeBin, "-upgrade", "-config", s.cfg).CombinedOutput()
 	if err != nil {
@@ -396,6 +445,11 @@ func TestUpgradeHandsOverListeners(t *testing.T) {
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("old process did not exit")
+	}
+	if n, errs := storm.finish(); len(errs) > 0 {
+		t.Errorf("%d of %d back-to-back plain requests failed during the upgrade: %q", len(errs), n, errs)
+	} else {
+		t.Logf("%d back-to-back plain requests, none failed", n)
 	}
 	if errs := pr.finish(t, 25); len(errs) > 0 {
 		t.Errorf("%d of %d probes failed during the upgrade: %q", len(errs), int64(len(errs))+pr.ok.Load(), errs)
