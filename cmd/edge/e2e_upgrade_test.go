@@ -497,6 +497,8 @@ func TestUpgradeToBrokenBinaryKeepsServing(t *testing.T) {
 	}
 	// Counted once the proxy holds no connection, like the count after.
 	waitFor(t, "no live connection", func() bool { return statusOf(s.admin).Active == 0 })
+	// Once two counts agree: the admin connection that asked is closing.
+	settled(func() float64 { return float64(openFDs(t, pid)) })
 	before := fdTargets(t, pid)
 	for i, tc := range []struct{ name, script, reason string }{
 		{"exits", "exit 1", "exit status 1"},
