@@ -366,7 +366,7 @@ func startHTTPStorm(s *setup, clients int) *httpStorm {
 				}
 				if err != nil {
 					h.mu.Lock()
-					h.errs = append(h.errs, err.Error())
+					h.errs = append(h.errs, time.Now().Format("15:04:05.000000")+" "+err.Error())
 					h.mu.Unlock()
 				}
 			}
@@ -586,7 +586,10 @@ func TestUpgradeRefusedWhileOneRuns(t *testing.T) {
 	if code, body := postUpgrade(t, s.admin, ""); code != http.StatusOK {
 		t.Fatalf("upgrade: got %d %s", code, body)
 	}
-	waitFor(t, "the new process", func() bool { st := statusOf(s.admin); return st.PID != 0 && st.PID != p.cmd.Process.Pid })
+	waitFor(t, "the new process serving", func() bool {
+		st := statusOf(s.admin)
+		return st.PID != 0 && st.PID != p.cmd.Process.Pid && statusField(t, s.admin, "upgrade") != "this process is not serving yet"
+	})
 	code, body = postUpgrade(t, s.admin, "")
 	if code != http.StatusConflict || !strings.Contains(body, "still draining") {
 		t.Errorf("upgrade while the old process drains: got %d %s, want 409 still draining", code, body)

@@ -264,7 +264,6 @@ func (e *edge) serve(ctx context.Context, hup <-chan os.Signal) error {
 	// over: the new process answers from then on.
 	adminCtx, stopAdmin := context.WithCancel(gctx)
 	defer stopAdmin()
-	g.Go(func() error { return e.admin.Run(adminCtx) })
 	if e.gcTune {
 		// Until the drain is over: pacing matters during a drain too.
 		g.Go(func() error { newGCTuner().run(gctx); return nil })
@@ -275,13 +274,21 @@ func (e *edge) serve(ctx context.Context, hup <-chan os.Signal) error {
 		}
 		g.Go(func() error {
 			err := l.srv.Serve(l.ln)
-			if errors.Is(err, http.ErrServerClosed) {
+			// ErrClosed: the listener closed before Shutdown, when the
+			// sockets were handed to a new process (stopAccepting).
+			if errors.Is(err, http.ErrServerClosed) || errors.Is(err, net.ErrClosed) {
 				return nil
 			}
 			return fmt.Errorf("listener %s: %w", l.cfg.Name, err)
 		})
 	}
 	e.startDynamic(gctx, g)
+	// Ready before the admin listener answers: a process an upgrade
+	// started shares that socket with its parent, and must not answer
+	// /readyz 503 to a health check while the parent serves. Until Run
+	// starts, admin connections wait in the queue (bound at start).
+	e.admin.ready.Store(true)
+	g.Go(func() error { return e.admin.Run(adminCtx) })
 	e.becomeReady(gctx, g)
 	if a, ok := e.admin.listener.Addr().(*net.TCPAddr); ok && !a.IP.IsLoopback() {
 		e.log.Warn("admin listener is not on loopback: /metrics, /status and the admin API are open to whoever reaches it",

@@ -421,6 +421,7 @@ func (e *edge) handOver(stopAdmin context.CancelFunc) {
 	e.log.Info("handed over: draining", "connections", e.proxy.Active(), "window", d.Window.String(), "timeout", d.Timeout.String())
 	ctx, cancel := context.WithTimeout(context.Background(), d.Timeout.Std())
 	defer cancel()
+	e.stopAccepting(ctx)
 	e.shutdownListeners(ctx)
 	conn := e.up.handoff
 	defer conn.Close()
@@ -444,6 +445,37 @@ func (e *edge) handOver(stopAdmin context.CancelFunc) {
 	}
 	_ = e.proxy.Close()
 	e.log.Info("drained", "moved", moved, "closed", closed, "left", e.proxy.Active())
+}
+
+// stopAccepting closes every public listener and waits, until ctx ends,
+// for the HTTP phase of the connections already accepted. Shutdown alone
+// would drop a request read after it began (net/http closes such a
+// connection unanswered): keep-alives go off first, so each answer closes
+// its connection, and Shutdown comes once only WebSockets are left.
+func (e *edge) stopAccepting(ctx context.Context) {
+	for _, l := range e.listeners {
+		l.srv.SetKeepAlivesEnabled(false)
+		_ = l.ln.Close()
+	}
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for e.httpPhase() > 0 {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// httpPhase is how many client sockets are not (yet) live WebSockets:
+// handshakes, requests, upgrades being set up.
+func (e *edge) httpPhase() int64 {
+	var n int64
+	for _, l := range e.listeners {
+		n += l.conns.Open()
+	}
+	return n - int64(e.proxy.Active())
 }
 
 // shutdownListeners stops every public listener and waits for the HTTP
@@ -533,8 +565,8 @@ func (e *edge) apiUpgrade(r *http.Request) (any, error) {
 	return upgradeDoc{Result: "ok", Binary: bin, OldPID: os.Getpid()}, nil
 }
 
-// becomeReady ends the start: /readyz turns true, the service manager
-// hears READY=1 (and MAINPID= from a process an upgrade started, which
+// becomeReady ends the start, /readyz being true already: the service
+// manager hears READY=1 (and MAINPID= from a process an upgrade started, which
 // becomes the unit's main process), and a parent waiting on this process
 // is told, which makes it stop accepting. An upgraded process then adopts
 // the connections its parent hands over.
@@ -543,7 +575,6 @@ func (e *edge) becomeReady(ctx context.Context, g *errgroup.Group) {
 	if err != nil {
 		e.log.Error("connection hand-off socket", "err", err)
 	}
-	e.admin.ready.Store(true)
 	e.log.Info("edge started", "version", versionString(), "pid", os.Getpid(), "parent", e.up.hasParent(), "listeners", len(e.listeners), "admin", e.admin.listener.Addr().String(), "metrics", e.admin.metricsAddr)
 	if e.up.hasParent() {
 		e.sdNotify(e.notify.readyAsMain(os.Getpid(), "serving; upgraded from pid "+strconv.Itoa(os.Getppid())))
