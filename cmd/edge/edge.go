@@ -249,6 +249,17 @@ func (e *edge) buildListener(cfg *conf.Config, lc conf.Listener) (*listener, err
 	return l, nil
 }
 
+// serve runs the listener's HTTP server until it is shut down.
+func (l *listener) serve() error {
+	err := l.srv.Serve(l.ln)
+	// ErrClosed: the listener closed before Shutdown, when the sockets
+	// were handed to a new process (stopAccepting).
+	if errors.Is(err, http.ErrServerClosed) || errors.Is(err, net.ErrClosed) {
+		return nil
+	}
+	return fmt.Errorf("listener %s: %w", l.cfg.Name, err)
+}
+
 func (e *edge) closeListeners() {
 	for _, l := range e.listeners {
 		_ = l.ln.Close()
@@ -272,15 +283,7 @@ func (e *edge) serve(ctx context.Context, hup <-chan os.Signal) error {
 		if l.term != nil {
 			g.Go(func() error { return l.term.Run(gctx) })
 		}
-		g.Go(func() error {
-			err := l.srv.Serve(l.ln)
-			// ErrClosed: the listener closed before Shutdown, when the
-			// sockets were handed to a new process (stopAccepting).
-			if errors.Is(err, http.ErrServerClosed) || errors.Is(err, net.ErrClosed) {
-				return nil
-			}
-			return fmt.Errorf("listener %s: %w", l.cfg.Name, err)
-		})
+		g.Go(l.serve)
 	}
 	e.startDynamic(gctx, g)
 	// Ready before the admin listener answers: a process an upgrade
