@@ -72,6 +72,38 @@ func TestSystemdUnitReloadChecksFirst(t *testing.T) {
 	}
 }
 
+// TestSystemdUnitUpgrade: after an upgrade the new process sends MAINPID=
+// before it is the main process, which systemd accepts only with
+// NotifyAccess=all; the unit says how to upgrade; and a stop reaches an old
+// process still draining as well (SIGTERM to the whole group), so it is not
+// killed half-way when the new main process exits.
+func TestSystemdUnitUpgrade(t *testing.T) {
+	b, err := os.ReadFile("deploy/edge.service")
+	if err != nil {
+		t.Fatal(err)
+	}
+	unit := string(b)
+	for _, want := range []string{"\nNotifyAccess=all\n", "\nKillMode=control-group\n", "edge -upgrade -config /etc/edge/edge.yaml", "-s USR2 edge"} {
+		if !strings.Contains(unit, want) {
+			t.Errorf("deploy/edge.service lacks %q", strings.TrimSpace(want))
+		}
+	}
+	if sa, err := exec.LookPath("systemd-analyze"); err == nil {
+		path, err := filepath.Abs("deploy/edge.service")
+		if err != nil {
+			t.Fatal(err)
+		}
+		// verify checks every setting's syntax; the binaries it names are
+		// not installed here, which is all it may complain about.
+		out, _ := exec.Command(sa, "verify", "--man=no", path).CombinedOutput()
+		for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+			if l != "" && !strings.Contains(l, "/usr/local/bin/edge") && !strings.Contains(l, "edge.service: Command") {
+				t.Errorf("systemd-analyze verify: %s", l)
+			}
+		}
+	}
+}
+
 // TestSysctlFile checks deploy/99-edge.conf against this kernel: every key
 // exists (a typo is silently ignored by `sysctl --system` with -e), and the
 // ephemeral port range stays clear of the ports edge and Consul listen on.

@@ -54,6 +54,9 @@ type Config struct {
 	Limits Limits `yaml:"limits"`
 	// Drain controls how live WebSockets are closed on shutdown.
 	Drain Drain `yaml:"drain"`
+	// Upgrade controls the hand-off of the listeners to a new binary
+	// (SIGUSR2, edge -upgrade, POST /api/v1/upgrade).
+	Upgrade Upgrade `yaml:"upgrade"`
 	// Listeners are the public ports. At least one is required.
 	Listeners []Listener `yaml:"listeners"`
 	// Routes map a request's host and path onto a pool, shared by all
@@ -161,6 +164,16 @@ type Drain struct {
 	// Timeout force-closes connections still open this long after the
 	// drain began. Default 30s; must be >= Window.
 	Timeout Duration `yaml:"timeout" default:"30s"`
+}
+
+// Upgrade controls the hand-off to a new binary: the running process
+// starts it with the listening sockets and keeps serving until it is ready.
+type Upgrade struct {
+	// Timeout is how long the new process has to become ready (serving,
+	// /readyz true) before it is killed and the running process keeps
+	// serving. Default 60s. Read at start: the process that hands off uses
+	// the value it started with.
+	Timeout Duration `yaml:"timeout" default:"60s"`
 }
 
 // Listener is one public port.

@@ -89,6 +89,7 @@ func (c *Config) validate() (errs, warns []*Error) {
 	if c.Drain.Timeout > 0 && c.Drain.Window > c.Drain.Timeout {
 		v.errf("drain.window", "%s is longer than drain.timeout %s", c.Drain.Window, c.Drain.Timeout)
 	}
+	v.duration("upgrade.timeout", c.Upgrade.Timeout, false)
 
 	if len(c.Listeners) == 0 {
 		v.errf("listeners", "at least one listener is required")

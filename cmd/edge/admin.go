@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -36,6 +37,9 @@ type admin struct {
 	metricsAddr string       // "" = no metrics listener
 	draining    atomic.Bool  // set once drain starts; never cleared
 	metricsLn   net.Listener // nil without metricsAddr
+	// bind opens an address; nil is net.Listen. An upgraded process
+	// gets the sockets its predecessor handed over through it.
+	bind func(addr string) (net.Listener, error)
 }
 
 func healthz(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) }
@@ -92,13 +96,17 @@ func (a *admin) handler() http.Handler {
 // listen binds the admin address (and the metrics address) early so a port
 // conflict fails startup.
 func (a *admin) listen() error {
-	l, err := net.Listen("tcp", a.addr)
+	bind := a.bind
+	if bind == nil {
+		bind = func(addr string) (net.Listener, error) { return net.Listen("tcp", addr) }
+	}
+	l, err := bind(a.addr)
 	if err != nil {
 		return fmt.Errorf("admin listener %s: %w", a.addr, err)
 	}
 	a.listener = l
 	if a.metricsAddr != "" {
-		m, err := net.Listen("tcp", a.metricsAddr)
+		m, err := bind(a.metricsAddr)
 		if err != nil {
 			_ = l.Close()
 			return fmt.Errorf("metrics listener %s: %w", a.metricsAddr, err)
@@ -127,20 +135,69 @@ func (a *admin) Run(ctx context.Context) error {
 	return g.Wait()
 }
 
-// serveHTTP serves h on l until ctx ends.
+// serveHTTP serves h on l until ctx ends. Then it stops accepting and
+// answers what it accepted before it shuts down: net/http's Shutdown
+// closes a connection whose request it reads after Shutdown began without
+// an answer, and after an upgrade the new process shares this socket, so
+// a client must get its answer from one of the two.
 func serveHTTP(ctx context.Context, l net.Listener, h http.Handler) error {
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	var fresh newConns
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, ConnState: fresh.track}
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return srv.Serve(l) })
 	g.Go(func() error {
 		<-gctx.Done() // ctx ended, or Serve failed
 		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
+		srv.SetKeepAlivesEnabled(false)
+		_ = l.Close()
+		fresh.wait(sctx)
 		_ = srv.Shutdown(sctx)
 		return nil
 	})
-	if err := g.Wait(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+	if err := g.Wait(); err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, net.ErrClosed) {
 		return err
 	}
 	return nil
+}
+
+// newConns tracks the connections of a server that have not sent their
+// first request yet (http.StateNew).
+type newConns struct {
+	mu    sync.Mutex
+	conns map[net.Conn]struct{}
+}
+
+// track is the server's ConnState hook.
+func (n *newConns) track(c net.Conn, s http.ConnState) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if s == http.StateNew {
+		if n.conns == nil {
+			n.conns = map[net.Conn]struct{}{}
+		}
+		n.conns[c] = struct{}{}
+		return
+	}
+	delete(n.conns, c)
+}
+
+// wait returns once no connection waits for its first request, or when
+// ctx ends.
+func (n *newConns) wait(ctx context.Context) {
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		n.mu.Lock()
+		left := len(n.conns)
+		n.mu.Unlock()
+		if left == 0 {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
 }

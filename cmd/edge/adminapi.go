@@ -37,6 +37,9 @@ type adminAPI struct {
 	// loopback: the admin listener is bound to a loopback address, so
 	// writes without a configured token are allowed from this host only.
 	loopback bool
+	// upgrade hands the listeners to a new binary (upgrade.go); nil: the
+	// endpoint does not exist.
+	upgrade apiHandler
 }
 
 // connLister is what the API needs of the proxy.
@@ -72,6 +75,11 @@ func (a *adminAPI) register(mux *http.ServeMux) {
 	mux.HandleFunc("POST "+b+"/disable", a.write(a.setState(balance.AdminDisabled)))
 	mux.HandleFunc("POST "+b+"/enable", a.write(a.setState(balance.AdminReady)))
 	mux.HandleFunc("POST "+b+"/weight", a.write(a.weight))
+	if a.upgrade != nil {
+		mux.HandleFunc("POST /api/v1/upgrade", a.write(a.upgrade))
+		// The short name, for hands at a terminal.
+		mux.HandleFunc("POST /api/upgrade", a.write(a.upgrade))
+	}
 	mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
 		if !a.settings.Load().enabled {
 			http.NotFound(w, r)

@@ -15,6 +15,9 @@ func (e *edge) setupAdminAPI(cfg *conf.Config) error {
 	}
 	api := &adminAPI{pools: e.allPools, conns: e.proxy, loopback: isLoopbackListener(e.admin.listener)}
 	api.settings.Store(s)
+	if e.up != nil {
+		api.upgrade = e.apiUpgrade
+	}
 	e.admin.api = api
 	e.admin.page = newStatusPage(e.status)
 	if s.enabled && s.write && s.token == "" && !api.loopback {

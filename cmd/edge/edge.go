@@ -43,6 +43,8 @@ type edge struct {
 	dyn       *dynamic
 	notify    *notifier // the service manager (systemd), if any
 	gcTune    bool      // serve runs the GC tuner (gctune.go)
+	up        *upgrader // nil: no upgrades (tests building an edge in-process)
+	usr2      <-chan os.Signal
 
 	// Drain progress for /status: when it began (unix nanoseconds, 0
 	// before) and how many connections were live then.
@@ -59,9 +61,14 @@ type listener struct {
 	conns proxy.ListenerConns
 }
 
-func newEdge(cfg *conf.Config, path string, log *slog.Logger) (*edge, error) {
-	e := &edge{path: path, log: log, cfg: cfg, pools: map[string]*poolEntry{}}
+// newEdge builds every component of cfg; up, when not nil, supplies the
+// listening sockets a previous process handed over and hands them on.
+func newEdge(cfg *conf.Config, path string, log *slog.Logger, up *upgrader) (*edge, error) {
+	e := &edge{path: path, log: log, cfg: cfg, pools: map[string]*poolEntry{}, up: up}
 	e.metrics = newMetrics(e.allPools)
+	if up != nil {
+		up.metrics = newUpgradeMetrics(e.metrics.reg)
+	}
 	e.dyn = &dynamic{e: e, watchers: map[string]*discovery.Watcher{}, declared: map[string]*declaredPool{}}
 	if usesConsul(cfg) {
 		client, err := newConsulClient(cfg)
@@ -102,6 +109,9 @@ func newEdge(cfg *conf.Config, path string, log *slog.Logger) (*edge, error) {
 		return nil, fmt.Errorf("routes: %w", err)
 	}
 	e.admin = &admin{addr: cfg.Admin.Address, pprof: cfg.Admin.Pprof, metricsAddr: cfg.Metrics.Address, reg: e.metrics.reg, log: log, status: e.status}
+	e.admin.bind = func(addr string) (net.Listener, error) {
+		return up.listen(addr, func(a string) (net.Listener, error) { return net.Listen("tcp", a) })
+	}
 	if err := e.admin.listen(); err != nil {
 		return nil, err
 	}
@@ -203,7 +213,7 @@ func (e *edge) buildListener(cfg *conf.Config, lc conf.Listener) (*listener, err
 		l.term = term
 		lo.ClientCertHeader = lc.TLS.ClientCertHeader
 	}
-	ln, err := listenReusePort(lc.Address)
+	ln, err := e.up.listen(lc.Address, listenReusePort)
 	if err != nil {
 		return nil, fmt.Errorf("listener %s: %w", lc.Name, err)
 	}
@@ -249,6 +259,17 @@ func (e *edge) buildListener(cfg *conf.Config, lc conf.Listener) (*listener, err
 	return l, nil
 }
 
+// serve runs the listener's HTTP server until it is shut down.
+func (l *listener) serve() error {
+	err := l.srv.Serve(l.ln)
+	// ErrClosed: the listener closed before Shutdown, when the sockets
+	// were handed to a new process (stopAccepting).
+	if errors.Is(err, http.ErrServerClosed) || errors.Is(err, net.ErrClosed) {
+		return nil
+	}
+	return fmt.Errorf("listener %s: %w", l.cfg.Name, err)
+}
+
 func (e *edge) closeListeners() {
 	for _, l := range e.listeners {
 		_ = l.ln.Close()
@@ -260,7 +281,10 @@ func (e *edge) serve(ctx context.Context, hup <-chan os.Signal) error {
 	bg, stopBG := context.WithCancel(context.Background())
 	defer stopBG()
 	g, gctx := errgroup.WithContext(bg)
-	g.Go(func() error { return e.admin.Run(gctx) })
+	// The admin listener stops on its own when the listeners are handed
+	// over: the new process answers from then on.
+	adminCtx, stopAdmin := context.WithCancel(gctx)
+	defer stopAdmin()
 	if e.gcTune {
 		// Until the drain is over: pacing matters during a drain too.
 		g.Go(func() error { newGCTuner().run(gctx); return nil })
@@ -269,24 +293,23 @@ func (e *edge) serve(ctx context.Context, hup <-chan os.Signal) error {
 		if l.term != nil {
 			g.Go(func() error { return l.term.Run(gctx) })
 		}
-		g.Go(func() error {
-			err := l.srv.Serve(l.ln)
-			if errors.Is(err, http.ErrServerClosed) {
-				return nil
-			}
-			return fmt.Errorf("listener %s: %w", l.cfg.Name, err)
-		})
+		g.Go(l.serve)
 	}
 	e.startDynamic(gctx, g)
+	// Ready before the admin listener answers: a process an upgrade
+	// started shares that socket with its parent, and must not answer
+	// /readyz 503 to a health check while the parent serves. Until Run
+	// starts, admin connections wait in the queue (bound at start).
 	e.admin.ready.Store(true)
-	e.sdNotify(e.notify.ready("serving"))
-	e.log.Info("edge started", "version", versionString(), "listeners", len(e.listeners), "admin", e.admin.listener.Addr().String(), "metrics", e.admin.metricsAddr)
+	g.Go(func() error { return e.admin.Run(adminCtx) })
+	e.becomeReady(gctx, g)
 	if a, ok := e.admin.listener.Addr().(*net.TCPAddr); ok && !a.IP.IsLoopback() {
 		e.log.Warn("admin listener is not on loopback: /metrics, /status and the admin API are open to whoever reaches it",
 			"admin", a.String(), "pprof", e.admin.pprof)
 	}
 
 	var failed error
+	handedOff := false
 loop:
 	for {
 		select {
@@ -299,9 +322,18 @@ loop:
 			e.sdNotify(e.notify.reloading())
 			status := e.reload()
 			e.sdNotify(e.notify.ready(status))
+		case <-e.usr2:
+			g.Go(func() error { _ = e.up.upgrade("", "SIGUSR2"); return nil })
+		case <-e.up.handedOff():
+			handedOff = true
+			break loop
 		}
 	}
-	e.drain()
+	if handedOff {
+		e.handOver(stopAdmin)
+	} else {
+		e.drain()
+	}
 	stopBG()
 	if err := g.Wait(); err != nil && failed == nil && !errors.Is(err, context.Canceled) {
 		failed = err
@@ -321,6 +353,8 @@ func (e *edge) drain() {
 	d := e.cfg.Drain
 	e.mu.Unlock()
 	e.admin.ready.Store(false)
+	// No upgrade from here on; one under way is called off.
+	e.up.stop()
 	e.drainFrom.Store(int64(e.proxy.Active()))
 	e.drainStart.Store(time.Now().UnixNano())
 	e.admin.draining.Store(true)
@@ -332,13 +366,7 @@ func (e *edge) drain() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), d.Timeout.Std())
 	defer cancel()
-	var shut errgroup.Group
-	for _, l := range e.listeners {
-		shut.Go(func() error { return l.srv.Shutdown(ctx) })
-	}
-	e.proxy.Drain(ctx, d.Window.Std())
-	_ = shut.Wait()
-	_ = e.proxy.Close()
+	e.shutdownAndDrain(ctx, d.Window.Std())
 	e.log.Info("drained", "left", e.proxy.Active())
 }
 
@@ -434,6 +462,7 @@ func (e *edge) status() any {
 	}
 	out := struct {
 		Version   string         `json:"version"`
+		PID       int            `json:"pid"`
 		Revision  string         `json:"revision"`
 		GoVersion string         `json:"go_version"`
 		Active    int            `json:"active_connections"`
@@ -443,7 +472,11 @@ func (e *edge) status() any {
 		Listeners []listenerDoc  `json:"listeners"`
 		Routes    []routeDoc     `json:"routes"`
 		Drain     drainDoc       `json:"drain"`
-	}{Active: e.proxy.Active(), TLS: map[string]any{}, Listeners: e.listenerDocs(), Routes: e.routeDocs(), Drain: e.drainDoc()}
+		Upgrade   string         `json:"upgrade,omitempty"`
+	}{Active: e.proxy.Active(), TLS: map[string]any{}, Listeners: e.listenerDocs(), Routes: e.routeDocs(), Drain: e.drainDoc(), PID: os.Getpid()}
+	if e.up != nil {
+		out.Upgrade = e.up.state()
+	}
 	bi := currentBuild()
 	out.Version, out.Revision, out.GoVersion = bi.Version, bi.Revision, bi.GoVersion
 	for _, p := range e.allPools() {

@@ -25,7 +25,7 @@ func newTestEdge(t *testing.T, cfgText string) *edge {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, err := newEdge(cfg, path, slog.New(slog.DiscardHandler))
+	e, err := newEdge(cfg, path, slog.New(slog.DiscardHandler), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

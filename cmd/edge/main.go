@@ -5,12 +5,21 @@
 //	                                startup checks (certificates and keys read and
 //	                                matched, addresses resolved and compared), binding nothing
 //	edge -version                   print the version
+//	edge -upgrade -config edge.yaml ask the edge running with this file (its
+//	                                admin.address) to hand its listeners to
+//	                                the binary at its path, wait for the
+//	                                outcome, print it; exit 0 once the new
+//	                                process serves, 1 with the reason if not
 //
 // SIGTERM or SIGINT drains: /readyz turns 503, listeners stop accepting,
 // every WebSocket receives a close frame 1001 spread over drain.window, what
 // is left is closed at drain.timeout, and edge exits 0. SIGHUP reloads the
 // certificates, routes and static backends; a bad file keeps the running
-// configuration and says why.
+// configuration and says why. SIGUSR2 (or edge -upgrade, or POST
+// /api/v1/upgrade) starts the binary edge was started as, with the same
+// arguments, hands it every listening socket and, once it serves, stops
+// accepting and drains; a new process that fails to start or to become
+// ready in upgrade.timeout changes nothing.
 package main
 
 import (
@@ -42,6 +51,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	check := fs.Bool("check", false, "validate the configuration and exit")
 	showVersion := fs.Bool("version", false, "print the version and exit")
 	probeURL := fs.String("probe", "", "GET this URL (e.g. http://127.0.0.1:9901/healthz) and exit 0 on a 2xx answer; for container health checks")
+	upgrade := fs.Bool("upgrade", false, "ask the running edge (admin.address of -config) to upgrade to the binary at its path, and wait for the outcome")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -56,6 +66,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "edge: -config FILE is required")
 		return 2
 	}
+	// Before anything slow: SIGUSR2's default action would end a process
+	// that is still starting; this way it is refused.
+	usr2 := make(chan os.Signal, 1)
+	if !*check && !*upgrade {
+		notifyUpgrade(usr2)
+		defer signal.Stop(usr2)
+	}
 	cfg, err := conf.Load(*path)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
@@ -63,6 +80,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	for _, w := range cfg.Warnings() {
 		fmt.Fprintln(stderr, "warning:", w)
+	}
+	if *upgrade {
+		return upgradeClient(cfg, stdout, stderr)
 	}
 	// The same checks for -check and for startup: a file that -check
 	// passes does not fail at start for a reason found here.
@@ -78,6 +98,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "%s: configuration ok\n", *path)
 		return 0
 	}
+
 	log := newLogger(cfg.Log, stderr)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -89,13 +110,15 @@ func run(args []string, stdout, stderr io.Writer) int {
 	// waiting for the drain.
 	context.AfterFunc(ctx, stop)
 	notify := newNotifier()
-	e, err := newEdge(cfg, *path, log)
+	up := newUpgrader(cfg.Upgrade.Timeout.Std(), notify.socket(), log)
+	e, err := newEdge(cfg, *path, log, up)
 	if err != nil {
 		log.Error("startup failed", "err", err)
 		fmt.Fprintln(stderr, "edge:", err)
 		return 1
 	}
 	e.notify = notify
+	e.usr2 = usr2
 	// See gctune.go. GOGC in the environment still wins.
 	e.gcTune = os.Getenv("GOGC") == ""
 	if err := e.serve(ctx, hup); err != nil && !errors.Is(err, context.Canceled) {

@@ -16,13 +16,15 @@ import (
 // by systemd) it does nothing.
 type notifier struct {
 	addr *net.UnixAddr // nil: not under a service manager
+	path string        // NOTIFY_SOCKET as given, for a process an upgrade starts
 }
 
 // newNotifier reads the socket from the environment and unsets it, so
 // nothing edge starts talks to the manager in edge's name.
 func newNotifier() *notifier {
-	path := os.Getenv("NOTIFY_SOCKET")
+	given := os.Getenv("NOTIFY_SOCKET")
 	os.Unsetenv("NOTIFY_SOCKET")
+	path := given
 	if path == "" || (path[0] != '/' && path[0] != '@') {
 		return &notifier{}
 	}
@@ -30,7 +32,7 @@ func newNotifier() *notifier {
 		// An abstract socket: the leading @ stands for a NUL byte.
 		path = "\x00" + path[1:]
 	}
-	return &notifier{addr: &net.UnixAddr{Name: path, Net: "unixgram"}}
+	return &notifier{addr: &net.UnixAddr{Name: path, Net: "unixgram"}, path: given}
 }
 
 // send writes one state message, its lines joined by newlines. Errors are
@@ -54,6 +56,22 @@ func (n *notifier) send(lines ...string) error {
 func (n *notifier) ready(status string) error {
 	// One line: a refused reload's error lists every problem.
 	return n.send("READY=1", "STATUS="+strings.ReplaceAll(status, "\n", "; "))
+}
+
+// readyAsMain is ready from a process an upgrade started: MAINPID= makes
+// it the unit's main process (sd_notify(3)), in the same message as
+// READY=1 so that the manager never sees one without the other. The unit
+// needs NotifyAccess=all, since the sender is not yet the main process.
+func (n *notifier) readyAsMain(pid int, status string) error {
+	return n.send(fmt.Sprintf("MAINPID=%d", pid), "READY=1", "STATUS="+strings.ReplaceAll(status, "\n", "; "))
+}
+
+// socket is NOTIFY_SOCKET as edge found it; "" without a manager.
+func (n *notifier) socket() string {
+	if n == nil {
+		return ""
+	}
+	return n.path
 }
 
 // reloading says a reload has started. systemd wants the monotonic clock
