@@ -105,7 +105,7 @@ func TestSelectProxies(t *testing.T) {
 }
 
 func TestPlan(t *testing.T) {
-	got := plan(allProxies, []string{"idle", "echo", "connect-full"})
+	got := plan(allProxies, []string{"idle", "echo", "connect-full"}, 1)
 	want := []step{
 		{"idle", "edge"}, {"idle", "haproxy"}, {"idle", "nginx"},
 		{"echo", "edge"}, {"echo", "edge-frames"}, {"echo", "haproxy"}, {"echo", "nginx"},
@@ -114,7 +114,18 @@ func TestPlan(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Errorf("plan = %v, want %v", got, want)
 	}
-	if got := plan([]string{"edge-frames"}, []string{"idle", "rate"}); len(got) != 0 {
+	// Every repeat rotates the order by one; the edge modes stay together.
+	rotated := map[int][]step{
+		2: {{"echo", "haproxy"}, {"echo", "nginx"}, {"echo", "edge"}, {"echo", "edge-frames"}},
+		3: {{"echo", "nginx"}, {"echo", "edge"}, {"echo", "edge-frames"}, {"echo", "haproxy"}},
+		4: {{"echo", "edge"}, {"echo", "edge-frames"}, {"echo", "haproxy"}, {"echo", "nginx"}},
+	}
+	for rep, want := range rotated {
+		if got := plan(allProxies, []string{"echo"}, rep); !slices.Equal(got, want) {
+			t.Errorf("plan of repeat %d = %v, want %v", rep, got, want)
+		}
+	}
+	if got := plan([]string{"edge-frames"}, []string{"idle", "rate"}, 1); len(got) != 0 {
 		t.Errorf("edge-frames runs %v, want only the echo phase", got)
 	}
 }

@@ -41,6 +41,7 @@ type options struct {
 	command  string
 	proxyCPU int
 	loadCPU  int
+	client   string
 
 	edgeBin    string
 	backendBin string
@@ -72,7 +73,30 @@ const (
 	adminAddr  = "127.0.0.1:19901"
 )
 
-var allPhases = []string{"idle", "echo", "rate", "connect-full", "connect-resume"}
+var allPhases = []string{"idle", "idle-16k", "idle-1m", "echo", "rate", "connect-full", "connect-resume"}
+
+// bigEcho is, for the idle phases that have one, the size of the message
+// every connection echoes once after its small echo, before it is held:
+// after it, a proxy that keeps buffers at their largest size holds them.
+var bigEcho = map[string]int{"idle-16k": 16 << 10, "idle-1m": 1 << 20}
+
+// bigInFlight bounds the 1 MiB echoes in flight over all generators, so
+// that the load core (generators and backends) is not swamped and no
+// process holds more than a few of them at once.
+const bigInFlight = 64
+
+// isIdle reports whether phase is one of the idle (memory) phases.
+func isIdle(phase string) bool { return phase == "idle" || bigEcho[phase] > 0 }
+
+// clients are the generator's WebSocket client implementations (-client).
+var clients = []string{"gorilla", "gobwas"}
+
+// clientWrites says, for the report, how each client writes a message and
+// so which TLS records the proxy reads (bench/loadgen/client.go).
+var clientWrites = map[string]string{
+	"gorilla": "gorilla/websocket, 1 KiB buffers: frames of at most 1 KiB, header and payload in one write, one TLS record per frame; a 100-byte message is one 106-byte record",
+	"gobwas":  "gobwas/ws, ws.WriteHeaderBuffer and the masked payload into a 4 KiB bufio.Writer flushed per message: one frame per message, one TLS record per 4 KiB of it; a 100-byte message is one 106-byte record",
+}
 
 // edgeFrames is edge with frame-aware splicing turned on in its pool (see
 // frameAware), measured beside edge in its default opaque mode for the
@@ -104,7 +128,8 @@ func main() {
 	var proxies, phases, report string
 	flag.StringVar(&proxies, "proxies", strings.Join(allProxies, ","), "proxies to measure, comma-separated ("+edgeFrames+": edge in frame-aware mode, echo phase only)")
 	flag.StringVar(&phases, "phases", strings.Join(allPhases, ","), "phases to run, comma-separated")
-	flag.IntVar(&o.repeats, "repeats", 3, "repeats of every phase (interleaved across proxies)")
+	flag.IntVar(&o.repeats, "repeats", 3, "repeats of every phase (interleaved across proxies, their order rotated every repeat)")
+	flag.StringVar(&o.client, "client", "gorilla", "the generators' WebSocket client: "+strings.Join(clients, " or "))
 	flag.BoolVar(&o.quick, "quick", false, "small counts and short windows, to check the setup")
 	flag.StringVar(&o.outDir, "out", "bench/out", "directory for JSON results, configs and logs")
 	flag.StringVar(&o.mdPath, "md", "", "also write the markdown report here (e.g. docs/BENCHMARKS.md)")
@@ -220,8 +245,11 @@ type Run struct {
 	Saturated string `json:"saturated"`
 	Cipher    string `json:"cipher,omitempty"`
 	Curve     string `json:"curve,omitempty"`
-	Errors    uint64 `json:"errors"`
-	Error     string `json:"error,omitempty"`
+	// Client is the generators' WebSocket client (-client); empty in
+	// results from before there was a choice, which all used gorilla.
+	Client string `json:"client,omitempty"`
+	Errors uint64 `json:"errors"`
+	Error  string `json:"error,omitempty"`
 }
 
 func run(ctx context.Context, o options, log *slog.Logger) error {
@@ -249,6 +277,9 @@ func run(ctx context.Context, o options, log *slog.Logger) error {
 	}
 	if slices.Contains(proxies, edgeFrames) != slices.Contains(proxies, "edge") {
 		log.Warn("the frame-aware overhead figure needs both edge and " + edgeFrames + " in -proxies")
+	}
+	if !slices.Contains(clients, o.client) {
+		return fmt.Errorf("unknown client %q (want %s)", o.client, strings.Join(clients, " or "))
 	}
 	for _, ph := range o.phases {
 		if !slices.Contains(allPhases, ph) {
@@ -279,18 +310,17 @@ func run(ctx context.Context, o options, log *slog.Logger) error {
 		}
 		return os.WriteFile(filepath.Join(o.outDir, "latest.json"), b, 0o644)
 	}
-	steps := plan(proxies, o.phases)
 	for rep := 1; rep <= o.repeats; rep++ {
-		for _, st := range steps {
+		for _, st := range plan(proxies, o.phases, rep) {
 			p, ph := st.proxy, st.phase
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
 			log.Info("phase", "repeat", rep, "proxy", p, "phase", ph)
 			run := r.phase(ctx, p, ph)
-			// Memory (the idle phase) does not depend on the host's load,
-			// and that phase is the longest: it is never retried.
-			for try := 1; ph != "idle" && try <= o.retries && ctx.Err() == nil && run.Metrics["foreign_cpu_pct"] > o.quietMax; try++ {
+			// Memory (the idle phases) does not depend on the host's load,
+			// and those phases are the longest: they are never retried.
+			for try := 1; !isIdle(ph) && try <= o.retries && ctx.Err() == nil && run.Metrics["foreign_cpu_pct"] > o.quietMax; try++ {
 				log.Info("foreign load during the window; retrying", "proxy", p, "phase", ph,
 					"foreign_cpu_pct", run.Metrics["foreign_cpu_pct"])
 				again := r.phase(ctx, p, ph)
@@ -299,6 +329,7 @@ func run(ctx context.Context, o options, log *slog.Logger) error {
 				}
 			}
 			run.Repeat = rep
+			run.Client = o.client
 			if run.Error != "" {
 				log.Error("phase failed", "proxy", p, "phase", ph, "err", run.Error)
 			} else {
@@ -345,15 +376,33 @@ func selectProxies(names []string, haveEdge bool) (keep, skipped []string, err e
 // step is one phase of one proxy within a repeat.
 type step struct{ phase, proxy string }
 
-// plan orders the steps of one repeat: phase after phase, each run by every
-// proxy in turn (those onlyPhases allows), so that drift of the shared host
-// spreads over all of them alike.
-func plan(proxies, phases []string) []step {
+// plan orders the steps of repeat rep (from 1): phase after phase, each run
+// by every proxy in turn (those onlyPhases allows), so that drift of the
+// shared host spreads over all of them alike. The order of the proxies
+// rotates by one every repeat, so that none is always first after a phase
+// change or always last: the per-repeat CPU ratios then do not carry the
+// same position bias every time. The two edge modes rotate as one, back to
+// back.
+func plan(proxies, phases []string, rep int) []step {
+	var units [][]string
+	for _, p := range proxies {
+		if p == edgeFrames && len(units) > 0 && slices.Contains(units[len(units)-1], "edge") {
+			units[len(units)-1] = append(units[len(units)-1], p)
+			continue
+		}
+		units = append(units, []string{p})
+	}
+	if len(units) > 0 {
+		k := (rep - 1) % len(units)
+		units = append(units[k:], units[:k]...)
+	}
 	var out []step
 	for _, ph := range phases {
-		for _, p := range proxies {
-			if runsPhase(p, ph) {
-				out = append(out, step{phase: ph, proxy: p})
+		for _, u := range units {
+			for _, p := range u {
+				if runsPhase(p, ph) {
+					out = append(out, step{phase: ph, proxy: p})
+				}
 			}
 		}
 	}
@@ -373,6 +422,8 @@ func (o options) settings() map[string]string {
 	s := map[string]string{
 		"placement":       fmt.Sprintf("proxy taskset -c %d (one worker: nbthread 1, worker_processes 1, GOMAXPROCS=1); generators and 3 backends taskset -c %d", o.proxyCPU, o.loadCPU),
 		"idle":            fmt.Sprintf("%d connections over %d generator processes, one 16-byte echo each, settle %v", o.idleConns, o.idleProcs, o.settle),
+		"idle_big":        fmt.Sprintf("idle-16k, idle-1m: the idle phase, each connection then echoing one 16 KiB (resp. 1 MiB) message before it is held; 1 MiB echoes at most %d in flight over all generators, streamed through a 32 KiB buffer", bigInFlight),
+		"client":          o.client + " (" + clientWrites[o.client] + ")",
 		"echo":            fmt.Sprintf("closed loop, %d connections, %d-byte messages, window %v", o.echoConns, o.msgSize, o.echoWindow),
 		"rate":            fmt.Sprintf("%d connections x %g msg/s, %d-byte messages, window %v, latency from scheduled send", o.rateConns, o.rate, o.msgSize, o.rateWindow),
 		"connect":         fmt.Sprintf("%d processes x %d loops of dial+TLS 1.3 handshake+upgrade+16-byte echo+close, window %v", o.connProcs, o.connWork, o.connWindow),
@@ -381,7 +432,7 @@ func (o options) settings() map[string]string {
 		"forwarded":       "X-Forwarded-For added by every proxy",
 		"balance":         "least connections over 3 backends",
 		"tunnel_timeouts": "1h",
-		"shared_host":     fmt.Sprintf("a phase starts once other processes take at most %g%% of a core (waiting at most %v); a window with more is retried %d time(s) (not the idle phase), keeping the quietest", o.quietMax, o.quietWait, o.retries),
+		"shared_host":     fmt.Sprintf("a phase starts once other processes take at most %g%% of a core (waiting at most %v); a window with more is retried %d time(s) (not the idle phases), keeping the quietest", o.quietMax, o.quietWait, o.retries),
 	}
 	if slices.Contains(o.proxies, edgeFrames) {
 		s["frame_aware"] = fmt.Sprintf("%s: edge's configuration plus websocket: {max_frame_bytes: %d, ping_interval: %s, ping_timeout: %s} on the pool; echo phase only",

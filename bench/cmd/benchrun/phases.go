@@ -213,8 +213,8 @@ func (r *runner) phase(ctx context.Context, proxy, phase string) Run {
 	run.Metrics["foreign_before_pct"] = f
 	run.Metrics["quiet_wait_s"] = waited.Seconds()
 	switch phase {
-	case "idle":
-		err = r.idle(ctx, px, &run)
+	case "idle", "idle-16k", "idle-1m":
+		err = r.idle(ctx, px, &run, bigEcho[phase])
 	case "echo":
 		err = r.loop(ctx, px, &run, false)
 	case "rate":
@@ -299,7 +299,7 @@ func foreignPct(c0, c1 coreSample, ours, elapsed time.Duration) float64 {
 const srcPerProc = 200
 
 func (r *runner) genArgs(i int, mode string, extra ...string) []string {
-	return append([]string{"-mode", mode, "-target", listenAddr, "-host", "localhost", "-path", "/echo",
+	return append([]string{"-mode", mode, "-client", r.opt.client, "-target", listenAddr, "-host", "localhost", "-path", "/echo",
 		"-src-base", "127.0.0.2", "-src-offset", strconv.Itoa(i * srcPerProc), "-src-count", strconv.Itoa(srcPerProc),
 		"-max-life", "15m"}, extra...)
 }
@@ -397,13 +397,21 @@ func saturated(proxyCore, loadCore float64) string {
 
 const readyTimeout = 5 * time.Minute
 
-// idle measures resident memory per held connection.
-func (r *runner) idle(ctx context.Context, px *proc.Proc, run *Run) error {
+// idle measures resident memory per held connection. With big > 0 every
+// connection echoes one message of big bytes after its small echo, before
+// it is held; the 1 MiB ones at most bigInFlight at a time over all
+// generators.
+func (r *runner) idle(ctx context.Context, px *proc.Proc, run *Run, big int) error {
 	before := measure(px.PID())
 	var w window
 	w.begin(px.PID())
+	bigConc := 32
+	if big > 64<<10 {
+		bigConc = max(1, bigInFlight/r.opt.idleProcs)
+	}
 	gs, err := r.startGens(stats.Split(r.opt.idleConns, r.opt.idleProcs), "idle", func(n int) []string {
-		return []string{"-conns", strconv.Itoa(n), "-dial-concurrency", "32"}
+		return []string{"-conns", strconv.Itoa(n), "-dial-concurrency", "32",
+			"-big", strconv.Itoa(big), "-big-concurrency", strconv.Itoa(bigConc)}
 	})
 	if err != nil {
 		return err
