@@ -217,7 +217,7 @@ func TestEdgeConfigs(t *testing.T) {
 	if err := writeCert(dir); err != nil {
 		t.Fatal(err)
 	}
-	r := &runner{dir: dir}
+	r := &runner{dir: dir, addrs: addrsOn("127.0.0.1")}
 	load := func(proxy string) (*conf.Config, string) {
 		t.Helper()
 		path, err := r.renderConfig("edge.yaml.tmpl", proxy+".yaml", r.configFor(proxy))

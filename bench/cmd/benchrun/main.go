@@ -16,6 +16,8 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -42,6 +44,7 @@ type options struct {
 	proxyCPU int
 	loadCPU  int
 	client   string
+	ip       string
 
 	edgeBin    string
 	backendBin string
@@ -67,11 +70,6 @@ type options struct {
 	quietWait time.Duration
 	retries   int
 }
-
-const (
-	listenAddr = "127.0.0.1:18443"
-	adminAddr  = "127.0.0.1:19901"
-)
 
 var allPhases = []string{"idle", "idle-16k", "idle-1m", "echo", "rate", "connect-full", "connect-resume"}
 
@@ -129,6 +127,7 @@ func main() {
 	flag.StringVar(&proxies, "proxies", strings.Join(allProxies, ","), "proxies to measure, comma-separated ("+edgeFrames+": edge in frame-aware mode, echo phase only)")
 	flag.StringVar(&phases, "phases", strings.Join(allPhases, ","), "phases to run, comma-separated")
 	flag.IntVar(&o.repeats, "repeats", 3, "repeats of every phase (interleaved across proxies, their order rotated every repeat)")
+	flag.StringVar(&o.ip, "ip", "127.0.0.1", "loopback address the proxy, its admin listener and the backends listen on (ports 18443, 19901, 19001-19003)")
 	flag.StringVar(&o.client, "client", "gorilla", "the generators' WebSocket client: "+strings.Join(clients, " or "))
 	flag.BoolVar(&o.quick, "quick", false, "small counts and short windows, to check the setup")
 	flag.StringVar(&o.outDir, "out", "bench/out", "directory for JSON results, configs and logs")
@@ -278,6 +277,9 @@ func run(ctx context.Context, o options, log *slog.Logger) error {
 	if slices.Contains(proxies, edgeFrames) != slices.Contains(proxies, "edge") {
 		log.Warn("the frame-aware overhead figure needs both edge and " + edgeFrames + " in -proxies")
 	}
+	if ip, err := netip.ParseAddr(o.ip); err != nil || !ip.Is4() || !ip.IsLoopback() {
+		return fmt.Errorf("parse -ip %q: want an IPv4 loopback address", o.ip)
+	}
 	if !slices.Contains(clients, o.client) {
 		return fmt.Errorf("unknown client %q (want %s)", o.client, strings.Join(clients, " or "))
 	}
@@ -286,7 +288,7 @@ func run(ctx context.Context, o options, log *slog.Logger) error {
 			return fmt.Errorf("unknown phase %q (want %s)", ph, strings.Join(allPhases, ", "))
 		}
 	}
-	r := &runner{opt: o, dir: dir, procs: proc.NewGroup(), log: log}
+	r := &runner{opt: o, addrs: addrsOn(o.ip), dir: dir, procs: proc.NewGroup(), log: log}
 	defer r.procs.StopAll(3 * time.Second)
 
 	res := Result{
@@ -429,6 +431,7 @@ func (o options) settings() map[string]string {
 		"connect":         fmt.Sprintf("%d processes x %d loops of dial+TLS 1.3 handshake+upgrade+16-byte echo+close, window %v", o.connProcs, o.connWork, o.connWindow),
 		"tls":             "TLS 1.3, TLS_AES_128_GCM_SHA256, X25519, ECDSA P-256 self-signed certificate, session tickets on",
 		"backends":        o.backendBin,
+		"addresses":       fmt.Sprintf("proxy %s, admin %s, backends %s:19001-19003; clients from 127.0.0.2 and up", net.JoinHostPort(o.ip, "18443"), net.JoinHostPort(o.ip, "19901"), o.ip),
 		"forwarded":       "X-Forwarded-For added by every proxy",
 		"balance":         "least connections over 3 backends",
 		"tunnel_timeouts": "1h",

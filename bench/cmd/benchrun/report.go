@@ -270,7 +270,7 @@ func render(results []Result) string {
 
 	w("\n## Which core saturated\n\n")
 	w("Busy share of the proxy's core and of the load core (generators and backends) over each measured window, median over repeats. ")
-	w("\"Other\" is CPU that processes outside the benchmark took on the two cores (percent of one core): the host is shared, so it is measured and shown rather than assumed zero. A core at 95%% or more is saturated; when only the load core is, the proxy's throughput figure is a floor and its CPU per operation is the figure to compare.\n\n")
+	w("\"Not the proxy's\" is the proxy core's busy time beyond the proxy's own CPU (other processes on its core, softirq time not charged to it). \"Other\" is CPU that processes outside the benchmark took on the two cores (percent of one core): the host is shared, so it is measured and shown rather than assumed zero. A core at 95%% or more is saturated; when only the load core is, the proxy's throughput figure is a floor and its CPU per operation is the figure to compare.\n\n")
 	w("| phase |")
 	for _, p := range present {
 		w(" %s |", proxyTitle[p])
@@ -299,7 +299,11 @@ func render(results []Result) string {
 				continue
 			}
 			fc := stats.Summarize(sum[p][ph]["foreign_cpu_pct"])
-			w(" proxy %.0f%%, load %.0f%%, other %.0f%%: %s |", pc.Median, lc.Median, fc.Median, saturatedLabels(results, p, ph))
+			others := ""
+			if oc := stats.Summarize(sum[p][ph]["proxy_core_others_pct"]); oc.N > 0 {
+				others = fmt.Sprintf(" (not the proxy's: %.0f%%)", oc.Median)
+			}
+			w(" proxy %.0f%%%s, load %.0f%%, other %.0f%%: %s |", pc.Median, others, lc.Median, fc.Median, saturatedLabels(results, p, ph))
 		}
 		w("\n")
 	}
