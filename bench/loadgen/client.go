@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/url"
+	"sync"
 	"time"
 
 	"github.com/gobwas/ws"
@@ -29,10 +30,15 @@ import (
 //	         Reads go through its 1 KiB bufio.Reader.
 //	gobwas   gobwas/ws: the upgrade with ws.Dialer.Upgrade, then frames
 //	         written with ws.WriteHeaderBuffer and the masked payload into a
-//	         4 KiB bufio.Writer flushed once per message: a message is one
-//	         frame; up to 4 KiB of frame is one TLS record (100 bytes: one
-//	         106-byte record), larger ones leave in 4 KiB records (16 KiB:
-//	         5, 1 MiB: 257). Reads use wsutil.Reader straight on the TLS
+//	         bufio.Writer of 16 KiB + 14 bytes, taken from a pool for the
+//	         write and flushed once per message: a message of up to 16 KiB
+//	         is one frame in one Write (100 bytes: one 106-byte record, as
+//	         gorilla); a larger one leaves in Writes of 16 KiB + 14. crypto/tls
+//	         cuts a Write into records: on a fresh connection its dynamic
+//	         record sizing starts at about 1.2 KiB per record and grows by
+//	         as much per record until 128 KiB were sent, then 16 KiB (a
+//	         16 KiB message right after connecting: 5 records of 1.2 to
+//	         5.9 KiB). Reads use wsutil.Reader straight on the TLS
 //	         connection (crypto/tls already buffers one record), answering
 //	         control frames with wsutil.ControlFrameHandler.
 const (
@@ -40,8 +46,16 @@ const (
 	clientGobwas  = "gobwas"
 
 	gorillaBufSize = 1024
-	gobwasBufSize  = 4096
+	// gobwasBufSize holds a 16 KiB message with the largest frame header.
+	gobwasBufSize = 16<<10 + ws.MaxHeaderSize
 )
+
+// newWriterPool returns the pool gobwas connections borrow their write
+// buffer from for the time of one write, so that an idle connection holds
+// none (the way gobwas/pool is used with ws).
+func newWriterPool() *sync.Pool {
+	return &sync.Pool{New: func() any { return bufio.NewWriterSize(nil, gobwasBufSize) }}
+}
 
 // wsConn is one upgraded connection, as seen by the workloads.
 type wsConn interface {
@@ -54,13 +68,14 @@ type wsConn interface {
 	close() error
 }
 
-// upgrade performs the WebSocket upgrade of path on tc with the named client.
-func upgrade(ctx context.Context, client string, tc *tls.Conn, host, path string) (wsConn, error) {
+// upgrade performs the WebSocket upgrade of path on tc with the named
+// client; gobwas connections borrow write buffers from writers.
+func upgrade(ctx context.Context, client string, tc *tls.Conn, host, path string, writers *sync.Pool) (wsConn, error) {
 	switch client {
 	case clientGorilla:
 		return upgradeGorilla(ctx, tc, host, path)
 	case clientGobwas:
-		return upgradeGobwas(ctx, tc, host, path)
+		return upgradeGobwas(ctx, tc, host, path, writers)
 	default:
 		return nil, fmt.Errorf("unknown -client %q (want %s or %s)", client, clientGorilla, clientGobwas)
 	}
@@ -102,16 +117,16 @@ func (c gorillaConn) readMessage(buf []byte, dl time.Time) (int, error) {
 
 func (c gorillaConn) close() error { return c.ws.Close() }
 
-// gobwasConn is a gobwas/ws connection: the TLS connection itself, a fixed
-// write buffer and a frame reader.
+// gobwasConn is a gobwas/ws connection: the TLS connection itself and a
+// frame reader; the write buffer is borrowed per message.
 type gobwasConn struct {
-	tc  *tls.Conn
-	bw  *bufio.Writer
-	rd  *wsutil.Reader
-	hdr [ws.MaxHeaderSize]byte
+	tc      *tls.Conn
+	rd      *wsutil.Reader
+	writers *sync.Pool
+	hdr     [ws.MaxHeaderSize]byte
 }
 
-func upgradeGobwas(ctx context.Context, tc *tls.Conn, host, path string) (wsConn, error) {
+func upgradeGobwas(ctx context.Context, tc *tls.Conn, host, path string, writers *sync.Pool) (wsConn, error) {
 	if dl, ok := ctx.Deadline(); ok {
 		_ = tc.SetDeadline(dl)
 		defer func() { _ = tc.SetDeadline(time.Time{}) }()
@@ -126,7 +141,7 @@ func upgradeGobwas(ctx context.Context, tc *tls.Conn, host, path string) (wsConn
 	if br != nil {
 		src = io.MultiReader(br, tc)
 	}
-	c := &gobwasConn{tc: tc, bw: bufio.NewWriterSize(tc, gobwasBufSize)}
+	c := &gobwasConn{tc: tc, writers: writers}
 	c.rd = &wsutil.Reader{
 		Source: src,
 		State:  ws.StateClientSide,
@@ -138,30 +153,36 @@ func upgradeGobwas(ctx context.Context, tc *tls.Conn, host, path string) (wsConn
 
 func (c *gobwasConn) writeMessage(msg []byte, dl time.Time) error {
 	_ = c.tc.SetWriteDeadline(dl)
+	bw := c.writers.Get().(*bufio.Writer)
+	bw.Reset(c.tc)
+	defer func() {
+		bw.Reset(nil)
+		c.writers.Put(bw)
+	}()
 	mask := ws.NewMask()
 	h := ws.Header{Fin: true, OpCode: ws.OpBinary, Masked: true, Mask: mask, Length: int64(len(msg))}
-	if err := ws.WriteHeaderBuffer(c.bw, h, c.hdr[:]); err != nil {
+	if err := ws.WriteHeaderBuffer(bw, h, c.hdr[:]); err != nil {
 		return err
 	}
 	// Mask the payload in the write buffer itself (RFC 6455 section 5.3),
 	// one buffer's worth at a time: msg stays untouched and no copy of a
 	// large message is ever held.
 	for pos := 0; pos < len(msg); {
-		if c.bw.Available() == 0 {
-			if err := c.bw.Flush(); err != nil {
+		if bw.Available() == 0 {
+			if err := bw.Flush(); err != nil {
 				return err
 			}
 		}
-		b := c.bw.AvailableBuffer()
+		b := bw.AvailableBuffer()
 		n := min(cap(b), len(msg)-pos)
 		b = append(b, msg[pos:pos+n]...)
 		ws.Cipher(b, mask, pos)
-		if _, err := c.bw.Write(b); err != nil {
+		if _, err := bw.Write(b); err != nil {
 			return err
 		}
 		pos += n
 	}
-	return c.bw.Flush()
+	return bw.Flush()
 }
 
 func (c *gobwasConn) readMessage(buf []byte, dl time.Time) (int, error) {

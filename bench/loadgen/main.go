@@ -168,6 +168,8 @@ type gen struct {
 	payload []byte
 	// big is the -big message, shared read-only by every connection.
 	big []byte
+	// writers lends gobwas connections their write buffers.
+	writers *sync.Pool
 }
 
 func newGen(c config) *gen {
@@ -178,7 +180,7 @@ func newGen(c config) *gen {
 		}
 		return p
 	}
-	return &gen{c: c, out: json.NewEncoder(os.Stdout), payload: fill(c.size), big: fill(c.big)}
+	return &gen{c: c, out: json.NewEncoder(os.Stdout), payload: fill(c.size), big: fill(c.big), writers: newWriterPool()}
 }
 
 func (g *gen) emit(e wire.Event) {
@@ -249,7 +251,7 @@ func (g *gen) dial(ctx context.Context, src netip.Addr, cfg *tls.Config) (*conn,
 		_ = raw.Close()
 		return nil, fmt.Errorf("tls handshake with %s: %w", g.c.target, err)
 	}
-	ws, err := upgrade(ctx, g.c.client, tc, g.c.host, g.c.path)
+	ws, err := upgrade(ctx, g.c.client, tc, g.c.host, g.c.path, g.writers)
 	if err != nil {
 		_ = tc.Close()
 		return nil, fmt.Errorf("upgrade via %s (%s): %w", g.c.target, g.c.client, err)

@@ -92,8 +92,8 @@ var clients = []string{"gorilla", "gobwas"}
 // clientWrites says, for the report, how each client writes a message and
 // so which TLS records the proxy reads (bench/loadgen/client.go).
 var clientWrites = map[string]string{
-	"gorilla": "gorilla/websocket, 1 KiB buffers: frames of at most 1 KiB, header and payload in one write, one TLS record per frame; a 100-byte message is one 106-byte record",
-	"gobwas":  "gobwas/ws, ws.WriteHeaderBuffer and the masked payload into a 4 KiB bufio.Writer flushed per message: one frame per message, one TLS record per 4 KiB of it; a 100-byte message is one 106-byte record",
+	"gorilla": "gorilla/websocket, 1 KiB buffers: frames of at most 1 KiB, header and payload in one write, one TLS record per frame (16 KiB: 16 records); a 100-byte message is one 106-byte record",
+	"gobwas":  "gobwas/ws, ws.WriteHeaderBuffer and the masked payload into a pooled 16 KiB bufio.Writer flushed per message: one frame and one write per message up to 16 KiB, cut into records by crypto/tls; a 100-byte message is one 106-byte record",
 }
 
 // edgeFrames is edge with frame-aware splicing turned on in its pool (see
