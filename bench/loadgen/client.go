@@ -37,8 +37,8 @@ import (
 //	         cuts a Write into records: on a fresh connection its dynamic
 //	         record sizing starts at about 1.2 KiB per record and grows by
 //	         as much per record until 128 KiB were sent, then 16 KiB (a
-//	         16 KiB message right after connecting: 5 records of 1.2 to
-//	         5.9 KiB). Reads use wsutil.Reader straight on the TLS
+//	         16 KiB message right after the upgrade and a small echo: 4
+//	         records of 2.1 to 5.9 KiB). Reads use wsutil.Reader straight on the TLS
 //	         connection (crypto/tls already buffers one record), answering
 //	         control frames with wsutil.ControlFrameHandler.
 const (
