@@ -295,7 +295,7 @@ func TestRenderTargets(t *testing.T) {
 
 // TestRenderCPURatios: every CPU ratio is the median of the per-repeat
 // ratios to the better anchor of that repeat, with their range, and the
-// issue's targets are judged on that median.
+// CPU targets are judged on that median.
 func TestRenderCPURatios(t *testing.T) {
 	run := func(proxy, phase string, rep int, v float64) Run {
 		key := "cpu_us_per_msg"
