@@ -5,14 +5,19 @@
 // the kernel picks the port per 4-tuple and ephemeral ports never run out),
 // and runs one of four workloads:
 //
-//	idle     hold -conns connections after one small echo each; on the
-//	         command "echo" send one more on every held connection
+//	idle     hold -conns connections after one small echo each (and, with
+//	         -big N, one N-byte echo each, -big-concurrency at a time); on
+//	         the command "echo" send one more on every held connection
 //	echo     closed loop: every connection sends -size bytes and awaits the echo
 //	rate     open loop: every connection sends -rate messages per second;
 //	         latency is measured from the scheduled send time, so a stalled
 //	         proxy cannot hide its queueing (no coordinated omission)
 //	connect  -workers loops of dial, TLS 1.3 handshake (full, or resumed with
 //	         -resume), WebSocket upgrade, one echo, close
+//
+// -client picks the WebSocket implementation, gorilla/websocket or
+// gobwas/ws (client.go says how each writes a message, and so which TLS
+// records the proxy reads).
 //
 // It is driven by bench/cmd/benchrun over standard input and output (package
 // bench/internal/wire) and stops by itself after -max-life.

@@ -5,6 +5,9 @@
 // JSON file in -out. With -md it also renders docs/BENCHMARKS.md; with
 // -report it only renders the markdown from earlier JSON files.
 //
+// Repeats are interleaved across proxies, whose order rotates every repeat;
+// -client picks the generators' WebSocket implementation.
+//
 // Placement: the proxy runs pinned to -proxy-cpu with one worker; generators
 // and backends share -load-cpu. The primary figure is the proxy's own CPU
 // time (utime+stime of its process tree) per operation over the window.
