@@ -5,14 +5,19 @@
 // the kernel picks the port per 4-tuple and ephemeral ports never run out),
 // and runs one of four workloads:
 //
-//	idle     hold -conns connections after one small echo each; on the
-//	         command "echo" send one more on every held connection
+//	idle     hold -conns connections after one small echo each (and, with
+//	         -big N, one N-byte echo each, -big-concurrency at a time); on
+//	         the command "echo" send one more on every held connection
 //	echo     closed loop: every connection sends -size bytes and awaits the echo
 //	rate     open loop: every connection sends -rate messages per second;
 //	         latency is measured from the scheduled send time, so a stalled
 //	         proxy cannot hide its queueing (no coordinated omission)
 //	connect  -workers loops of dial, TLS 1.3 handshake (full, or resumed with
 //	         -resume), WebSocket upgrade, one echo, close
+//
+// -client picks the WebSocket implementation, gorilla/websocket or
+// gobwas/ws (client.go says how each writes a message, and so which TLS
+// records the proxy reads).
 //
 // It is driven by bench/cmd/benchrun over standard input and output (package
 // bench/internal/wire) and stops by itself after -max-life.
@@ -38,8 +43,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/gorilla/websocket"
-
 	"github.com/edgelb/edge/bench/internal/stats"
 	"github.com/edgelb/edge/bench/internal/wire"
 )
@@ -52,11 +55,14 @@ const ipBindAddressNoPort = 24
 
 type config struct {
 	mode      string
+	client    string
 	target    string
 	host      string
 	path      string
 	conns     int
 	size      int
+	big       int
+	bigConc   int
 	rate      float64
 	workers   int
 	resume    bool
@@ -72,11 +78,14 @@ func main() {
 	var c config
 	var src string
 	flag.StringVar(&c.mode, "mode", "echo", "workload: idle, echo, rate or connect")
+	flag.StringVar(&c.client, "client", clientGorilla, "WebSocket client: "+clientGorilla+" or "+clientGobwas+" (see client.go for how each writes messages)")
 	flag.StringVar(&c.target, "target", "127.0.0.1:18443", "address of the proxy under test")
 	flag.StringVar(&c.host, "host", "localhost", "TLS server name and Host header")
 	flag.StringVar(&c.path, "path", "/echo", "request path of the upgrade")
 	flag.IntVar(&c.conns, "conns", 100, "connections (idle, echo, rate)")
 	flag.IntVar(&c.size, "size", 100, "message size in bytes (echo, rate)")
+	flag.IntVar(&c.big, "big", 0, "idle: after the small echo, echo one message of this many bytes on every connection before holding it (0: none)")
+	flag.IntVar(&c.bigConc, "big-concurrency", 16, "idle: connections echoing the -big message at once")
 	flag.Float64Var(&c.rate, "rate", 2, "messages per second per connection (rate)")
 	flag.IntVar(&c.workers, "workers", 32, "concurrent connect loops (connect)")
 	flag.BoolVar(&c.resume, "resume", false, "resume TLS sessions with tickets (connect)")
@@ -96,8 +105,11 @@ func main() {
 	if last := wire.SourceAddr(c.srcBase, c.srcOffset+c.srcCount-1); !last.IsLoopback() {
 		fatal(log, fmt.Errorf("source range -src-base %s -src-offset %d -src-count %d leaves 127.0.0.0/8", src, c.srcOffset, c.srcCount))
 	}
-	if c.srcCount < 1 || c.conns < 1 || c.workers < 1 || c.dialConc < 1 || c.size < 1 {
-		fatal(log, errors.New("-src-count, -conns, -workers, -dial-concurrency and -size must be positive"))
+	if c.srcCount < 1 || c.conns < 1 || c.workers < 1 || c.dialConc < 1 || c.size < 1 || c.bigConc < 1 || c.big < 0 {
+		fatal(log, errors.New("-src-count, -conns, -workers, -dial-concurrency, -size and -big-concurrency must be positive, -big not negative"))
+	}
+	if c.client != clientGorilla && c.client != clientGobwas {
+		fatal(log, fmt.Errorf("unknown -client %q (want %s or %s)", c.client, clientGorilla, clientGobwas))
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
@@ -159,14 +171,21 @@ type gen struct {
 	errOnce sync.Once
 	errText atomic.Pointer[string]
 	payload []byte
+	// big is the -big message, shared read-only by every connection.
+	big []byte
+	// writers lends gobwas connections their write buffers.
+	writers *sync.Pool
 }
 
 func newGen(c config) *gen {
-	p := make([]byte, c.size)
-	for i := range p {
-		p[i] = 'a' + byte(i%26)
+	fill := func(n int) []byte {
+		p := make([]byte, n)
+		for i := range p {
+			p[i] = 'a' + byte(i%26)
+		}
+		return p
 	}
-	return &gen{c: c, out: json.NewEncoder(os.Stdout), payload: p}
+	return &gen{c: c, out: json.NewEncoder(os.Stdout), payload: fill(c.size), big: fill(c.big), writers: newWriterPool()}
 }
 
 func (g *gen) emit(e wire.Event) {
@@ -207,88 +226,54 @@ func (g *gen) tlsConfig(cache tls.ClientSessionCache) *tls.Config {
 
 // conn is one established connection.
 type conn struct {
-	ws  *websocket.Conn
+	ws  wsConn
 	tls *tls.Conn
 }
 
-// dial connects from src, completes the TLS handshake and the upgrade.
+// dial connects from src, completes the TLS handshake and the upgrade with
+// the client -client names.
 func (g *gen) dial(ctx context.Context, src netip.Addr, cfg *tls.Config) (*conn, error) {
 	ctx, cancel := context.WithTimeout(ctx, g.c.timeout)
 	defer cancel()
-	var tc *tls.Conn
-	d := websocket.Dialer{
-		NetDialTLSContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			nd := net.Dialer{
-				LocalAddr: &net.TCPAddr{IP: src.AsSlice()},
-				Control: func(_, _ string, rc syscall.RawConn) error {
-					var serr error
-					if err := rc.Control(func(fd uintptr) {
-						serr = syscall.SetsockoptInt(int(fd), syscall.IPPROTO_IP, ipBindAddressNoPort, 1)
-					}); err != nil {
-						return err
-					}
-					return serr
-				},
+	nd := net.Dialer{
+		LocalAddr: &net.TCPAddr{IP: src.AsSlice()},
+		Control: func(_, _ string, rc syscall.RawConn) error {
+			var serr error
+			if err := rc.Control(func(fd uintptr) {
+				serr = syscall.SetsockoptInt(int(fd), syscall.IPPROTO_IP, ipBindAddressNoPort, 1)
+			}); err != nil {
+				return err
 			}
-			raw, err := nd.DialContext(ctx, "tcp4", g.c.target)
-			if err != nil {
-				return nil, fmt.Errorf("dial %s from %s: %w", g.c.target, src, err)
-			}
-			c := tls.Client(raw, cfg)
-			if err := c.HandshakeContext(ctx); err != nil {
-				_ = raw.Close()
-				return nil, fmt.Errorf("tls handshake with %s: %w", g.c.target, err)
-			}
-			tc = c
-			return c, nil
+			return serr
 		},
-		ReadBufferSize:  1024,
-		WriteBufferSize: 1024,
 	}
-	ws, resp, err := d.DialContext(ctx, "wss://"+g.c.host+g.c.path, nil)
-	if resp != nil && resp.Body != nil {
-		_ = resp.Body.Close()
-	}
+	raw, err := nd.DialContext(ctx, "tcp4", g.c.target)
 	if err != nil {
-		if tc != nil {
-			_ = tc.Close()
-		}
-		return nil, fmt.Errorf("upgrade via %s: %w", g.c.target, err)
+		return nil, fmt.Errorf("dial %s from %s: %w", g.c.target, src, err)
+	}
+	tc := tls.Client(raw, cfg)
+	if err := tc.HandshakeContext(ctx); err != nil {
+		_ = raw.Close()
+		return nil, fmt.Errorf("tls handshake with %s: %w", g.c.target, err)
+	}
+	ws, err := upgrade(ctx, g.c.client, tc, g.c.host, g.c.path, g.writers)
+	if err != nil {
+		_ = tc.Close()
+		return nil, fmt.Errorf("upgrade via %s (%s): %w", g.c.target, g.c.client, err)
 	}
 	return &conn{ws: ws, tls: tc}, nil
 }
 
-// echo sends msg and reads one message back into buf, checking its length.
+// echo sends msg and reads one message back through buf, checking its
+// length: buf may be shorter than msg.
 func (c *conn) echo(msg, buf []byte, timeout time.Duration) error {
 	dl := time.Now().Add(timeout)
-	_ = c.ws.SetWriteDeadline(dl)
-	if err := c.ws.WriteMessage(websocket.BinaryMessage, msg); err != nil {
+	if err := c.ws.writeMessage(msg, dl); err != nil {
 		return fmt.Errorf("write echo: %w", err)
 	}
-	_ = c.ws.SetReadDeadline(dl)
-	_, r, err := c.ws.NextReader()
+	n, err := c.ws.readMessage(buf, dl)
 	if err != nil {
 		return fmt.Errorf("read echo: %w", err)
-	}
-	n := 0
-	for {
-		m, err := r.Read(buf[n:])
-		n += m
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return fmt.Errorf("read echo: %w", err)
-		}
-		if n == len(buf) {
-			// Drain anything longer than expected to report it below.
-			rest, err := io.Copy(io.Discard, r)
-			if err != nil {
-				return fmt.Errorf("read echo: %w", err)
-			}
-			n += int(rest)
-			break
-		}
 	}
 	if n != len(msg) {
 		return fmt.Errorf("echo returned %d bytes, want %d", n, len(msg))
@@ -296,7 +281,7 @@ func (c *conn) echo(msg, buf []byte, timeout time.Duration) error {
 	return nil
 }
 
-func (c *conn) close() { _ = c.ws.Close() }
+func (c *conn) close() { _ = c.ws.close() }
 
 func (g *gen) src(i int) netip.Addr {
 	return wire.SourceAddr(g.c.srcBase, g.c.srcOffset+i%g.c.srcCount)
@@ -381,6 +366,9 @@ func (g *gen) run(ctx context.Context, cmds <-chan string) error {
 // runIdle holds connections after one small echo each: the memory phase.
 func (g *gen) runIdle(ctx context.Context, cmds <-chan string) error {
 	conns := g.connectAll(ctx, g.c.conns, g.payload[:min(16, len(g.payload))])
+	if len(g.big) > 0 {
+		conns = g.bigAll(ctx, conns)
+	}
 	defer closeAll(conns)
 	var cipher, curve string
 	if len(conns) > 0 {
@@ -440,6 +428,50 @@ func (g *gen) echoAll(conns []*conn) int {
 	}
 	wg.Wait()
 	return int(ok.Load())
+}
+
+// bigScratch is what one large echo is read through: the message streams
+// past, so a generator holding thousands of connections never keeps one.
+const bigScratch = 32 << 10
+
+// bigAll echoes the -big message once on every connection, -big-concurrency
+// at a time, and returns those that got it back; the others are counted as
+// errors and closed. Memory stays bounded by the concurrency: the payload is
+// shared and every worker reads through its own scratch buffer.
+func (g *gen) bigAll(ctx context.Context, conns []*conn) []*conn {
+	ok := make([]bool, len(conns))
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range min(g.c.bigConc, len(conns)) {
+		wg.Go(func() {
+			buf := make([]byte, bigScratch)
+			for i := range next {
+				if err := conns[i].echo(g.big, buf, g.c.timeout); err != nil {
+					g.fail(fmt.Errorf("echo of %d bytes: %w", len(g.big), err))
+					conns[i].close()
+					continue
+				}
+				ok[i] = true
+			}
+		})
+	}
+	for i := range conns {
+		if ctx.Err() != nil {
+			break
+		}
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	out := conns[:0]
+	for i, c := range conns {
+		if ok[i] {
+			out = append(out, c)
+		} else if ctx.Err() != nil {
+			c.close()
+		}
+	}
+	return out
 }
 
 // runLoop runs the closed-loop echo (paced false) or the fixed-rate echo

@@ -105,7 +105,7 @@ func TestSelectProxies(t *testing.T) {
 }
 
 func TestPlan(t *testing.T) {
-	got := plan(allProxies, []string{"idle", "echo", "connect-full"})
+	got := plan(allProxies, []string{"idle", "echo", "connect-full"}, 1)
 	want := []step{
 		{"idle", "edge"}, {"idle", "haproxy"}, {"idle", "nginx"},
 		{"echo", "edge"}, {"echo", "edge-frames"}, {"echo", "haproxy"}, {"echo", "nginx"},
@@ -114,7 +114,18 @@ func TestPlan(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Errorf("plan = %v, want %v", got, want)
 	}
-	if got := plan([]string{"edge-frames"}, []string{"idle", "rate"}); len(got) != 0 {
+	// Every repeat rotates the order by one; the edge modes stay together.
+	rotated := map[int][]step{
+		2: {{"echo", "haproxy"}, {"echo", "nginx"}, {"echo", "edge"}, {"echo", "edge-frames"}},
+		3: {{"echo", "nginx"}, {"echo", "edge"}, {"echo", "edge-frames"}, {"echo", "haproxy"}},
+		4: {{"echo", "edge"}, {"echo", "edge-frames"}, {"echo", "haproxy"}, {"echo", "nginx"}},
+	}
+	for rep, want := range rotated {
+		if got := plan(allProxies, []string{"echo"}, rep); !slices.Equal(got, want) {
+			t.Errorf("plan of repeat %d = %v, want %v", rep, got, want)
+		}
+	}
+	if got := plan([]string{"edge-frames"}, []string{"idle", "rate"}, 1); len(got) != 0 {
 		t.Errorf("edge-frames runs %v, want only the echo phase", got)
 	}
 }
@@ -206,7 +217,7 @@ func TestEdgeConfigs(t *testing.T) {
 	if err := writeCert(dir); err != nil {
 		t.Fatal(err)
 	}
-	r := &runner{dir: dir}
+	r := &runner{dir: dir, addrs: addrsOn("127.0.0.1")}
 	load := func(proxy string) (*conf.Config, string) {
 		t.Helper()
 		path, err := r.renderConfig("edge.yaml.tmpl", proxy+".yaml", r.configFor(proxy))
@@ -279,5 +290,64 @@ func TestRenderTargets(t *testing.T) {
 	// Unmeasured targets are left out.
 	if strings.Contains(md, "resumed handshake + upgrade CPU-µs, edge") || strings.Contains(md, "p99 latency, edge / HAProxy") {
 		t.Errorf("report shows unmeasured targets:\n%s", md)
+	}
+}
+
+// TestRenderCPURatios: every CPU ratio is the median of the per-repeat
+// ratios to the better anchor of that repeat, with their range, and the
+// CPU targets are judged on that median.
+func TestRenderCPURatios(t *testing.T) {
+	run := func(proxy, phase string, rep int, v float64) Run {
+		key := "cpu_us_per_msg"
+		if phase != "echo" {
+			key = "cpu_us_per_upgrade"
+		}
+		return Run{Proxy: proxy, Phase: phase, Repeat: rep, Client: "gobwas", Metrics: map[string]float64{key: v}}
+	}
+	res := Result{Runs: []Run{
+		// Repeat 1: nginx is better (20): 10/20 = 0.5.
+		run("edge", "echo", 1, 10), run("haproxy", "echo", 1, 25), run("nginx", "echo", 1, 20),
+		// Repeat 2: HAProxy is better (10): 12/10 = 1.2.
+		run("edge", "echo", 2, 12), run("haproxy", "echo", 2, 10), run("nginx", "echo", 2, 30),
+		// Repeat 3: 8/10 = 0.8.
+		run("edge", "echo", 3, 8), run("haproxy", "echo", 3, 10), run("nginx", "echo", 3, 40),
+		// Repeat 4 has no anchor and is left out.
+		run("edge", "echo", 4, 1),
+		run("edge", "connect-full", 1, 800), run("nginx", "connect-full", 1, 1000),
+	}}
+	md := render([]Result{res})
+	reporttest.Contains(t, md,
+		"## CPU ratios per repeat",
+		"| closed-loop echo CPU-µs/msg, edge / the better anchor | 0.80× (0.50–1.20) | 3 | HAProxy ×2, nginx ×1 |",
+		"| full handshake + upgrade CPU-µs, edge / the better anchor | 0.80× | 1 | nginx |",
+		"| closed-loop echo CPU-µs/msg, edge / the better, median of per-repeat ratios: ≤ 0.70× | 0.80× (0.50–1.20) (HAProxy ×2, nginx ×1) | **not met** |",
+		"| full handshake + upgrade CPU-µs, edge / the better, median of per-repeat ratios: ≤ 0.90× | 0.80× (nginx) | **met** |",
+		"- **Client:** gobwas in every run",
+	)
+	if strings.Contains(md, "resumed handshake + upgrade CPU-µs, edge / the better anchor") {
+		t.Errorf("report shows an unmeasured ratio:\n%s", md)
+	}
+}
+
+// TestRenderMemoryTargets: the absolute memory targets judge edge and show
+// the anchors' figures and verdicts beside it; results without a client
+// name come from gorilla.
+func TestRenderMemoryTargets(t *testing.T) {
+	run := func(proxy, phase string, v float64) Run {
+		return Run{Proxy: proxy, Phase: phase, Repeat: 1, Metrics: map[string]float64{"kib_per_conn": v, "kib_per_conn_settled": v}}
+	}
+	res := Result{Runs: []Run{
+		run("edge", "idle", 2.5), run("haproxy", "idle", 18.6), run("nginx", "idle", 43),
+		run("edge", "idle-16k", 24), run("haproxy", "idle-16k", 18.6),
+	}}
+	md := render([]Result{res})
+	reporttest.Contains(t, md,
+		"| RSS per idle wss connection after one tiny echo (idle): ≤ 3.0 KiB | edge 2.5 KiB (HAProxy 18.6, nginx 43.0) | **met** (HAProxy: not met, nginx: not met) |",
+		"| RSS per idle wss connection after one 16 KiB message (idle-16k): ≤ 3.0 KiB | edge 24.0 KiB (HAProxy 18.6) | **not met** (HAProxy: not met) |",
+		"| RSS per idle wss connection, after one 16 KiB message each (KiB) | 24.0 | 18.6 | — | 1.29× | — |",
+		"- **Client:** gorilla in every run",
+	)
+	if strings.Contains(md, "(idle-1m): ≤") {
+		t.Errorf("report shows the unmeasured 1 MiB target:\n%s", md)
 	}
 }

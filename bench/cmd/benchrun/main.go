@@ -5,6 +5,9 @@
 // JSON file in -out. With -md it also renders docs/BENCHMARKS.md; with
 // -report it only renders the markdown from earlier JSON files.
 //
+// Repeats are interleaved across proxies, whose order rotates every repeat;
+// -client picks the generators' WebSocket implementation.
+//
 // Placement: the proxy runs pinned to -proxy-cpu with one worker; generators
 // and backends share -load-cpu. The primary figure is the proxy's own CPU
 // time (utime+stime of its process tree) per operation over the window.
@@ -16,6 +19,8 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -41,6 +46,8 @@ type options struct {
 	command  string
 	proxyCPU int
 	loadCPU  int
+	client   string
+	ip       string
 
 	edgeBin    string
 	backendBin string
@@ -67,12 +74,30 @@ type options struct {
 	retries   int
 }
 
-const (
-	listenAddr = "127.0.0.1:18443"
-	adminAddr  = "127.0.0.1:19901"
-)
+var allPhases = []string{"idle", "idle-16k", "idle-1m", "echo", "rate", "connect-full", "connect-resume"}
 
-var allPhases = []string{"idle", "echo", "rate", "connect-full", "connect-resume"}
+// bigEcho is, for the idle phases that have one, the size of the message
+// every connection echoes once after its small echo, before it is held:
+// after it, a proxy that keeps buffers at their largest size holds them.
+var bigEcho = map[string]int{"idle-16k": 16 << 10, "idle-1m": 1 << 20}
+
+// bigInFlight bounds the 1 MiB echoes in flight over all generators, so
+// that the load core (generators and backends) is not swamped and no
+// process holds more than a few of them at once.
+const bigInFlight = 64
+
+// isIdle reports whether phase is one of the idle (memory) phases.
+func isIdle(phase string) bool { return phase == "idle" || bigEcho[phase] > 0 }
+
+// clients are the generator's WebSocket client implementations (-client).
+var clients = []string{"gorilla", "gobwas"}
+
+// clientWrites says, for the report, how each client writes a message and
+// so which TLS records the proxy reads (bench/loadgen/client.go).
+var clientWrites = map[string]string{
+	"gorilla": "gorilla/websocket, 1 KiB buffers: frames of at most 1 KiB, header and payload in one write, one TLS record per frame (16 KiB: 16 records); a 100-byte message is one 106-byte record",
+	"gobwas":  "gobwas/ws, ws.WriteHeaderBuffer and the masked payload into a pooled 16 KiB bufio.Writer flushed per message: one frame and one write per message up to 16 KiB, cut into records by crypto/tls; a 100-byte message is one 106-byte record",
+}
 
 // edgeFrames is edge with frame-aware splicing turned on in its pool (see
 // frameAware), measured beside edge in its default opaque mode for the
@@ -104,7 +129,9 @@ func main() {
 	var proxies, phases, report string
 	flag.StringVar(&proxies, "proxies", strings.Join(allProxies, ","), "proxies to measure, comma-separated ("+edgeFrames+": edge in frame-aware mode, echo phase only)")
 	flag.StringVar(&phases, "phases", strings.Join(allPhases, ","), "phases to run, comma-separated")
-	flag.IntVar(&o.repeats, "repeats", 3, "repeats of every phase (interleaved across proxies)")
+	flag.IntVar(&o.repeats, "repeats", 3, "repeats of every phase (interleaved across proxies, their order rotated every repeat)")
+	flag.StringVar(&o.ip, "ip", "127.0.0.1", "loopback address the proxy, its admin listener and the backends listen on (ports 18443, 19901, 19001-19003)")
+	flag.StringVar(&o.client, "client", "gorilla", "the generators' WebSocket client: "+strings.Join(clients, " or "))
 	flag.BoolVar(&o.quick, "quick", false, "small counts and short windows, to check the setup")
 	flag.StringVar(&o.outDir, "out", "bench/out", "directory for JSON results, configs and logs")
 	flag.StringVar(&o.mdPath, "md", "", "also write the markdown report here (e.g. docs/BENCHMARKS.md)")
@@ -220,8 +247,11 @@ type Run struct {
 	Saturated string `json:"saturated"`
 	Cipher    string `json:"cipher,omitempty"`
 	Curve     string `json:"curve,omitempty"`
-	Errors    uint64 `json:"errors"`
-	Error     string `json:"error,omitempty"`
+	// Client is the generators' WebSocket client (-client); empty in
+	// results from before there was a choice, which all used gorilla.
+	Client string `json:"client,omitempty"`
+	Errors uint64 `json:"errors"`
+	Error  string `json:"error,omitempty"`
 }
 
 func run(ctx context.Context, o options, log *slog.Logger) error {
@@ -250,12 +280,18 @@ func run(ctx context.Context, o options, log *slog.Logger) error {
 	if slices.Contains(proxies, edgeFrames) != slices.Contains(proxies, "edge") {
 		log.Warn("the frame-aware overhead figure needs both edge and " + edgeFrames + " in -proxies")
 	}
+	if ip, err := netip.ParseAddr(o.ip); err != nil || !ip.Is4() || !ip.IsLoopback() {
+		return fmt.Errorf("parse -ip %q: want an IPv4 loopback address", o.ip)
+	}
+	if !slices.Contains(clients, o.client) {
+		return fmt.Errorf("unknown client %q (want %s)", o.client, strings.Join(clients, " or "))
+	}
 	for _, ph := range o.phases {
 		if !slices.Contains(allPhases, ph) {
 			return fmt.Errorf("unknown phase %q (want %s)", ph, strings.Join(allPhases, ", "))
 		}
 	}
-	r := &runner{opt: o, dir: dir, procs: proc.NewGroup(), log: log}
+	r := &runner{opt: o, addrs: addrsOn(o.ip), dir: dir, procs: proc.NewGroup(), log: log}
 	defer r.procs.StopAll(3 * time.Second)
 
 	res := Result{
@@ -279,18 +315,17 @@ func run(ctx context.Context, o options, log *slog.Logger) error {
 		}
 		return os.WriteFile(filepath.Join(o.outDir, "latest.json"), b, 0o644)
 	}
-	steps := plan(proxies, o.phases)
 	for rep := 1; rep <= o.repeats; rep++ {
-		for _, st := range steps {
+		for _, st := range plan(proxies, o.phases, rep) {
 			p, ph := st.proxy, st.phase
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
 			log.Info("phase", "repeat", rep, "proxy", p, "phase", ph)
 			run := r.phase(ctx, p, ph)
-			// Memory (the idle phase) does not depend on the host's load,
-			// and that phase is the longest: it is never retried.
-			for try := 1; ph != "idle" && try <= o.retries && ctx.Err() == nil && run.Metrics["foreign_cpu_pct"] > o.quietMax; try++ {
+			// Memory (the idle phases) does not depend on the host's load,
+			// and those phases are the longest: they are never retried.
+			for try := 1; !isIdle(ph) && try <= o.retries && ctx.Err() == nil && run.Metrics["foreign_cpu_pct"] > o.quietMax; try++ {
 				log.Info("foreign load during the window; retrying", "proxy", p, "phase", ph,
 					"foreign_cpu_pct", run.Metrics["foreign_cpu_pct"])
 				again := r.phase(ctx, p, ph)
@@ -299,6 +334,7 @@ func run(ctx context.Context, o options, log *slog.Logger) error {
 				}
 			}
 			run.Repeat = rep
+			run.Client = o.client
 			if run.Error != "" {
 				log.Error("phase failed", "proxy", p, "phase", ph, "err", run.Error)
 			} else {
@@ -345,15 +381,33 @@ func selectProxies(names []string, haveEdge bool) (keep, skipped []string, err e
 // step is one phase of one proxy within a repeat.
 type step struct{ phase, proxy string }
 
-// plan orders the steps of one repeat: phase after phase, each run by every
-// proxy in turn (those onlyPhases allows), so that drift of the shared host
-// spreads over all of them alike.
-func plan(proxies, phases []string) []step {
+// plan orders the steps of repeat rep (from 1): phase after phase, each run
+// by every proxy in turn (those onlyPhases allows), so that drift of the
+// shared host spreads over all of them alike. The order of the proxies
+// rotates by one every repeat, so that none is always first after a phase
+// change or always last: the per-repeat CPU ratios then do not carry the
+// same position bias every time. The two edge modes rotate as one, back to
+// back.
+func plan(proxies, phases []string, rep int) []step {
+	var units [][]string
+	for _, p := range proxies {
+		if p == edgeFrames && len(units) > 0 && slices.Contains(units[len(units)-1], "edge") {
+			units[len(units)-1] = append(units[len(units)-1], p)
+			continue
+		}
+		units = append(units, []string{p})
+	}
+	if len(units) > 0 {
+		k := (rep - 1) % len(units)
+		units = append(units[k:], units[:k]...)
+	}
 	var out []step
 	for _, ph := range phases {
-		for _, p := range proxies {
-			if runsPhase(p, ph) {
-				out = append(out, step{phase: ph, proxy: p})
+		for _, u := range units {
+			for _, p := range u {
+				if runsPhase(p, ph) {
+					out = append(out, step{phase: ph, proxy: p})
+				}
 			}
 		}
 	}
@@ -373,15 +427,18 @@ func (o options) settings() map[string]string {
 	s := map[string]string{
 		"placement":       fmt.Sprintf("proxy taskset -c %d (one worker: nbthread 1, worker_processes 1, GOMAXPROCS=1); generators and 3 backends taskset -c %d", o.proxyCPU, o.loadCPU),
 		"idle":            fmt.Sprintf("%d connections over %d generator processes, one 16-byte echo each, settle %v", o.idleConns, o.idleProcs, o.settle),
+		"idle_big":        fmt.Sprintf("idle-16k, idle-1m: the idle phase, each connection then echoing one 16 KiB (resp. 1 MiB) message before it is held; 1 MiB echoes at most %d in flight over all generators, streamed through a 32 KiB buffer", bigInFlight),
+		"client":          o.client + " (" + clientWrites[o.client] + ")",
 		"echo":            fmt.Sprintf("closed loop, %d connections, %d-byte messages, window %v", o.echoConns, o.msgSize, o.echoWindow),
 		"rate":            fmt.Sprintf("%d connections x %g msg/s, %d-byte messages, window %v, latency from scheduled send", o.rateConns, o.rate, o.msgSize, o.rateWindow),
 		"connect":         fmt.Sprintf("%d processes x %d loops of dial+TLS 1.3 handshake+upgrade+16-byte echo+close, window %v", o.connProcs, o.connWork, o.connWindow),
 		"tls":             "TLS 1.3, TLS_AES_128_GCM_SHA256, X25519, ECDSA P-256 self-signed certificate, session tickets on",
 		"backends":        o.backendBin,
+		"addresses":       fmt.Sprintf("proxy %s, admin %s, backends %s:19001-19003; clients from 127.0.0.2 and up", net.JoinHostPort(o.ip, "18443"), net.JoinHostPort(o.ip, "19901"), o.ip),
 		"forwarded":       "X-Forwarded-For added by every proxy",
 		"balance":         "least connections over 3 backends",
 		"tunnel_timeouts": "1h",
-		"shared_host":     fmt.Sprintf("a phase starts once other processes take at most %g%% of a core (waiting at most %v); a window with more is retried %d time(s) (not the idle phase), keeping the quietest", o.quietMax, o.quietWait, o.retries),
+		"shared_host":     fmt.Sprintf("a phase starts once other processes take at most %g%% of a core (waiting at most %v); a window with more is retried %d time(s) (not the idle phases), keeping the quietest", o.quietMax, o.quietWait, o.retries),
 	}
 	if slices.Contains(o.proxies, edgeFrames) {
 		s["frame_aware"] = fmt.Sprintf("%s: edge's configuration plus websocket: {max_frame_bytes: %d, ping_interval: %s, ping_timeout: %s} on the pool; echo phase only",

@@ -30,6 +30,7 @@ var templates embed.FS
 // runner runs phases; it owns the children it starts.
 type runner struct {
 	opt   options
+	addrs addrs
 	dir   string
 	procs *proc.Group
 	log   *slog.Logger
@@ -37,10 +38,33 @@ type runner struct {
 
 type backendAddr struct{ ID, Addr string }
 
-var backends = []backendAddr{
-	{"b1", "127.0.0.1:19001"},
-	{"b2", "127.0.0.1:19002"},
-	{"b3", "127.0.0.1:19003"},
+// addrs are the addresses the benchmark listens on, all on the loopback
+// address -ip: on a shared host another process may hold a port of the
+// default 127.0.0.1, and any other address of 127.0.0.0/8 works alike.
+type addrs struct {
+	listen, admin string
+	backends      []backendAddr
+}
+
+func addrsOn(ip string) addrs {
+	return addrs{
+		listen: net.JoinHostPort(ip, "18443"),
+		admin:  net.JoinHostPort(ip, "19901"),
+		backends: []backendAddr{
+			{"b1", net.JoinHostPort(ip, "19001")},
+			{"b2", net.JoinHostPort(ip, "19002")},
+			{"b3", net.JoinHostPort(ip, "19003")},
+		},
+	}
+}
+
+// all lists every address the benchmark listens on.
+func (a addrs) all() []string {
+	out := []string{a.listen, a.admin}
+	for _, b := range a.backends {
+		out = append(out, b.Addr)
+	}
+	return out
 }
 
 // writeCert writes the benchmark's certificate (see tlscert) for localhost
@@ -91,7 +115,7 @@ func (r *runner) configFor(proxy string) configData {
 	// (ngx_drain_connections: "worker_connections are not enough, reusing
 	// connections"), so it needs 16/15 of the 19,600 it will use; above the
 	// descriptor limit that is only a startup warning.
-	d := configData{Dir: r.dir, Listen: listenAddr, Admin: adminAddr, Backends: backends,
+	d := configData{Dir: r.dir, Listen: r.addrs.listen, Admin: r.addrs.admin, Backends: r.addrs.backends,
 		MaxConn: 9950, NoFile: 20000, WorkerConns: 21000}
 	if proxy == edgeFrames {
 		ws := frameAware
@@ -149,7 +173,7 @@ func (r *runner) startProxy(ctx context.Context, name, tag string) (*proc.Proc, 
 	if err != nil {
 		return nil, err
 	}
-	if err := proc.WaitListening(ctx, p, listenAddr, 15*time.Second); err != nil {
+	if err := proc.WaitListening(ctx, p, r.addrs.listen, 15*time.Second); err != nil {
 		p.Stop(3 * time.Second)
 		return nil, err
 	}
@@ -158,7 +182,7 @@ func (r *runner) startProxy(ctx context.Context, name, tag string) (*proc.Proc, 
 
 func (r *runner) startBackends(ctx context.Context, tag string) ([]*proc.Proc, error) {
 	var out []*proc.Proc
-	for _, b := range backends {
+	for _, b := range r.addrs.backends {
 		p, err := r.procs.Start("backend-"+b.ID, nil, filepath.Join(r.dir, tag+"-backend-"+b.ID+".log"), nil, nil,
 			proc.Pin(r.opt.loadCPU, r.opt.backendBin, "-listen", b.Addr, "-id", b.ID)...)
 		if err != nil {
@@ -167,7 +191,7 @@ func (r *runner) startBackends(ctx context.Context, tag string) ([]*proc.Proc, e
 		}
 		out = append(out, p)
 	}
-	for i, b := range backends {
+	for i, b := range r.addrs.backends {
 		if err := proc.WaitListening(ctx, out[i], b.Addr, 10*time.Second); err != nil {
 			stopAll(out)
 			return nil, err
@@ -186,7 +210,7 @@ func stopAll(ps []*proc.Proc) {
 // proxy process, so that phases do not inherit each other's heap.
 func (r *runner) phase(ctx context.Context, proxy, phase string) Run {
 	run := Run{Proxy: proxy, Phase: phase, Metrics: map[string]float64{}}
-	if err := portsFree(benchAddrs()); err != nil {
+	if err := portsFree(r.addrs.all()); err != nil {
 		run.Error = err.Error()
 		return run
 	}
@@ -213,8 +237,8 @@ func (r *runner) phase(ctx context.Context, proxy, phase string) Run {
 	run.Metrics["foreign_before_pct"] = f
 	run.Metrics["quiet_wait_s"] = waited.Seconds()
 	switch phase {
-	case "idle":
-		err = r.idle(ctx, px, &run)
+	case "idle", "idle-16k", "idle-1m":
+		err = r.idle(ctx, px, &run, bigEcho[phase])
 	case "echo":
 		err = r.loop(ctx, px, &run, false)
 	case "rate":
@@ -237,15 +261,6 @@ func (r *runner) phase(ctx context.Context, proxy, phase string) Run {
 		}
 	}
 	return run
-}
-
-// benchAddrs lists every address the benchmark listens on.
-func benchAddrs() []string {
-	addrs := []string{listenAddr, adminAddr}
-	for _, b := range backends {
-		addrs = append(addrs, b.Addr)
-	}
-	return addrs
 }
 
 // portsFree fails when something already accepts connections on one of
@@ -299,7 +314,7 @@ func foreignPct(c0, c1 coreSample, ours, elapsed time.Duration) float64 {
 const srcPerProc = 200
 
 func (r *runner) genArgs(i int, mode string, extra ...string) []string {
-	return append([]string{"-mode", mode, "-target", listenAddr, "-host", "localhost", "-path", "/echo",
+	return append([]string{"-mode", mode, "-client", r.opt.client, "-target", r.addrs.listen, "-host", "localhost", "-path", "/echo",
 		"-src-base", "127.0.0.2", "-src-offset", strconv.Itoa(i * srcPerProc), "-src-count", strconv.Itoa(srcPerProc),
 		"-max-life", "15m"}, extra...)
 }
@@ -376,6 +391,10 @@ func (r *runner) record(run *Run, w *window, ops uint64, unit string) {
 	run.Metrics["proxy_cpu_pct"] = 100 * cpu / secs
 	run.Metrics["proxy_core_busy_pct"] = 100 * c0
 	run.Metrics["load_core_busy_pct"] = 100 * c1
+	// What else ran on the proxy's core: its busy time beyond the proxy's
+	// own CPU (foreign processes, and softirq time the kernel does not
+	// charge to the proxy). Foreign CPU above is over both cores.
+	run.Metrics["proxy_core_others_pct"] = max(0, 100*c0-run.Metrics["proxy_cpu_pct"])
 	run.Saturated = saturated(c0, c1)
 	run.Metrics["foreign_cpu_pct"] = foreignPct(w.c0, w.c1, w.o1-w.o0, w.t1.Sub(w.t0))
 }
@@ -397,13 +416,21 @@ func saturated(proxyCore, loadCore float64) string {
 
 const readyTimeout = 5 * time.Minute
 
-// idle measures resident memory per held connection.
-func (r *runner) idle(ctx context.Context, px *proc.Proc, run *Run) error {
+// idle measures resident memory per held connection. With big > 0 every
+// connection echoes one message of big bytes after its small echo, before
+// it is held; the 1 MiB ones at most bigInFlight at a time over all
+// generators.
+func (r *runner) idle(ctx context.Context, px *proc.Proc, run *Run, big int) error {
 	before := measure(px.PID())
 	var w window
 	w.begin(px.PID())
+	bigConc := 32
+	if big > 64<<10 {
+		bigConc = max(1, bigInFlight/r.opt.idleProcs)
+	}
 	gs, err := r.startGens(stats.Split(r.opt.idleConns, r.opt.idleProcs), "idle", func(n int) []string {
-		return []string{"-conns", strconv.Itoa(n), "-dial-concurrency", "32"}
+		return []string{"-conns", strconv.Itoa(n), "-dial-concurrency", "32",
+			"-big", strconv.Itoa(big), "-big-concurrency", strconv.Itoa(bigConc)}
 	})
 	if err != nil {
 		return err

@@ -27,6 +27,14 @@ var reportRows = []metricRow{
 	{"idle", "fds_per_conn", "proxy descriptors per connection", true, 2},
 	{"idle", "cpu_us_per_conn", "CPU per connection set up (full handshake, upgrade, echo) (µs)", true, 0},
 	{"idle", "idle_proxy_cpu_pct", "proxy CPU while holding them idle (%)", true, 2},
+	{"idle-16k", "kib_per_conn", "RSS per idle wss connection, after one 16 KiB message each (KiB)", true, 1},
+	{"idle-16k", "kib_per_conn_settled", "same, after the settle delay (KiB)", true, 1},
+	{"idle-16k", "conns", "connections held (16 KiB phase)", false, 0},
+	{"idle-16k", "cpu_us_per_conn", "CPU per connection set up and echoing 16 KiB (µs)", true, 0},
+	{"idle-1m", "kib_per_conn", "RSS per idle wss connection, after one 1 MiB message each (KiB)", true, 1},
+	{"idle-1m", "kib_per_conn_settled", "same, after the settle delay (KiB)", true, 1},
+	{"idle-1m", "conns", "connections held (1 MiB phase)", false, 0},
+	{"idle-1m", "cpu_us_per_conn", "CPU per connection set up and echoing 1 MiB (µs)", true, 0},
 	{"echo", "cpu_us_per_msg", "**closed-loop echo: proxy CPU per message (µs)**", true, 2},
 	{"echo", "msgs_per_s", "closed-loop echo: messages/s", false, 0},
 	{"echo", "proxy_cpu_pct", "closed-loop echo: proxy CPU (% of one core)", false, 0},
@@ -215,7 +223,8 @@ func render(results []Result) string {
 			repeats = max(repeats, run.Repeat)
 		}
 	}
-	w("- **Repeats:** %d per phase and proxy; cells are the median with (min–max) over the repeats, ratios are of medians.\n\n", repeats)
+	w("- **Client:** %s\n", clientLine(results))
+	w("- **Repeats:** %d per phase and proxy, the order of the proxies rotated every repeat; cells are the median with (min–max) over the repeats, ratios are of medians.\n\n", repeats)
 
 	w("| metric |")
 	for _, p := range present {
@@ -256,11 +265,12 @@ func render(results []Result) string {
 	}
 
 	renderFrameOverhead(w, results, sum)
+	renderCPURatios(w, results)
 	renderTargets(w, results, sum)
 
 	w("\n## Which core saturated\n\n")
 	w("Busy share of the proxy's core and of the load core (generators and backends) over each measured window, median over repeats. ")
-	w("\"Other\" is CPU that processes outside the benchmark took on the two cores (percent of one core): the host is shared, so it is measured and shown rather than assumed zero. A core at 95%% or more is saturated; when only the load core is, the proxy's throughput figure is a floor and its CPU per operation is the figure to compare.\n\n")
+	w("\"Not the proxy's\" is the proxy core's busy time beyond the proxy's own CPU (other processes on its core, softirq time not charged to it). \"Other\" is CPU that processes outside the benchmark took on the two cores (percent of one core): the host is shared, so it is measured and shown rather than assumed zero. A core at 95%% or more is saturated; when only the load core is, the proxy's throughput figure is a floor and its CPU per operation is the figure to compare.\n\n")
 	w("| phase |")
 	for _, p := range present {
 		w(" %s |", proxyTitle[p])
@@ -289,7 +299,11 @@ func render(results []Result) string {
 				continue
 			}
 			fc := stats.Summarize(sum[p][ph]["foreign_cpu_pct"])
-			w(" proxy %.0f%%, load %.0f%%, other %.0f%%: %s |", pc.Median, lc.Median, fc.Median, saturatedLabels(results, p, ph))
+			others := ""
+			if oc := stats.Summarize(sum[p][ph]["proxy_core_others_pct"]); oc.N > 0 {
+				others = fmt.Sprintf(" (not the proxy's: %.0f%%)", oc.Median)
+			}
+			w(" proxy %.0f%%%s, load %.0f%%, other %.0f%%: %s |", pc.Median, others, lc.Median, fc.Median, saturatedLabels(results, p, ph))
 		}
 		w("\n")
 	}
@@ -373,17 +387,67 @@ func renderFrameOverhead(w func(string, ...any), results []Result, sum map[strin
 type target struct {
 	label      string
 	phase, key string
-	// against is "haproxy", or "better" for the lower of HAProxy and nginx.
+	// against is "haproxy", or "better" for the lower of HAProxy and nginx:
+	// the ratio of edge's median to the anchor's. "repeats" is the median
+	// of the per-repeat ratios to the better anchor (perRepeatRatios), and
+	// "absolute" edge's median itself, in the metric's unit.
 	against string
 	limit   float64
+	unit    string
 }
 
 var targets = []target{
-	{"RSS per idle wss connection, edge / HAProxy", "idle", "kib_per_conn", "haproxy", 0.5},
-	{"closed-loop echo CPU-µs/msg, edge / the better of HAProxy and nginx", "echo", "cpu_us_per_msg", "better", 0.8},
-	{"full handshake + upgrade CPU-µs, edge / the better", "connect-full", "cpu_us_per_upgrade", "better", 0.6},
-	{"resumed handshake + upgrade CPU-µs, edge / the better", "connect-resume", "cpu_us_per_upgrade", "better", 0.6},
-	{"fixed-rate p99 latency, edge / HAProxy", "rate", "p99_us", "haproxy", 1.0},
+	{"RSS per idle wss connection, edge / HAProxy", "idle", "kib_per_conn", "haproxy", 0.5, ""},
+	{"closed-loop echo CPU-µs/msg, edge / the better of HAProxy and nginx", "echo", "cpu_us_per_msg", "better", 0.8, ""},
+	{"full handshake + upgrade CPU-µs, edge / the better", "connect-full", "cpu_us_per_upgrade", "better", 0.6, ""},
+	{"resumed handshake + upgrade CPU-µs, edge / the better", "connect-resume", "cpu_us_per_upgrade", "better", 0.6, ""},
+	{"fixed-rate p99 latency, edge / HAProxy", "rate", "p99_us", "haproxy", 1.0, ""},
+	{"RSS per idle wss connection after one tiny echo (idle)", "idle", "kib_per_conn", "absolute", 3.0, "KiB"},
+	{"RSS per idle wss connection after one 16 KiB message (idle-16k)", "idle-16k", "kib_per_conn", "absolute", 3.0, "KiB"},
+	{"RSS per idle wss connection after one 1 MiB message (idle-1m)", "idle-1m", "kib_per_conn", "absolute", 3.0, "KiB"},
+	{"closed-loop echo CPU-µs/msg, edge / the better, median of per-repeat ratios", "echo", "cpu_us_per_msg", "repeats", 0.7, ""},
+	{"full handshake + upgrade CPU-µs, edge / the better, median of per-repeat ratios", "connect-full", "cpu_us_per_upgrade", "repeats", 0.9, ""},
+}
+
+// verdict is "met" when v is within limit.
+func verdict(v, limit float64) string {
+	if v <= limit {
+		return "met"
+	}
+	return "not met"
+}
+
+// specialTarget renders an "absolute" or "repeats" target, or returns ""
+// when it was not measured.
+func specialTarget(tg target, results []Result, sum map[string]map[string]map[string][]float64) string {
+	e := stats.Summarize(sum["edge"][tg.phase][tg.key])
+	if e.N == 0 {
+		return ""
+	}
+	if tg.against == "repeats" {
+		rr := perRepeatRatios(results, tg.phase, tg.key)
+		if rr.ratios.N == 0 {
+			return ""
+		}
+		return fmt.Sprintf("| %s: ≤ %.2f× | %s (%s) | **%s** |\n", tg.label, tg.limit, spread(rr.ratios), rr.betterLabel(), verdict(rr.ratios.Median, tg.limit))
+	}
+	// The target is edge's; the anchors' figures and verdicts show where
+	// the limit stands.
+	var others, verdicts []string
+	for _, a := range []string{"haproxy", "nginx"} {
+		s := stats.Summarize(sum[a][tg.phase][tg.key])
+		if s.N > 0 {
+			others = append(others, fmt.Sprintf("%s %.1f", proxyTitle[a], s.Median))
+			verdicts = append(verdicts, fmt.Sprintf("%s: %s", proxyTitle[a], verdict(s.Median, tg.limit)))
+		}
+	}
+	measured := fmt.Sprintf("edge %.1f %s", e.Median, tg.unit)
+	v := "**" + verdict(e.Median, tg.limit) + "**"
+	if len(others) > 0 {
+		measured += " (" + strings.Join(others, ", ") + ")"
+		v += " (" + strings.Join(verdicts, ", ") + ")"
+	}
+	return fmt.Sprintf("| %s: ≤ %.1f %s | %s | %s |\n", tg.label, tg.limit, tg.unit, measured, v)
 }
 
 // renderTargets writes edge's targets with their verdicts: the ratios to
@@ -392,6 +456,12 @@ var targets = []target{
 func renderTargets(w func(string, ...any), results []Result, sum map[string]map[string]map[string][]float64) {
 	var rows []string
 	for _, tg := range targets {
+		if tg.against == "absolute" || tg.against == "repeats" {
+			if row := specialTarget(tg, results, sum); row != "" {
+				rows = append(rows, row)
+			}
+			continue
+		}
 		e := stats.Summarize(sum["edge"][tg.phase][tg.key])
 		if e.N == 0 {
 			continue
@@ -438,7 +508,8 @@ func renderTargets(w func(string, ...any), results []Result, sum map[string]map[
 		return
 	}
 	w("\n## Targets\n\n")
-	w("Ratios of the medians in the table above; the anchor each ratio is taken against is named.\n\n")
+	w("Ratios of the medians in the table above, or, where the target says so, the median of the per-repeat ratios with their (min–max); the anchor each ratio is taken against is named. ")
+	w("The absolute memory targets are edge's; the anchors' figures and verdicts are shown beside it.\n\n")
 	w("| target | measured | verdict |\n|---|---:|---|\n")
 	for _, r := range rows {
 		w("%s", r)
