@@ -83,13 +83,7 @@ func (c *Config) validate() (errs, warns []*Error) {
 	v.oneOf("log.level", c.Log.Level, "debug", "info", "warn", "error")
 	v.oneOf("log.format", c.Log.Format, LogJSON, LogText)
 	v.nonNegative("limits.max_connections", c.Limits.MaxConnections)
-	v.duration("drain.window", c.Drain.Window, true)
-	v.duration("drain.delay", c.Drain.Delay, true)
-	v.duration("drain.timeout", c.Drain.Timeout, false)
-	if c.Drain.Timeout > 0 && c.Drain.Window > c.Drain.Timeout {
-		v.errf("drain.window", "%s is longer than drain.timeout %s", c.Drain.Window, c.Drain.Timeout)
-	}
-	v.duration("upgrade.timeout", c.Upgrade.Timeout, false)
+	v.lifecycle(c)
 
 	if len(c.Listeners) == 0 {
 		v.errf("listeners", "at least one listener is required")
@@ -122,6 +116,17 @@ func (c *Config) validate() (errs, warns []*Error) {
 	}
 	v.consul()
 	return v.errs, v.warns
+}
+
+// lifecycle checks how the process stops and hands over: drain and upgrade.
+func (v *validator) lifecycle(c *Config) {
+	v.duration("drain.window", c.Drain.Window, true)
+	v.duration("drain.delay", c.Drain.Delay, true)
+	v.duration("drain.timeout", c.Drain.Timeout, false)
+	if c.Drain.Timeout > 0 && c.Drain.Window > c.Drain.Timeout {
+		v.errf("drain.window", "%s is longer than drain.timeout %s", c.Drain.Window, c.Drain.Timeout)
+	}
+	v.duration("upgrade.timeout", c.Upgrade.Timeout, false)
 }
 
 // weakSecret warns, at the setting naming it, about a cookie key whose

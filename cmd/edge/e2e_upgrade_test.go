@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"crypto/tls"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -615,44 +614,6 @@ func rawWebSocket(t *testing.T, addr string) net.Conn {
 	}
 	_ = c.SetDeadline(time.Time{})
 	return c
-}
-
-// readCloseCode reads frames from a raw WebSocket until a close frame
-// (RFC 6455 §5.5.1) and returns its status code; an EOF or reset before it
-// is an error.
-func readCloseCode(c net.Conn) (int, error) {
-	br := bufio.NewReader(c)
-	for {
-		var h [2]byte
-		if _, err := io.ReadFull(br, h[:]); err != nil {
-			return 0, fmt.Errorf("connection ended without a close frame: %w", err)
-		}
-		n := int(h[1] & 0x7f)
-		switch n {
-		case 126:
-			var b [2]byte
-			if _, err := io.ReadFull(br, b[:]); err != nil {
-				return 0, err
-			}
-			n = int(binary.BigEndian.Uint16(b[:]))
-		case 127:
-			var b [8]byte
-			if _, err := io.ReadFull(br, b[:]); err != nil {
-				return 0, err
-			}
-			n = int(binary.BigEndian.Uint64(b[:]))
-		}
-		payload := make([]byte, n)
-		if _, err := io.ReadFull(br, payload); err != nil {
-			return 0, err
-		}
-		if h[0]&0x0f == 0x8 {
-			if n < 2 {
-				return 0, fmt.Errorf("close frame without a code")
-			}
-			return int(binary.BigEndian.Uint16(payload)), nil
-		}
-	}
 }
 
 // liveEchoer is one WebSocket echoing numbered messages at a steady pace
