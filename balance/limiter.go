@@ -86,8 +86,7 @@ func (l *Limiter) Admit(ip netip.Addr) (ok bool, retryAfter time.Duration) {
 	if l == nil || (l.maxConns == 0 && l.rate == 0) {
 		return true, 0
 	}
-	key := l.key(ip)
-	sh := &l.shards[hashAddr(key)%limiterShards]
+	key, sh := l.shardOf(ip)
 	now := l.now().UnixNano()
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -117,13 +116,18 @@ func (l *Limiter) Admit(ip netip.Addr) (ok bool, retryAfter time.Duration) {
 	return true, 0
 }
 
+// shardOf is ip's key (its address or prefix) and the shard that holds it.
+func (l *Limiter) shardOf(ip netip.Addr) (netip.Addr, *limiterShard) {
+	key := l.key(ip)
+	return key, &l.shards[hashAddr(key)%limiterShards]
+}
+
 // Done releases one connection of ip admitted earlier.
 func (l *Limiter) Done(ip netip.Addr) {
 	if l == nil || l.maxConns == 0 {
 		return
 	}
-	key := l.key(ip)
-	sh := &l.shards[hashAddr(key)%limiterShards]
+	key, sh := l.shardOf(ip)
 	now := l.now().UnixNano()
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -193,8 +197,7 @@ func (l *Limiter) Hold(ip netip.Addr) {
 	if l == nil || l.maxConns == 0 {
 		return
 	}
-	key := l.key(ip)
-	sh := &l.shards[hashAddr(key)%limiterShards]
+	key, sh := l.shardOf(ip)
 	now := l.now().UnixNano()
 	sh.mu.Lock()
 	defer sh.mu.Unlock()

@@ -8,6 +8,7 @@ import (
 	"net"
 	"os/exec"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -29,19 +30,26 @@ type clientResult struct {
 // runClient runs cmd and decodes the JSON line it prints.
 func runClient(t *testing.T, cmd *exec.Cmd) clientResult {
 	t.Helper()
+	var r clientResult
+	runJSON(t, cmd, &r)
+	return r
+}
+
+// runJSON runs cmd, a client we did not write, and decodes the JSON line
+// it prints into v.
+func runJSON(t *testing.T, cmd *exec.Cmd, v any) {
+	t.Helper()
 	out, err := cmd.Output()
 	if err != nil {
 		msg := ""
 		if ee, ok := err.(*exec.ExitError); ok {
 			msg = string(ee.Stderr)
 		}
-		t.Fatalf("%s: %v\n%s\n%s", cmd.Args[1], err, out, msg)
+		t.Fatalf("%s: %v\n%s\n%s", strings.Join(cmd.Args, " "), err, out, msg)
 	}
-	var r clientResult
-	if err := json.Unmarshal(out, &r); err != nil {
+	if err := json.Unmarshal(out, v); err != nil {
 		t.Fatalf("%s printed %q: %v", cmd.Args[1], out, err)
 	}
-	return r
 }
 
 // startClient runs cmd in the background, for a test that acts on the

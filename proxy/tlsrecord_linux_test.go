@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
-	"encoding/json"
 	"io"
 	"net"
 	"os"
@@ -144,18 +143,8 @@ type wssResult struct {
 
 func runWSS(t *testing.T, cmd *exec.Cmd) wssResult {
 	t.Helper()
-	out, err := cmd.Output()
-	if err != nil {
-		msg := ""
-		if ee, ok := err.(*exec.ExitError); ok {
-			msg = string(ee.Stderr)
-		}
-		t.Fatalf("%s: %v\n%s\n%s", strings.Join(cmd.Args, " "), err, out, msg)
-	}
 	var r wssResult
-	if err := json.Unmarshal(out, &r); err != nil {
-		t.Fatalf("client printed %q: %v", out, err)
-	}
+	runJSON(t, cmd, &r)
 	return r
 }
 

@@ -76,6 +76,22 @@ func startUpgradable(t *testing.T, s *setup, env ...string) *upProc {
 	return p
 }
 
+// waitExit waits up to bound for the first process to exit, and fails
+// the test unless it exited 0 (an old process that handed everything
+// over).
+func (p *upProc) waitExit(t *testing.T, bound time.Duration) {
+	t.Helper()
+	select {
+	case err := <-p.done:
+		p.done <- err
+		if err != nil {
+			t.Errorf("old process exited with %v, want 0", err)
+		}
+	case <-time.After(bound):
+		t.Fatal("old process did not exit")
+	}
+}
+
 // startedPIDs lists the pid of every "edge started" line of a log.
 func startedPIDs(log string) []int {
 	var out []int
@@ -431,15 +447,7 @@ func TestUpgradeHandsOverListeners(t *testing.T) {
 	if st.PID == old || st.Version != nextVersion {
 		t.Errorf("after the upgrade /status says pid %d version %q, want a new pid with %s", st.PID, st.Version, nextVersion)
 	}
-	select {
-	case err := <-p.done:
-		p.done <- err
-		if err != nil {
-			t.Errorf("old process exited with %v, want 0", err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("old process did not exit")
-	}
+	p.waitExit(t, 30*time.Second)
 	if n, errs := storm.finish(); len(errs) > 0 {
 		t.Errorf("%d of %d back-to-back plain requests failed during the upgrade: %q", len(errs), n, errs)
 	} else {
@@ -750,15 +758,7 @@ func TestUpgradeKeepsLiveWebSockets(t *testing.T) {
 	if err != nil {
 		t.Fatalf("edge -upgrade: %v\n%s", err, out)
 	}
-	select {
-	case err := <-p.done:
-		p.done <- err
-		if err != nil {
-			t.Errorf("old process exited with %v, want 0", err)
-		}
-	case <-time.After(60 * time.Second):
-		t.Fatal("old process did not exit")
-	}
+	p.waitExit(t, 60*time.Second)
 	t.Logf("upgrade with %d live WebSockets: the old process was gone %v after edge -upgrade began", 2*n+k12, time.Since(start).Round(time.Millisecond))
 	if st := statusOf(s.admin); st.PID == old || st.Version != nextVersion {
 		t.Errorf("after the upgrade /status says pid %d version %q, want a new pid with %s", st.PID, st.Version, nextVersion)
