@@ -136,6 +136,9 @@ type edge struct {
 	// certPEM is the certificate (its own root) for clients we did not
 	// write; its name is edge.test.
 	certPEM []byte
+	// rl is the listener's record layer; nil when crypto/tls keeps
+	// every record.
+	rl *RecordLayer
 }
 
 type edgeConfig struct {
@@ -181,6 +184,7 @@ func startEdge(t testing.TB, cfg edgeConfig) *edge {
 	var rl *RecordLayer
 	if cfg.tls && !cfg.cryptoTLS {
 		rl = NewRecordLayer()
+		e.rl = rl
 	}
 	switch {
 	case cfg.splice == spliceGoroutines && cfg.accept == nil:

@@ -75,6 +75,16 @@ func TestResumeRefuses(t *testing.T) {
 			t.Errorf("%s: %v, want an error with %q", tc.name, err, tc.want)
 		}
 	}
+	// Secrets of another handshake: every record of both logs looks like
+	// a handshake record under them, and nothing would open at sequence 0.
+	_, other := statePair(t, suite)
+	ocs, oss := bytes.Clone(other.write.secret[:32]), bytes.Clone(other.read.secret[:32])
+	if _, _, err := Resume(suite, ocs, oss, good, written); err == nil || !strings.Contains(err.Error(), "authenticates") {
+		t.Errorf("another handshake's secrets: %v, want an error", err)
+	}
+	if _, _, err := Resume(suite, cs, ss, bytes.Clone(hs), written); err == nil || !strings.Contains(err.Error(), "authenticates") {
+		t.Errorf("no application record in the read log: %v, want an error", err)
+	}
 	if _, _, err := Resume(0x1304, make([]byte, 32), make([]byte, 32), good, written); err == nil {
 		t.Error("Resume took an unsupported suite")
 	}

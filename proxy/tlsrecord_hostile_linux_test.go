@@ -1,0 +1,92 @@
+package proxy
+
+import (
+	"bufio"
+	"crypto/rand"
+	"crypto/tls"
+	"io"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/edgelb/edge/internal/testkit"
+)
+
+// fixedRandom is a tls.Config.Rand whose first 32 bytes, the ClientHello
+// random (RFC 8446 §4.1.2), are chosen; the rest is crypto/rand.
+type fixedRandom struct {
+	random []byte
+}
+
+func (f *fixedRandom) Read(p []byte) (int, error) {
+	if len(f.random) > 0 {
+		n := copy(p, f.random)
+		f.random = f.random[n:]
+		return n, nil
+	}
+	return rand.Read(p)
+}
+
+// tls13WithRandom completes a TLS 1.3 handshake with edge whose
+// ClientHello carries random.
+func tls13WithRandom(t *testing.T, e *edge, random []byte) *tls.Conn {
+	t.Helper()
+	cfg := testkit.ClientTLS(e.certs, "edge.test")
+	cfg.MinVersion = tls.VersionTLS13
+	cfg.Rand = &fixedRandom{random: append([]byte(nil), random...)}
+	c, err := tls.Dial("tcp", e.addr, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// askRaw sends one masked text frame on c and returns the payload of the
+// frame that comes back.
+func askRaw(t *testing.T, c net.Conn, br *bufio.Reader, msg string) string {
+	t.Helper()
+	if _, err := c.Write(testkit.MaskedFrame(0x1, []byte(msg))); err != nil {
+		t.Fatal(err)
+	}
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	_, p := testkit.ReadFrame(t, br)
+	return string(p)
+}
+
+// TestRecordLayerSecretsOfAnotherHandshake: the client chooses its
+// random, and the ClientHello carrying it crosses the network in the
+// clear. A second client that reuses a victim's random, closes (its
+// handshake log's end forgets the secrets logged under that random, the
+// victim's among them) and then completes a handshake of its own leaves
+// its secrets where the victim's connection looks for its own. The
+// victim's takeover must not run on them: the attacker knows them, and
+// every record edge sealed for the victim would be readable by it, and
+// records it injects would reach the backend as the victim's. The
+// connection must stay with crypto/tls and work.
+func TestRecordLayerSecretsOfAnotherHandshake(t *testing.T) {
+	e := recordEdge(t)
+	random := make([]byte, 32)
+	rand.Read(random)
+
+	victim := tls13WithRandom(t, e, random)
+	testkit.WaitFor(t, "the victim's secrets in the key log", func() bool { return e.rl.keys.Len() == 1 })
+
+	first := tls13WithRandom(t, e, random)
+	first.Close()
+	testkit.WaitFor(t, "the key log to forget the random", func() bool { return e.rl.keys.Len() == 0 })
+	tls13WithRandom(t, e, random) // kept open: its secrets stay in the log
+	testkit.WaitFor(t, "the attacker's secrets in the key log", func() bool { return e.rl.keys.Len() == 1 })
+
+	if _, err := io.WriteString(victim, testkit.RawUpgrade("/", "edge.test")); err != nil {
+		t.Fatal(err)
+	}
+	victim.SetReadDeadline(time.Now().Add(10 * time.Second))
+	br := testkit.Read101(t, victim)
+	if got := askRaw(t, victim, br, "mine"); got != "mine" {
+		t.Fatalf("echo %q", got)
+	}
+	if owned, kept := e.srv.RecordLayerTakeovers(); owned != 0 || kept != 1 {
+		t.Fatalf("takeovers: owned %d, kept %d; want 0, 1", owned, kept)
+	}
+}
