@@ -90,3 +90,64 @@ func TestRecordLayerSecretsOfAnotherHandshake(t *testing.T) {
 		t.Fatalf("takeovers: owned %d, kept %d; want 0, 1", owned, kept)
 	}
 }
+
+// fragmentHello is a client conn whose first write, the ClientHello
+// record, goes out as handshake records of at most frag body bytes each
+// (RFC 8446 §5.1: a handshake message may span records).
+type fragmentHello struct {
+	net.Conn
+	frag int
+	done bool
+}
+
+func (f *fragmentHello) Write(p []byte) (int, error) {
+	if f.done || len(p) < 5 || p[0] != 22 {
+		return f.Conn.Write(p)
+	}
+	f.done = true
+	end := 5 + (int(p[3])<<8 | int(p[4]))
+	body := p[5:end]
+	var out []byte
+	for len(body) > 0 {
+		k := min(len(body), f.frag)
+		out = append(out, 22, p[1], p[2], byte(k>>8), byte(k))
+		out = append(out, body[:k]...)
+		body = body[k:]
+	}
+	out = append(out, p[end:]...)
+	if _, err := f.Conn.Write(out); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+// TestRecordLayerFragmentedClientHello: a ClientHello split over several
+// handshake records (legal, and accepted by crypto/tls) carries its random
+// past the first record. The takeover must still find it, and the
+// handshake's secrets must not stay behind in the key log once the
+// connection is gone.
+func TestRecordLayerFragmentedClientHello(t *testing.T) {
+	e := recordEdge(t)
+	for _, frag := range []int{10, 40} {
+		tc, err := net.Dial("tcp", e.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := testkit.ClientTLS(e.certs, "edge.test")
+		cfg.MinVersion = tls.VersionTLS13
+		c := tls.Client(&fragmentHello{Conn: tc, frag: frag}, cfg)
+		if _, err := io.WriteString(c, testkit.RawUpgrade("/", "edge.test")); err != nil {
+			t.Fatal(err)
+		}
+		c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		br := testkit.Read101(t, c)
+		if got := askRaw(t, c, br, "fragmented"); got != "fragmented" {
+			t.Fatalf("echo %q", got)
+		}
+		c.Close()
+		testkit.WaitFor(t, "the key log to be empty", func() bool { return e.rl.keys.Len() == 0 })
+	}
+	if owned, kept := e.srv.RecordLayerTakeovers(); owned != 2 || kept != 0 {
+		t.Fatalf("takeovers: owned %d, kept %d; want 2, 0", owned, kept)
+	}
+}

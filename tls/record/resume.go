@@ -172,16 +172,27 @@ func applicationStart(st *State, log []byte) (int, error) {
 }
 
 // ClientRandom returns the 32-byte random of the ClientHello at the front of
-// a read log (record header 5 bytes, handshake header 4, legacy_version 2,
-// then random; RFC 8446 §4.1.2), aliasing readLog, or false if the log does
-// not start with a handshake record holding a ClientHello's first 38 bytes.
+// a read log (handshake header 4 bytes, legacy_version 2, then random; RFC
+// 8446 §4.1.2), or false if the log does not start with handshake records
+// holding a ClientHello's first 38 bytes. The ClientHello may span records
+// (§5.1: a client can send it in fragments as small as one byte, and
+// crypto/tls accepts them), so the random is a copy of the bytes gathered
+// from the records' bodies.
 func ClientRandom(readLog []byte) ([]byte, bool) {
-	const end = headerLen + 4 + 2 + 32
-	if len(readLog) < end || readLog[0] != typeHandshake || readLog[headerLen] != 1 {
+	const need = 4 + 2 + 32
+	var hs [need]byte
+	have := 0
+	for off := 0; have < need; {
+		rest := readLog[off:]
+		if len(rest) < headerLen || rest[0] != typeHandshake {
+			return nil, false
+		}
+		body := rest[headerLen:min(len(rest), headerLen+bodyLen(rest))]
+		have += copy(hs[have:], body)
+		off += headerLen + len(body)
+	}
+	if hs[0] != 1 {
 		return nil, false
 	}
-	if bodyLen(readLog) < end-headerLen {
-		return nil, false
-	}
-	return readLog[end-32 : end], true
+	return append([]byte(nil), hs[need-32:]...), true
 }

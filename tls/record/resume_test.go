@@ -94,8 +94,8 @@ func TestResumeRefuses(t *testing.T) {
 	}
 }
 
-// TestClientRandom: the random at bytes 11..43 of a ClientHello record;
-// anything else is refused.
+// TestClientRandom: the random at bytes 11..43 of a ClientHello record,
+// or gathered from its fragments; anything else is refused.
 func TestClientRandom(t *testing.T) {
 	rnd := make([]byte, 32)
 	rand.Read(rnd)
@@ -103,11 +103,23 @@ func TestClientRandom(t *testing.T) {
 	if got, ok := ClientRandom(hello); !ok || !bytes.Equal(got, rnd) {
 		t.Fatalf("ClientRandom: %x, %v", got, ok)
 	}
+	// The same ClientHello in fragments of one to 20 bytes (RFC 8446 §5.1).
+	for _, k := range []int{1, 7, 20} {
+		var frag []byte
+		for body := hello[5:]; len(body) > 0; body = body[min(k, len(body)):] {
+			frag = append(frag, 22, 3, 1, 0, byte(min(k, len(body))))
+			frag = append(frag, body[:min(k, len(body))]...)
+		}
+		if got, ok := ClientRandom(frag); !ok || !bytes.Equal(got, rnd) {
+			t.Errorf("fragments of %d: %x, %v", k, got, ok)
+		}
+	}
 	for name, b := range map[string][]byte{
 		"short":            hello[:42],
 		"not handshake":    append([]byte{23}, hello[1:]...),
 		"not hello":        append(append([]byte{}, hello[:5]...), append([]byte{2}, hello[6:]...)...),
-		"record too short": append(append([]byte{}, hello[:3]...), append([]byte{0, 37}, hello[5:]...)...),
+		"record too short": append(append([]byte{}, hello[:3]...), append([]byte{0, 37}, hello[5:42]...)...),
+		"fragment then data": append(append(append([]byte{}, hello[:3]...), append([]byte{0, 20}, hello[5:25]...)...), 23, 3, 3, 0, 18),
 		"empty":            nil,
 	} {
 		if _, ok := ClientRandom(b); ok {
