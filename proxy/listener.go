@@ -145,7 +145,7 @@ func (c *edgeConn) Write(p []byte) (int, error) {
 
 func (c *edgeConn) Close() error {
 	if c.log != nil {
-		c.log.stop()
+		c.log.end()
 	}
 	if c.s == nil {
 		err := c.Conn.Close()

@@ -58,12 +58,19 @@ type tlsLog struct {
 	keys *record.KeyLog
 	r, w []byte
 	off  bool
+	// random is the client random of a log that stopped: a log stopped
+	// inside the handshake (a ClientHello past maxReadLog) ends before
+	// crypto/tls logs the secrets, which end forgets when the connection
+	// closes.
+	random []byte
 }
 
 func (l *tlsLog) read(p []byte) {
 	l.mu.Lock()
 	if !l.off {
 		if len(l.r)+len(p) > maxReadLog {
+			// p may hold the rest of the ClientHello's random.
+			l.r = append(l.r, p...)
 			l.stopLocked()
 		} else {
 			l.r = append(l.r, p...)
@@ -97,9 +104,22 @@ func (l *tlsLog) stopLocked() {
 	}
 	l.off = true
 	if cr, ok := record.ClientRandom(l.r); ok {
+		l.random = cr
 		l.keys.Forget(cr)
 	}
 	l.r, l.w = nil, nil
+}
+
+// end is stop for a connection that closes: the secrets of a handshake
+// that finished after its log stopped are dropped as well.
+func (l *tlsLog) end() {
+	l.mu.Lock()
+	l.stopLocked()
+	if l.random != nil {
+		l.keys.Forget(l.random)
+		l.random = nil
+	}
+	l.mu.Unlock()
 }
 
 // take ends the log and returns both halves and the handshake's secrets;

@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"io"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -150,4 +151,36 @@ func TestRecordLayerFragmentedClientHello(t *testing.T) {
 	if owned, kept := e.srv.RecordLayerTakeovers(); owned != 2 || kept != 0 {
 		t.Fatalf("takeovers: owned %d, kept %d; want 2, 0", owned, kept)
 	}
+}
+
+// TestRecordLayerLargeClientHelloForgets: a ClientHello past the read
+// log's bound (a long ALPN list makes one of about 18 KiB) stops the log
+// before crypto/tls logs the handshake's secrets. The connection stays
+// with crypto/tls, and once it is gone its secrets must be gone from the
+// key log too, not left there until they age out.
+func TestRecordLayerLargeClientHelloForgets(t *testing.T) {
+	e := recordEdge(t)
+	cfg := testkit.ClientTLS(e.certs, "edge.test")
+	cfg.MinVersion = tls.VersionTLS13
+	cfg.NextProtos = []string{"http/1.1"}
+	for i := 0; len(cfg.NextProtos) < 72; i++ {
+		cfg.NextProtos = append(cfg.NextProtos, strings.Repeat(string(rune('a'+i%26)), 250))
+	}
+	c, err := tls.Dial("tcp", e.addr, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.WriteString(c, testkit.RawUpgrade("/", "edge.test")); err != nil {
+		t.Fatal(err)
+	}
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	br := testkit.Read101(t, c)
+	if got := askRaw(t, c, br, "large hello"); got != "large hello" {
+		t.Fatalf("echo %q", got)
+	}
+	if owned, kept := e.srv.RecordLayerTakeovers(); owned != 0 || kept != 1 {
+		t.Fatalf("takeovers: owned %d, kept %d; want 0, 1", owned, kept)
+	}
+	c.Close()
+	testkit.WaitFor(t, "the key log to be empty", func() bool { return e.rl.keys.Len() == 0 })
 }

@@ -72,9 +72,13 @@ func (c *wsConn) takeRecords(tc *tls.Conn, ec *edgeConn, clientBuffered []byte) 
 		ec.log.stop()
 		return drained, false
 	}
-	rlog, wlog, csec, ssec, ok := ec.log.take()
+	hlog := ec.log
 	ec.log = nil
+	rlog, wlog, csec, ssec, ok := hlog.take()
 	if !ok {
+		// The log may have stopped before the handshake logged its
+		// secrets (a ClientHello past the bound): they are there now.
+		hlog.end()
 		return drained, false
 	}
 	st, tail, err := record.Resume(cs.CipherSuite, csec, ssec, rlog, wlog)
