@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"io"
 	"net"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -183,4 +184,107 @@ func TestRecordLayerLargeClientHelloForgets(t *testing.T) {
 	}
 	c.Close()
 	testkit.WaitFor(t, "the key log to be empty", func() bool { return e.rl.keys.Len() == 0 })
+}
+
+// TestRecordLayerRefusedUpgradeDropsLog: an upgrade edge refuses (426
+// for a version it does not speak, RFC 6455 §4.2.2) leaves the
+// connection open for more requests; like a plain request it never
+// leads to a takeover of this handshake's log, so its secrets must go
+// at once, not when the keep-alive connection closes. A second upgrade
+// on it still works, on crypto/tls.
+func TestRecordLayerRefusedUpgradeDropsLog(t *testing.T) {
+	e := recordEdge(t)
+	cfg := testkit.ClientTLS(e.certs, "edge.test")
+	cfg.MinVersion = tls.VersionTLS13
+	c, err := tls.Dial("tcp", e.addr, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	bad := strings.Replace(testkit.RawUpgrade("/", "edge.test"), "Version: 13", "Version: 8", 1)
+	if _, err := io.WriteString(c, bad); err != nil {
+		t.Fatal(err)
+	}
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUpgradeRequired || resp.Close {
+		t.Fatalf("status %d, close %v; want 426 on a kept-alive connection", resp.StatusCode, resp.Close)
+	}
+	testkit.WaitFor(t, "the refused upgrade's secrets to be dropped", func() bool { return e.rl.keys.Len() == 0 })
+	if _, err := io.WriteString(c, testkit.RawUpgrade("/", "edge.test")); err != nil {
+		t.Fatal(err)
+	}
+	resp, err = http.ReadResponse(br, nil)
+	if err != nil || resp.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("second upgrade: %v, %v", resp, err)
+	}
+	if got := askRaw(t, c, br, "again"); got != "again" {
+		t.Fatalf("echo %q", got)
+	}
+}
+
+// TestRecordLayerKeyLogEmpties: whatever a TLS connection did, once it
+// is closed the key log holds nothing of it.
+func TestRecordLayerKeyLogEmpties(t *testing.T) {
+	e := recordEdge(t)
+	tls13 := testkit.ClientTLS(e.certs, "edge.test")
+	tls13.MinVersion = tls.VersionTLS13
+	dial := func(cfg *tls.Config) *tls.Conn {
+		c, err := tls.Dial("tcp", e.addr, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	kinds := map[string]func(){
+		"upgraded": func() {
+			c := dial(tls13)
+			io.WriteString(c, testkit.RawUpgrade("/", "edge.test"))
+			c.SetReadDeadline(time.Now().Add(10 * time.Second))
+			br := testkit.Read101(t, c)
+			if got := askRaw(t, c, br, "x"); got != "x" {
+				t.Fatalf("echo %q", got)
+			}
+			c.Close()
+		},
+		"plain request": func() {
+			c := dial(tls13)
+			io.WriteString(c, "GET / HTTP/1.1\r\nHost: edge.test\r\n\r\n")
+			c.SetReadDeadline(time.Now().Add(10 * time.Second))
+			if resp, err := http.ReadResponse(bufio.NewReader(c), nil); err != nil {
+				t.Fatal(err)
+			} else {
+				resp.Body.Close()
+			}
+			c.Close()
+		},
+		"handshake only": func() { dial(tls13).Close() },
+		"certificate refused by the client": func() {
+			cfg := tls13.Clone()
+			cfg.ServerName = "other.test"
+			if c, err := tls.Dial("tcp", e.addr, cfg); err == nil {
+				c.Close()
+				t.Fatal("handshake with a wrong name succeeded")
+			}
+		},
+		"TLS 1.2": func() {
+			cfg := tls13.Clone()
+			cfg.MinVersion, cfg.MaxVersion = tls.VersionTLS12, tls.VersionTLS12
+			c := dial(cfg)
+			io.WriteString(c, testkit.RawUpgrade("/", "edge.test"))
+			c.SetReadDeadline(time.Now().Add(10 * time.Second))
+			testkit.Read101(t, c)
+			c.Close()
+		},
+	}
+	for name, run := range kinds {
+		run()
+		testkit.WaitFor(t, "an empty key log after: "+name, func() bool { return e.rl.keys.Len() == 0 })
+	}
 }
