@@ -2,11 +2,13 @@ package proxy
 
 import (
 	"bufio"
+	"bytes"
 	"crypto/rand"
 	"crypto/tls"
 	"io"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -286,5 +288,161 @@ func TestRecordLayerKeyLogEmpties(t *testing.T) {
 	for name, run := range kinds {
 		run()
 		testkit.WaitFor(t, "an empty key log after: "+name, func() bool { return e.rl.keys.Len() == 0 })
+	}
+}
+
+// heldConn holds what is written while hold is set, and sends it in one
+// write at flush: a client whose Finished, request and frames leave in
+// one flight.
+type heldConn struct {
+	net.Conn
+	hold bool
+	pass int // writes that go out before holding starts
+	buf  []byte
+}
+
+func (h *heldConn) Write(p []byte) (int, error) {
+	if h.hold && h.pass > 0 {
+		h.pass--
+		return h.Conn.Write(p)
+	}
+	if h.hold {
+		h.buf = append(h.buf, p...)
+		return len(p), nil
+	}
+	return h.Conn.Write(p)
+}
+
+func (h *heldConn) flush(t *testing.T) {
+	t.Helper()
+	h.hold = false
+	if _, err := h.Conn.Write(h.buf); err != nil {
+		t.Fatal(err)
+	}
+	h.buf = nil
+}
+
+// heldClient is a TLS 1.3 client over a heldConn, with its key log.
+func heldClient(t *testing.T, e *edge) (*tls.Conn, *heldConn, *bytes.Buffer) {
+	t.Helper()
+	tc, err := net.Dial("tcp", e.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tc.Close() })
+	h := &heldConn{Conn: tc}
+	var keyLog bytes.Buffer
+	cfg := testkit.ClientTLS(e.certs, "edge.test")
+	cfg.MinVersion = tls.VersionTLS13
+	cfg.CipherSuites = nil
+	cfg.KeyLogWriter = &keyLog
+	c := tls.Client(h, cfg)
+	c.SetDeadline(time.Now().Add(20 * time.Second))
+	return c, h, &keyLog
+}
+
+// readEchoes reads n text frames from br and checks they are msgs.
+func readEchoes(t *testing.T, br *bufio.Reader, msgs []string) {
+	t.Helper()
+	for _, m := range msgs {
+		if _, p := testkit.ReadFrame(t, br); string(p) != m {
+			t.Fatalf("echo %q, want %q", p, m)
+		}
+	}
+}
+
+// TestRecordLayerPipelined: the client's Finished, the upgrade request
+// and frames in many small records leave in one write; edge takes the
+// records over wherever crypto/tls stopped in them and every frame comes
+// back.
+func TestRecordLayerPipelined(t *testing.T) {
+	e := recordEdge(t)
+	c, h, _ := heldClient(t, e)
+	// The ClientHello goes out, the Finished is held.
+	h.hold, h.pass = true, 1
+	if err := c.Handshake(); err != nil {
+		t.Fatal(err)
+	}
+	if len(h.buf) == 0 {
+		t.Fatal("the Finished was not held")
+	}
+	io.WriteString(c, testkit.RawUpgrade("/", "edge.test"))
+	var msgs []string
+	for i := range 200 {
+		m := "m" + strconv.Itoa(i)
+		msgs = append(msgs, m)
+		c.Write(testkit.MaskedFrame(0x1, []byte(m)))
+	}
+	h.flush(t)
+	br := testkit.Read101(t, c)
+	readEchoes(t, br, msgs)
+	if got := askRaw(t, c, br, "after"); got != "after" {
+		t.Fatalf("echo %q", got)
+	}
+	if owned, kept := e.srv.RecordLayerTakeovers(); owned != 1 || kept != 0 {
+		t.Fatalf("takeovers: owned %d, kept %d; want 1, 0", owned, kept)
+	}
+}
+
+// TestRecordLayerKeyUpdateAroundRequest: a KeyUpdate (RFC 8446 §4.6.3)
+// before the upgrade request or right behind it, with and without
+// update_requested, in the same flight as the Finished and the frames:
+// crypto/tls reads and answers some of it before the takeover, edge the
+// rest, and both directions go on under the right keys.
+func TestRecordLayerKeyUpdateAroundRequest(t *testing.T) {
+	update := func(req byte) []byte { return []byte{24, 0, 0, 1, req} }
+	cases := map[string]struct{ before, behind [][]byte }{
+		"before, requested":        {before: [][]byte{update(1)}},
+		"before, not requested":    {before: [][]byte{update(0)}},
+		"behind, requested":        {behind: [][]byte{update(1)}},
+		"behind, not requested":    {behind: [][]byte{update(0)}},
+		"behind, requested twice":  {behind: [][]byte{update(1), update(1)}},
+		"around, requested both":   {before: [][]byte{update(1)}, behind: [][]byte{update(1)}},
+		"behind, then not, then 1": {behind: [][]byte{update(0), update(1)}},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			e := recordEdge(t)
+			c, h, keyLog := heldClient(t, e)
+			h.hold, h.pass = true, 1
+			if err := c.Handshake(); err != nil {
+				t.Fatal(err)
+			}
+			w, err := newRecordWriter(c.ConnectionState().CipherSuite, clientSecret(t, keyLog.String()), 0)
+			if err != nil {
+				t.Skip(err)
+			}
+			keyUpdates := func(msgs [][]byte) {
+				for _, m := range msgs {
+					h.buf = w.seal(h.buf, 22, m)
+					w.update()
+				}
+			}
+			keyUpdates(tc.before)
+			h.buf = w.seal(h.buf, 23, []byte(testkit.RawUpgrade("/", "edge.test")))
+			keyUpdates(tc.behind)
+			msgs := []string{"one", "two", "three"}
+			for _, m := range msgs {
+				h.buf = w.seal(h.buf, 23, testkit.MaskedFrame(0x1, []byte(m)))
+			}
+			h.flush(t)
+			br := testkit.Read101(t, c)
+			readEchoes(t, br, msgs)
+			// Later, on edge's record layer: more frames, and one more
+			// update each way.
+			testkit.WaitFor(t, "the record layer to take the connection", func() bool { return e.srv.recordConns() == 1 })
+			var out []byte
+			out = w.seal(out, 23, testkit.MaskedFrame(0x1, []byte("later")))
+			out = w.seal(out, 22, update(1))
+			w.update()
+			out = w.seal(out, 23, testkit.MaskedFrame(0x1, []byte("last")))
+			if _, err := h.Conn.Write(out); err != nil {
+				t.Fatal(err)
+			}
+			readEchoes(t, br, []string{"later", "last"})
+			if owned, kept := e.srv.RecordLayerTakeovers(); owned != 1 || kept != 0 {
+				t.Fatalf("takeovers: owned %d, kept %d; want 1, 0", owned, kept)
+			}
+		})
 	}
 }
