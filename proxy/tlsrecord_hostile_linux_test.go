@@ -446,3 +446,104 @@ func TestRecordLayerKeyUpdateAroundRequest(t *testing.T) {
 		})
 	}
 }
+
+// rawRecordClient is a TLS 1.3 client whose records after the handshake
+// are written by the test (recordWriter), its reads done by crypto/tls.
+func rawRecordClient(t *testing.T, e *edge) (*tls.Conn, *heldConn, *recordWriter) {
+	t.Helper()
+	c, h, keyLog := heldClient(t, e)
+	if err := c.Handshake(); err != nil {
+		t.Fatal(err)
+	}
+	w, err := newRecordWriter(c.ConnectionState().CipherSuite, clientSecret(t, keyLog.String()), 0)
+	if err != nil {
+		t.Skip(err)
+	}
+	return c, h, w
+}
+
+// TestRecordLayerRecordAcrossTakeover: the record behind the upgrade
+// request is cut at the takeover (in its header, at its end, in its
+// body): crypto/tls read the start, edge the rest, and the frame in it
+// comes back.
+func TestRecordLayerRecordAcrossTakeover(t *testing.T) {
+	for _, cut := range []int{1, 3, 5, 9, 20} {
+		t.Run(strconv.Itoa(cut), func(t *testing.T) {
+			e := recordEdge(t)
+			c, h, w := rawRecordClient(t, e)
+			first := w.seal(nil, 23, []byte(testkit.RawUpgrade("/", "edge.test")))
+			rec := w.seal(nil, 23, testkit.MaskedFrame(0x1, []byte("across the takeover")))
+			if _, err := h.Conn.Write(append(first, rec[:cut]...)); err != nil {
+				t.Fatal(err)
+			}
+			br := testkit.Read101(t, c)
+			testkit.WaitFor(t, "the record layer to take the connection", func() bool { return e.srv.recordConns() == 1 })
+			if _, err := h.Conn.Write(rec[cut:]); err != nil {
+				t.Fatal(err)
+			}
+			readEchoes(t, br, []string{"across the takeover"})
+		})
+	}
+}
+
+// TestRecordLayerEndsBehindRequest: what may follow the upgrade request
+// in the same flight: a close_notify (RFC 8446 §6.1), a fatal alert
+// (§6.2), a TCP FIN without close_notify, the FIN in the middle of a
+// record. The frame before it is forwarded where the end allows it, and
+// the connection ends, with a reason, instead of hanging.
+func TestRecordLayerEndsBehindRequest(t *testing.T) {
+	frame := testkit.MaskedFrame(0x1, []byte("before the end"))
+	cases := []struct {
+		name string
+		tail func(w *recordWriter) []byte
+		fin  bool
+		echo bool
+	}{
+		{"close_notify", func(w *recordWriter) []byte { return w.seal(nil, 21, []byte{1, 0}) }, false, true},
+		{"fatal alert", func(w *recordWriter) []byte { return w.seal(nil, 21, []byte{2, 40}) }, false, false},
+		{"FIN", func(w *recordWriter) []byte { return nil }, true, true},
+		{"FIN inside a record", func(w *recordWriter) []byte { return w.seal(nil, 23, frame)[:9] }, true, false},
+	}
+	for _, tc := range cases {
+		for _, late := range []bool{false, true} {
+			name := tc.name
+			if late {
+				// The same once edge's record layer reads the client.
+				name += ", later"
+			}
+			t.Run(name, func(t *testing.T) {
+				e := recordEdge(t)
+				c, h, w := rawRecordClient(t, e)
+				out := w.seal(nil, 23, []byte(testkit.RawUpgrade("/", "edge.test")))
+				out = w.seal(out, 23, frame)
+				var br *bufio.Reader
+				if late {
+					if _, err := h.Conn.Write(out); err != nil {
+						t.Fatal(err)
+					}
+					br = testkit.Read101(t, c)
+					readEchoes(t, br, []string{"before the end"})
+					testkit.WaitFor(t, "the record layer to take the connection", func() bool { return e.srv.recordConns() == 1 })
+					out = w.seal(nil, 23, frame)
+				}
+				out = append(out, tc.tail(w)...)
+				if _, err := h.Conn.Write(out); err != nil {
+					t.Fatal(err)
+				}
+				if tc.fin {
+					h.Conn.(*net.TCPConn).CloseWrite()
+				}
+				if br == nil {
+					br = testkit.Read101(t, c)
+				}
+				if tc.echo {
+					readEchoes(t, br, []string{"before the end"})
+				}
+				io.Copy(io.Discard, br) // ends: the deadline of heldClient would fail it
+				if got := e.obs.waitClosed(t); got == "" {
+					t.Fatal("no close reason")
+				}
+			})
+		}
+	}
+}
