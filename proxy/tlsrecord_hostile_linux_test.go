@@ -547,3 +547,53 @@ func TestRecordLayerEndsBehindRequest(t *testing.T) {
 		}
 	}
 }
+
+// TestRecordLayerRecordSizes: on edge's record layer a record of the
+// largest plaintext (2^14 bytes, RFC 8446 §5.1) carries its frame; a
+// record longer than 2^14+256 on the wire (§5.2), or whose inner
+// plaintext is longer than 2^14+1 (padding, §5.4), is answered with
+// record_overflow and the connection ends.
+func TestRecordLayerRecordSizes(t *testing.T) {
+	big := bytes.Repeat([]byte{'z'}, 1<<14-8) // a frame of 2^14 bytes with its 8-byte header
+	if n := len(testkit.MaskedFrame(0x2, big)); n != 1<<14 {
+		t.Fatalf("frame of %d bytes", n)
+	}
+	cases := []struct {
+		name  string
+		rec   func(w *recordWriter) []byte
+		alert string
+	}{
+		{"2^14 bytes", func(w *recordWriter) []byte { return w.seal(nil, 23, testkit.MaskedFrame(0x2, big)) }, ""},
+		{"2^14+1 bytes", func(w *recordWriter) []byte {
+			return w.seal(nil, 23, append(testkit.MaskedFrame(0x2, big), 0))
+		}, "record overflow"},
+		{"over the wire limit", func(w *recordWriter) []byte {
+			const n = 1<<14 + 257
+			return append([]byte{23, 3, 3, n >> 8, n & 0xff}, make([]byte, n)...)
+		}, "record overflow"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			e := recordEdge(t)
+			c, h, w := rawRecordClient(t, e)
+			if _, err := h.Conn.Write(w.seal(nil, 23, []byte(testkit.RawUpgrade("/", "edge.test")))); err != nil {
+				t.Fatal(err)
+			}
+			br := testkit.Read101(t, c)
+			testkit.WaitFor(t, "the record layer to take the connection", func() bool { return e.srv.recordConns() == 1 })
+			if _, err := h.Conn.Write(tc.rec(w)); err != nil {
+				t.Fatal(err)
+			}
+			if tc.alert == "" {
+				if op, p := testkit.ReadFrame(t, br); op != 0x2 || !bytes.Equal(p, big) {
+					t.Fatalf("echo: opcode %d, %d bytes", op, len(p))
+				}
+				return
+			}
+			_, err := io.ReadAll(br)
+			if err == nil || !strings.Contains(err.Error(), tc.alert) {
+				t.Fatalf("client read %v, want the alert %s", err, tc.alert)
+			}
+		})
+	}
+}
