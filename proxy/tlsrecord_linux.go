@@ -111,14 +111,21 @@ func drainTLS(s *Server, tc *tls.Conn, p []byte) ([]byte, error) {
 	}
 }
 
-// setTail keeps b, an incomplete record, for the next read.
+// setTail keeps b, an incomplete record, for the next read: a copy of
+// its own, since b is in the run's borrowed buffer. The copy goes into
+// the tail's array while that holds it and is at most twice as long, so
+// a record that trickles in a byte at a time costs a few allocations,
+// not one of everything so far per byte, and a short tail keeps no long
+// array.
 func (r *recConn) setTail(b []byte) {
-	if len(b) == 0 {
+	switch {
+	case len(b) == 0:
 		r.tail = nil
-		return
+	case cap(r.tail) >= len(b) && cap(r.tail) <= 2*len(b):
+		r.tail = append(r.tail[:0], b...)
+	default:
+		r.tail = append(make([]byte, 0, min(2*len(b), record.MaxRecord)), b...)
 	}
-	// A copy of its own: b is in the run's borrowed buffer.
-	r.tail = append([]byte(nil), b...)
 }
 
 // Read fills p with application data. p must hold a whole record
