@@ -124,3 +124,47 @@ func drainUnderTraffic(t *testing.T, frameAware bool, conns, msgs int) {
 	}
 	testkit.WaitFor(t, "an empty key log", func() bool { return e.rl.keys.Len() == 0 })
 }
+
+// TestRecordLayerLargeMessages: 1 MiB and 16 MiB messages both ways at
+// once (the client writes while the echo comes back) through edge's
+// record layer, frame-aware mode on and off.
+func TestRecordLayerLargeMessages(t *testing.T) {
+	for _, frameAware := range []bool{false, true} {
+		t.Run("frame-aware="+strconv.FormatBool(frameAware), func(t *testing.T) {
+			e, _ := oneBackendEdge(t, spliceReadiness, true, func(p *Pool, _ *edgeConfig) {
+				if frameAware {
+					p.PingInterval = time.Minute
+					p.MaxFrameBytes = 32 << 20
+				}
+			})
+			c, _ := e.dialWS(t, "/", nil)
+			c.SetReadDeadline(time.Now().Add(60 * time.Second))
+			sizes := []int{1 << 20, 16 << 20, 1 << 20, 16 << 20}
+			wrote := make(chan error, 1)
+			go func() {
+				for i, n := range sizes {
+					if err := c.WriteMessage(websocket.BinaryMessage, pattern(n, i)); err != nil {
+						wrote <- err
+						return
+					}
+				}
+				wrote <- nil
+			}()
+			for i, n := range sizes {
+				_, got, err := c.ReadMessage()
+				if err != nil {
+					t.Fatalf("message %d: %v", i, err)
+				}
+				if !bytes.Equal(got, pattern(n, i)) {
+					t.Fatalf("message %d of %d bytes: echo differs (%d back)", i, n, len(got))
+				}
+			}
+			if err := <-wrote; err != nil {
+				t.Fatal(err)
+			}
+			if owned, _ := e.srv.RecordLayerTakeovers(); owned != 1 {
+				t.Fatalf("%d connections on the record layer, want 1", owned)
+			}
+		})
+	}
+}
