@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"crypto/rand"
 	"crypto/tls"
+	"crypto/x509"
 	"io"
 	"net"
 	"net/http"
@@ -596,4 +597,43 @@ func TestRecordLayerRecordSizes(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestRecordLayerClientCertificatesAndResumption: with client
+// certificates required (RFC 8446 §4.4.2: the client's Certificate and
+// CertificateVerify in its flight) and on a resumed session (§2.2, PSK),
+// edge still takes the records over, and the key log empties.
+func TestRecordLayerClientCertificatesAndResumption(t *testing.T) {
+	ca := testkit.NewCA(t, "clients")
+	leaf := ca.Issue(t, testkit.CertOptions{CN: "alice", ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}})
+	e, _ := oneBackendEdge(t, spliceReadiness, true, func(_ *Pool, cfg *edgeConfig) {
+		cfg.tlsMod = func(c *tls.Config) {
+			c.ClientAuth = tls.RequireAndVerifyClientCert
+			c.ClientCAs = ca.Pool()
+		}
+	})
+	d := e.dialer()
+	d.TLSClientConfig.MinVersion = tls.VersionTLS13
+	d.TLSClientConfig.Certificates = []tls.Certificate{leaf.TLS()}
+	d.TLSClientConfig.ClientSessionCache = tls.NewLRUClientSessionCache(4)
+	var resumed []bool
+	for i := range 3 {
+		c, _, err := d.Dial(e.url("/"), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		msg := "hello " + strconv.Itoa(i)
+		if got := testkit.Ask(t, c, msg); got != msg {
+			t.Fatalf("echo %q", got)
+		}
+		resumed = append(resumed, c.UnderlyingConn().(*tls.Conn).ConnectionState().DidResume)
+		c.Close()
+	}
+	if !resumed[1] || !resumed[2] || resumed[0] {
+		t.Fatalf("resumed %v, want a full handshake then resumed ones", resumed)
+	}
+	if owned, kept := e.srv.RecordLayerTakeovers(); owned != 3 || kept != 0 {
+		t.Fatalf("takeovers: owned %d, kept %d; want 3, 0", owned, kept)
+	}
+	testkit.WaitFor(t, "an empty key log", func() bool { return e.rl.keys.Len() == 0 })
 }
