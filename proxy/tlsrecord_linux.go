@@ -82,6 +82,9 @@ func (c *wsConn) takeRecords(tc *tls.Conn, ec *edgeConn, clientBuffered []byte) 
 		return drained, false
 	}
 	st, tail, err := record.Resume(cs.CipherSuite, csec, ssec, rlog, wlog)
+	// The state keeps copies of its own; these are the key log's.
+	clear(csec)
+	clear(ssec)
 	if err != nil {
 		c.s.log.Debug("record layer: keeping crypto/tls", "err", err)
 		return drained, false

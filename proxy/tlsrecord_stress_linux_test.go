@@ -42,34 +42,10 @@ func drainUnderTraffic(t *testing.T, frameAware bool, conns, msgs int) {
 		cs[i], _ = e.dialWS(t, "/", nil)
 		cs[i].SetReadDeadline(time.Now().Add(60 * time.Second))
 	}
-	echo := func(c *websocket.Conn, i, k int) error {
-		msg := []byte(fmt.Sprintf("c%d m%d ", i, k))
-		if k%10 == 0 {
-			msg = append(msg, bytes.Repeat([]byte{byte(k)}, 20<<10)...)
-		}
-		if err := c.WriteMessage(websocket.BinaryMessage, msg); err != nil {
-			return err
-		}
-		_, got, err := c.ReadMessage()
-		if err == nil && !bytes.Equal(got, msg) {
-			err = fmt.Errorf("echo of %d bytes differs (%d back)", len(msg), len(got))
-		}
-		return err
-	}
 	// Phase 1: traffic, then rest.
-	run := func(f func(i int, c *websocket.Conn) error) []error {
-		errs := make([]error, len(cs))
-		var wg sync.WaitGroup
-		for i, c := range cs {
-			wg.Add(1)
-			go func() { defer wg.Done(); errs[i] = f(i, c) }()
-		}
-		wg.Wait()
-		return errs
-	}
-	for i, err := range run(func(i int, c *websocket.Conn) error {
+	for i, err := range onEach(cs, func(i int, c *websocket.Conn) error {
 		for k := range 20 {
-			if err := echo(c, i, k); err != nil {
+			if err := echoNumbered(c, i, k); err != nil {
 				return err
 			}
 		}
@@ -91,27 +67,11 @@ func drainUnderTraffic(t *testing.T, frameAware bool, conns, msgs int) {
 		defer cancel()
 		e.srv.Drain(ctx, 500*time.Millisecond)
 	}()
-	errs := run(func(i int, c *websocket.Conn) error {
+	errs := onEach(cs, func(i int, c *websocket.Conn) error {
 		// Gone once its close 1001 came and was answered, so that edge's
 		// lingering close ends at the client's FIN.
 		defer c.Close()
-		for k := 20; k < 20+msgs; k++ {
-			err := echo(c, i, k)
-			var ce *websocket.CloseError
-			if errors.As(err, &ce) && ce.Code == websocket.CloseGoingAway {
-				return nil
-			}
-			if err != nil {
-				return err
-			}
-			sent.Add(1)
-		}
-		// Done before its close came: wait for it.
-		_, _, err := c.ReadMessage()
-		if ce := (*websocket.CloseError)(nil); errors.As(err, &ce) && ce.Code == websocket.CloseGoingAway {
-			return nil
-		}
-		return fmt.Errorf("after the messages: %v, want close 1001", err)
+		return echoUntilGoingAway(c, i, 20, msgs, &sent)
 	})
 	<-drained
 	for i, err := range errs {
@@ -123,6 +83,54 @@ func drainUnderTraffic(t *testing.T, frameAware bool, conns, msgs int) {
 		t.Errorf("takeovers: owned %d, kept %d; want %d, 0", owned, kept, conns)
 	}
 	testkit.WaitFor(t, "an empty key log", func() bool { return e.rl.keys.Len() == 0 })
+}
+
+// onEach runs f on every conn at once and returns their errors.
+func onEach(cs []*websocket.Conn, f func(i int, c *websocket.Conn) error) []error {
+	errs := make([]error, len(cs))
+	var wg sync.WaitGroup
+	for i, c := range cs {
+		wg.Add(1)
+		go func() { defer wg.Done(); errs[i] = f(i, c) }()
+	}
+	wg.Wait()
+	return errs
+}
+
+// echoNumbered sends message k of conn i (every tenth one 20 KiB long)
+// and checks its echo.
+func echoNumbered(c *websocket.Conn, i, k int) error {
+	msg := []byte(fmt.Sprintf("c%d m%d ", i, k))
+	if k%10 == 0 {
+		msg = append(msg, bytes.Repeat([]byte{byte(k)}, 20<<10)...)
+	}
+	if err := c.WriteMessage(websocket.BinaryMessage, msg); err != nil {
+		return err
+	}
+	_, got, err := c.ReadMessage()
+	if err == nil && !bytes.Equal(got, msg) {
+		err = fmt.Errorf("echo of %d bytes differs (%d back)", len(msg), len(got))
+	}
+	return err
+}
+
+// echoUntilGoingAway echoes messages from..from+n on c, counting them in
+// sent, until a close 1001 comes; after the last one it waits for it.
+func echoUntilGoingAway(c *websocket.Conn, i, from, n int, sent *atomic.Int64) error {
+	var err error
+	for k := from; k < from+n && err == nil; k++ {
+		if err = echoNumbered(c, i, k); err == nil {
+			sent.Add(1)
+		}
+	}
+	if err == nil {
+		_, _, err = c.ReadMessage()
+	}
+	var ce *websocket.CloseError
+	if errors.As(err, &ce) && ce.Code == websocket.CloseGoingAway {
+		return nil
+	}
+	return fmt.Errorf("%v, want close 1001", err)
 }
 
 // TestRecordLayerLargeMessages: 1 MiB and 16 MiB messages both ways at
