@@ -637,3 +637,74 @@ func TestRecordLayerClientCertificatesAndResumption(t *testing.T) {
 	}
 	testkit.WaitFor(t, "an empty key log", func() bool { return e.rl.keys.Len() == 0 })
 }
+
+// TestRecordLayerNoDataRecordsSpendBudget: records without application
+// data (KeyUpdates without update_requested, RFC 8446 §4.6.3, each a key
+// derivation; empty application-data records, §5.1; crypto/tls closes
+// the connection after 16 in a row of either) make a read of edge's
+// record layer return no data. Such reads must spend the run's budget
+// (pumpBudget) like data does; counted as nothing, a client sending only
+// those holds its poller goroutine, and every connection on it, for as
+// long as its socket has more. The test holds the runner state itself,
+// lets megabytes of such records pile up in edge's socket, runs the pump
+// once and checks that it gave the poller back with records left.
+func TestRecordLayerNoDataRecordsSpendBudget(t *testing.T) {
+	for _, keyUpdates := range []bool{true, false} {
+		t.Run("key-updates="+strconv.FormatBool(keyUpdates), func(t *testing.T) {
+			noDataRun(t, keyUpdates)
+		})
+	}
+}
+
+func noDataRun(t *testing.T, keyUpdates bool) {
+	e, _ := oneBackendEdge(t, spliceReadiness, true, func(_ *Pool, cfg *edgeConfig) { cfg.wrap = fixedRcvBuffers })
+	c, h, w := rawRecordClient(t, e)
+	if _, err := h.Conn.Write(w.seal(nil, 23, []byte(testkit.RawUpgrade("/", "edge.test")))); err != nil {
+		t.Fatal(err)
+	}
+	br := testkit.Read101(t, c)
+	testkit.WaitFor(t, "the record layer to take the connection", func() bool { return e.srv.recordConns() == 1 })
+	wc := e.srv.oneConn()
+	testkit.WaitFor(t, "the runner state", func() bool { return wc.rd.state.CompareAndSwap(runIdle, runBusy) })
+
+	var flood []byte
+	for len(flood) < 1<<20 {
+		if keyUpdates {
+			flood = w.seal(flood, 22, []byte{24, 0, 0, 1, 0})
+			w.update()
+		} else {
+			flood = w.seal(flood, 23, nil)
+		}
+	}
+	if _, err := h.Conn.Write(flood); err != nil {
+		t.Fatal(err)
+	}
+	testkit.WaitFor(t, "the records in edge's socket", func() bool { return wc.rd.cs.unread() == len(flood) })
+	wc.pumpClientToBackend()
+	left, yielded := wc.rd.cs.unread(), wc.rd.yield
+	// Give the connection back to the poller, and check it still works.
+	wc.rd.yield = false
+	wc.rd.c2bReady.Store(true)
+	wc.runReady()
+	if left == 0 || !yielded {
+		t.Fatalf("one run read all %d bytes of records without data (left %d, yielded %v)", len(flood), left, yielded)
+	}
+	if _, err := h.Conn.Write(w.seal(nil, 23, testkit.MaskedFrame(0x1, []byte("after")))); err != nil {
+		t.Fatal(err)
+	}
+	readEchoes(t, br, []string{"after"})
+}
+
+// fixedRcvBuffers gives accepted sockets a fixed receive buffer of 4 MiB
+// (the kernel doubles what is asked), if net.core.rmem_max allows.
+func fixedRcvBuffers(ln net.Listener) net.Listener { return rcvListener{ln} }
+
+type rcvListener struct{ net.Listener }
+
+func (l rcvListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if tc, ok := c.(*net.TCPConn); ok {
+		tc.SetReadBuffer(2 << 20)
+	}
+	return c, err
+}
