@@ -708,3 +708,88 @@ func (l rcvListener) Accept() (net.Conn, error) {
 	}
 	return c, err
 }
+
+// hrrEdge is an edge whose listener only takes P-384 key shares, so a
+// client that sends a P-256 one gets a HelloRetryRequest (RFC 8446
+// §4.1.4) and sends a second ClientHello.
+func hrrEdge(t *testing.T) *edge {
+	t.Helper()
+	e, _ := oneBackendEdge(t, spliceReadiness, true, func(_ *Pool, cfg *edgeConfig) {
+		cfg.tlsMod = func(c *tls.Config) { c.CurvePreferences = []tls.CurveID{tls.CurveP384} }
+	})
+	return e
+}
+
+func hrrClientConfig(e *edge) *tls.Config {
+	cfg := testkit.ClientTLS(e.certs, "edge.test")
+	cfg.MinVersion = tls.VersionTLS13
+	cfg.CurvePreferences = []tls.CurveID{tls.CurveP256, tls.CurveP384}
+	return cfg
+}
+
+// secondHello rewrites the random of the second ClientHello a client
+// sends (after a HelloRetryRequest), which RFC 8446 §4.1.2 forbids: the
+// read log's random is the first ClientHello's, the secrets would be
+// logged under the second's.
+type secondHello struct {
+	net.Conn
+	hellos int
+}
+
+func (s *secondHello) Write(p []byte) (int, error) {
+	for off := 0; off+5 <= len(p); {
+		n := int(p[off+3])<<8 | int(p[off+4])
+		if p[off] == 22 && off+5+38 <= len(p) && p[off+5] == 1 {
+			if s.hellos++; s.hellos == 2 {
+				b := append([]byte(nil), p...)
+				b[off+5+6] ^= 0xff
+				if _, err := s.Conn.Write(b); err != nil {
+					return 0, err
+				}
+				return len(p), nil
+			}
+		}
+		off += 5 + n
+	}
+	return s.Conn.Write(p)
+}
+
+// TestRecordLayerHelloRetry: after a HelloRetryRequest the takeover still
+// works (both ClientHellos in the read log, the same random); a second
+// ClientHello with another random than the first must leave nothing in
+// the key log (crypto/tls refuses it before it logs a secret).
+func TestRecordLayerHelloRetry(t *testing.T) {
+	e := hrrEdge(t)
+	tc, err := tls.Dial("tcp", e.addr, hrrClientConfig(e))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cs := tc.ConnectionState(); cs.CurveID != tls.CurveP384 {
+		t.Fatalf("curve %v, want P-384 after a retry", cs.CurveID)
+	}
+	io.WriteString(tc, testkit.RawUpgrade("/", "edge.test"))
+	tc.SetReadDeadline(time.Now().Add(10 * time.Second))
+	br := testkit.Read101(t, tc)
+	if got := askRaw(t, tc, br, "retried"); got != "retried" {
+		t.Fatalf("echo %q", got)
+	}
+	tc.Close()
+	testkit.WaitFor(t, "an empty key log", func() bool { return e.rl.keys.Len() == 0 })
+	if owned, kept := e.srv.RecordLayerTakeovers(); owned != 1 || kept != 0 {
+		t.Fatalf("takeovers: owned %d, kept %d; want 1, 0", owned, kept)
+	}
+
+	raw, err := net.Dial("tcp", e.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	sh := &secondHello{Conn: raw}
+	c := tls.Client(sh, hrrClientConfig(e))
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	if err := c.Handshake(); sh.hellos != 2 {
+		t.Fatalf("%d ClientHellos sent, want 2 (%v)", sh.hellos, err)
+	}
+	c.Close()
+	testkit.WaitFor(t, "an empty key log", func() bool { return e.rl.keys.Len() == 0 })
+}
