@@ -93,6 +93,11 @@ type edgeConn struct {
 	released atomic.Bool
 
 	log *tlsLog // what crypto/tls read and wrote, until the takeover; nil: not kept
+
+	// buffered: reads return only what a layer below already holds (pre)
+	// and would-block instead of reading the socket, while the takeover
+	// takes from crypto/tls what it already read (tlsrecord_linux.go).
+	buffered bool
 }
 
 // release gives the socket's place under the AcceptLimit back, once.
@@ -126,6 +131,9 @@ func (c *edgeConn) read(p []byte) (int, error) {
 			c.pre = nil
 		}
 		return n, nil
+	}
+	if c.buffered {
+		return 0, errWouldBlock
 	}
 	return c.s.read(p)
 }

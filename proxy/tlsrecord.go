@@ -11,12 +11,16 @@ import (
 )
 
 // Bounds of what an accepted TLS connection keeps of its own bytes until
-// the takeover. A WebSocket handshake (ClientHello, the client's Finished
-// and the upgrade request one way; the server's flight, its tickets and
-// nothing else the other way) fits well inside; a connection that goes
-// past a bound is left to crypto/tls for its whole life.
+// the takeover. A WebSocket handshake fits inside: one way the
+// ClientHello, the client's flight (a certificate chain with client
+// auth), the upgrade request (up to MaxHeaderBytes of headers) and what
+// crypto/tls read ahead behind it (net/http's background read takes one
+// record, up to 2^14+256 bytes, and a read may fill the rest of
+// crypto/tls's buffer: another one); the other way the server's flight
+// and its tickets. A connection that goes past a bound is left to
+// crypto/tls for its whole life.
 const (
-	maxReadLog  = 16 << 10
+	maxReadLog  = 64 << 10
 	maxWriteLog = 32 << 10
 )
 

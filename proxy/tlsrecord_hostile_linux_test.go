@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edgelb/edge/balance"
 	"github.com/edgelb/edge/internal/testkit"
 )
 
@@ -792,4 +793,54 @@ func TestRecordLayerHelloRetry(t *testing.T) {
 	}
 	c.Close()
 	testkit.WaitFor(t, "an empty key log", func() bool { return e.rl.keys.Len() == 0 })
+}
+
+// TestRecordLayerTakeoverReadsOnlyBuffered: a client sends megabytes of
+// frames right behind its upgrade request, all in edge's socket before
+// the takeover. The takeover must take from crypto/tls only what it
+// already read (the records behind the request in its buffer), not read
+// the socket dry through it: that drain goes through the handshake log,
+// which overflows, and the connection is lost to crypto/tls; the bytes
+// it reads are held in one buffer and written to the backend whatever
+// the backend takes, and for a client that keeps sending it ends only
+// when the client pauses. Every frame must come back, on edge's record
+// layer.
+func TestRecordLayerTakeoverReadsOnlyBuffered(t *testing.T) {
+	answer := make(chan struct{})
+	b := startBackend(t, "b1")
+	// A proxy in front of the echo backend that holds the 101 until the
+	// client's flood is in edge's socket.
+	addr := testkit.RawBackend(t, func(c net.Conn) {
+		bc, err := net.Dial("tcp", b.Addr())
+		if err != nil {
+			return
+		}
+		go func() { io.Copy(bc, c); bc.Close() }()
+		<-answer
+		io.Copy(c, bc)
+	})
+	p := newPool(t, "held", balance.LeastConn, map[string]string{"held": addr})
+	e := startEdge(t, edgeConfig{tls: true, opts: Options{Routes: []Route{{Default: true, Pool: p}}}, wrap: fixedRcvBuffers})
+	c, h, w := rawRecordClient(t, e)
+	out := w.seal(nil, 23, []byte(testkit.RawUpgrade("/", "edge.test")))
+	msg := bytes.Repeat([]byte{'f'}, 16<<10-8)
+	frame := testkit.MaskedFrame(0x2, msg)
+	n := 0
+	for ; len(out) < 1<<20; n++ {
+		out = w.seal(out, 23, frame)
+	}
+	h.Conn.SetWriteDeadline(time.Now().Add(10 * time.Second))
+	if _, err := h.Conn.Write(out); err != nil {
+		t.Fatal(err)
+	}
+	close(answer)
+	br := testkit.Read101(t, c)
+	for i := range n {
+		if op, got := testkit.ReadFrame(t, br); op != 0x2 || !bytes.Equal(got, msg) {
+			t.Fatalf("frame %d: opcode %d, %d bytes", i, op, len(got))
+		}
+	}
+	if owned, kept := e.srv.RecordLayerTakeovers(); owned != 1 || kept != 0 {
+		t.Fatalf("takeovers: owned %d, kept %d; want 1, 0", owned, kept)
+	}
 }

@@ -36,7 +36,7 @@ type recConn struct {
 
 // ownRecords moves a TLS 1.3 client from crypto/tls to edge's record
 // layer right after the takeover. It first reads what crypto/tls already
-// holds (records it read behind the upgrade request) and returns it
+// holds (records it read behind the upgrade request, not the socket) and returns it
 // appended to clientBuffered, then rebuilds the record state crypto/tls
 // reached from the connection's handshake log (record.Resume). ok false:
 // the connection stays on crypto/tls (TLS 1.2, a suite the record layer
@@ -65,7 +65,12 @@ func (c *wsConn) takeRecords(tc *tls.Conn, ec *edgeConn, clientBuffered []byte) 
 		ec.log.stop()
 		return clientBuffered, false
 	}
+	// Only what crypto/tls already holds: reading the socket through it
+	// would take whatever a fast client keeps sending, into one buffer
+	// and the handshake log, with no backpressure.
+	ec.buffered = true
 	drained, err := drainTLS(c.s, tc, clientBuffered)
+	ec.buffered = false
 	if err != nil {
 		// A close_notify or an error read behind the request: crypto/tls
 		// reports it again on the splice's first read.
@@ -96,8 +101,8 @@ func (c *wsConn) takeRecords(tc *tls.Conn, ec *edgeConn, clientBuffered []byte) 
 	return drained, true
 }
 
-// drainTLS reads from tc until crypto/tls would have to wait for the
-// socket, appending the plaintext to p.
+// drainTLS reads from tc until crypto/tls would have to read the socket
+// (edgeConn.buffered), appending the plaintext to p.
 func drainTLS(s *Server, tc *tls.Conn, p []byte) ([]byte, error) {
 	bp := s.getBuf()
 	defer s.putBuf(bp)
