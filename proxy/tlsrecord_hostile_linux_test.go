@@ -159,22 +159,25 @@ func TestRecordLayerFragmentedClientHello(t *testing.T) {
 }
 
 // TestRecordLayerLargeClientHelloForgets: a ClientHello past the read
-// log's bound (a long ALPN list makes one of about 18 KiB) stops the log
-// before crypto/tls logs the handshake's secrets. The connection stays
-// with crypto/tls, and once it is gone its secrets must be gone from the
-// key log too, not left there until they age out.
+// log's bound (12 KiB of ALPN list, sent in records of one byte each: 6
+// bytes of log a byte) stops the log before crypto/tls logs the
+// handshake's secrets. The connection stays with crypto/tls, and once it
+// is gone its secrets must be gone from the key log too, not left there
+// until they age out.
 func TestRecordLayerLargeClientHelloForgets(t *testing.T) {
 	e := recordEdge(t)
 	cfg := testkit.ClientTLS(e.certs, "edge.test")
 	cfg.MinVersion = tls.VersionTLS13
 	cfg.NextProtos = []string{"http/1.1"}
-	for i := 0; len(cfg.NextProtos) < 72; i++ {
+	for i := 0; len(cfg.NextProtos) < 48; i++ {
 		cfg.NextProtos = append(cfg.NextProtos, strings.Repeat(string(rune('a'+i%26)), 250))
 	}
-	c, err := tls.Dial("tcp", e.addr, cfg)
+	tc, err := net.Dial("tcp", e.addr)
 	if err != nil {
 		t.Fatal(err)
 	}
+	c := tls.Client(&fragmentHello{Conn: tc, frag: 1}, cfg)
+	defer c.Close()
 	if _, err := io.WriteString(c, testkit.RawUpgrade("/", "edge.test")); err != nil {
 		t.Fatal(err)
 	}
