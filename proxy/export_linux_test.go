@@ -55,15 +55,3 @@ func (s *sock) unread() int {
 	}
 	return n
 }
-
-// maxBackendQueue reports the longest queue towards a backend among the
-// live readiness-driven connections.
-func (s *Server) maxBackendQueue() int64 {
-	var m int64
-	s.reg.each(func(c *wsConn) {
-		if c.rd.on && c.rd.bs != nil {
-			m = max(m, c.rd.bs.queuedBytes())
-		}
-	})
-	return m
-}

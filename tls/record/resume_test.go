@@ -115,12 +115,12 @@ func TestClientRandom(t *testing.T) {
 		}
 	}
 	for name, b := range map[string][]byte{
-		"short":            hello[:42],
-		"not handshake":    append([]byte{23}, hello[1:]...),
-		"not hello":        append(append([]byte{}, hello[:5]...), append([]byte{2}, hello[6:]...)...),
-		"record too short": append(append([]byte{}, hello[:3]...), append([]byte{0, 37}, hello[5:42]...)...),
+		"short":              hello[:42],
+		"not handshake":      append([]byte{23}, hello[1:]...),
+		"not hello":          append(append([]byte{}, hello[:5]...), append([]byte{2}, hello[6:]...)...),
+		"record too short":   append(append([]byte{}, hello[:3]...), append([]byte{0, 37}, hello[5:42]...)...),
 		"fragment then data": append(append(append([]byte{}, hello[:3]...), append([]byte{0, 20}, hello[5:25]...)...), 23, 3, 3, 0, 18),
-		"empty":            nil,
+		"empty":              nil,
 	} {
 		if _, ok := ClientRandom(b); ok {
 			t.Errorf("%s: accepted", name)
