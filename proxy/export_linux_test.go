@@ -1,5 +1,7 @@
 package proxy
 
+import "golang.org/x/sys/unix"
+
 // maxClientQueue reports the longest queue towards a client among the
 // live readiness-driven connections.
 func (s *Server) maxClientQueue() int64 {
@@ -33,5 +35,23 @@ func (s *Server) restedConns() int {
 			n++
 		}
 	})
+	return n
+}
+
+// oneConn returns a live connection of the registry.
+func (s *Server) oneConn() *wsConn {
+	var one *wsConn
+	s.reg.each(func(c *wsConn) { one = c })
+	return one
+}
+
+// unread is how many bytes wait in the socket's receive queue.
+func (s *sock) unread() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n, err := unix.IoctlGetInt(s.fd, unix.SIOCINQ)
+	if err != nil {
+		return -1
+	}
 	return n
 }

@@ -35,6 +35,10 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	ws := wantsUpgrade(r.Header)
 	if ws {
 		x.kind = "ws"
+		// A refused upgrade leaves the connection to more requests,
+		// which never take this handshake's log over either; a 101's
+		// takeover ran on this goroutine and took it already.
+		defer stopHandshakeLog(r.Context())
 	} else {
 		// A plain request never leads to the record layer's takeover.
 		stopHandshakeLog(r.Context())

@@ -93,6 +93,11 @@ type edgeConn struct {
 	released atomic.Bool
 
 	log *tlsLog // what crypto/tls read and wrote, until the takeover; nil: not kept
+
+	// buffered: reads return only what a layer below already holds (pre)
+	// and would-block instead of reading the socket, while the takeover
+	// takes from crypto/tls what it already read (tlsrecord_linux.go).
+	buffered bool
 }
 
 // release gives the socket's place under the AcceptLimit back, once.
@@ -127,6 +132,9 @@ func (c *edgeConn) read(p []byte) (int, error) {
 		}
 		return n, nil
 	}
+	if c.buffered {
+		return 0, errWouldBlock
+	}
 	return c.s.read(p)
 }
 
@@ -145,7 +153,7 @@ func (c *edgeConn) Write(p []byte) (int, error) {
 
 func (c *edgeConn) Close() error {
 	if c.log != nil {
-		c.log.stop()
+		c.log.end()
 	}
 	if c.s == nil {
 		err := c.Conn.Close()

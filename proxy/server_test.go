@@ -136,6 +136,9 @@ type edge struct {
 	// certPEM is the certificate (its own root) for clients we did not
 	// write; its name is edge.test.
 	certPEM []byte
+	// rl is the listener's record layer; nil when crypto/tls keeps
+	// every record.
+	rl *RecordLayer
 }
 
 type edgeConfig struct {
@@ -152,6 +155,9 @@ type edgeConfig struct {
 	// cryptoTLS keeps every TLS record with crypto/tls (the record
 	// layer is off, as for TLS 1.2 clients).
 	cryptoTLS bool
+	// tlsMod, when set, changes the listener's tls.Config (client
+	// certificates, say).
+	tlsMod func(*tls.Config)
 }
 
 func startEdge(t testing.TB, cfg edgeConfig) *edge {
@@ -181,6 +187,7 @@ func startEdge(t testing.TB, cfg edgeConfig) *edge {
 	var rl *RecordLayer
 	if cfg.tls && !cfg.cryptoTLS {
 		rl = NewRecordLayer()
+		e.rl = rl
 	}
 	switch {
 	case cfg.splice == spliceGoroutines && cfg.accept == nil:
@@ -199,6 +206,9 @@ func startEdge(t testing.TB, cfg edgeConfig) *edge {
 		tc := &tls.Config{Certificates: []tls.Certificate{cert.TLS()}, NextProtos: []string{"http/1.1"}}
 		if rl != nil {
 			tc.KeyLogWriter = rl.KeyLogWriter()
+		}
+		if cfg.tlsMod != nil {
+			cfg.tlsMod(tc)
 		}
 		ln = tls.NewListener(ln, tc)
 	}

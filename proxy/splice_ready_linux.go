@@ -339,6 +339,13 @@ func (c *wsConn) pumpClientToBackend() {
 			}
 			c.in.Add(int64(k))
 			moved += n
+		} else if err == nil {
+			// edge's record layer read records without application
+			// data (recConn.Read): up to a buffer of KeyUpdates, each
+			// a key derivation, or of empty records. That ends the
+			// run's budget: counted as nothing, a client sending only
+			// those would hold the poller for as long as it sends.
+			moved = pumpBudget
 		}
 		switch {
 		case err == nil:

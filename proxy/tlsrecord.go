@@ -11,12 +11,16 @@ import (
 )
 
 // Bounds of what an accepted TLS connection keeps of its own bytes until
-// the takeover. A WebSocket handshake (ClientHello, the client's Finished
-// and the upgrade request one way; the server's flight, its tickets and
-// nothing else the other way) fits well inside; a connection that goes
-// past a bound is left to crypto/tls for its whole life.
+// the takeover. A WebSocket handshake fits inside: one way the
+// ClientHello, the client's flight (a certificate chain with client
+// auth), the upgrade request (up to MaxHeaderBytes of headers) and what
+// crypto/tls read ahead behind it (net/http's background read takes one
+// record, up to 2^14+256 bytes, and a read may fill the rest of
+// crypto/tls's buffer: another one); the other way the server's flight
+// and its tickets. A connection that goes past a bound is left to
+// crypto/tls for its whole life.
 const (
-	maxReadLog  = 16 << 10
+	maxReadLog  = 64 << 10
 	maxWriteLog = 32 << 10
 )
 
@@ -58,12 +62,19 @@ type tlsLog struct {
 	keys *record.KeyLog
 	r, w []byte
 	off  bool
+	// random is the client random of a log that stopped: a log stopped
+	// inside the handshake (a ClientHello past maxReadLog) ends before
+	// crypto/tls logs the secrets, which end forgets when the connection
+	// closes.
+	random []byte
 }
 
 func (l *tlsLog) read(p []byte) {
 	l.mu.Lock()
 	if !l.off {
 		if len(l.r)+len(p) > maxReadLog {
+			// p may hold the rest of the ClientHello's random.
+			l.r = append(l.r, p...)
 			l.stopLocked()
 		} else {
 			l.r = append(l.r, p...)
@@ -97,9 +108,22 @@ func (l *tlsLog) stopLocked() {
 	}
 	l.off = true
 	if cr, ok := record.ClientRandom(l.r); ok {
+		l.random = cr
 		l.keys.Forget(cr)
 	}
 	l.r, l.w = nil, nil
+}
+
+// end is stop for a connection that closes: the secrets of a handshake
+// that finished after its log stopped are dropped as well.
+func (l *tlsLog) end() {
+	l.mu.Lock()
+	l.stopLocked()
+	if l.random != nil {
+		l.keys.Forget(l.random)
+		l.random = nil
+	}
+	l.mu.Unlock()
 }
 
 // take ends the log and returns both halves and the handshake's secrets;

@@ -36,7 +36,7 @@ type recConn struct {
 
 // ownRecords moves a TLS 1.3 client from crypto/tls to edge's record
 // layer right after the takeover. It first reads what crypto/tls already
-// holds (records it read behind the upgrade request) and returns it
+// holds (records it read behind the upgrade request, not the socket) and returns it
 // appended to clientBuffered, then rebuilds the record state crypto/tls
 // reached from the connection's handshake log (record.Resume). ok false:
 // the connection stays on crypto/tls (TLS 1.2, a suite the record layer
@@ -65,19 +65,31 @@ func (c *wsConn) takeRecords(tc *tls.Conn, ec *edgeConn, clientBuffered []byte) 
 		ec.log.stop()
 		return clientBuffered, false
 	}
+	// Only what crypto/tls already holds: reading the socket through it
+	// would take whatever a fast client keeps sending, into one buffer
+	// and the handshake log, with no backpressure.
+	ec.buffered = true
 	drained, err := drainTLS(c.s, tc, clientBuffered)
+	ec.buffered = false
 	if err != nil {
 		// A close_notify or an error read behind the request: crypto/tls
 		// reports it again on the splice's first read.
 		ec.log.stop()
 		return drained, false
 	}
-	rlog, wlog, csec, ssec, ok := ec.log.take()
+	hlog := ec.log
 	ec.log = nil
+	rlog, wlog, csec, ssec, ok := hlog.take()
 	if !ok {
+		// The log may have stopped before the handshake logged its
+		// secrets (a ClientHello past the bound): they are there now.
+		hlog.end()
 		return drained, false
 	}
 	st, tail, err := record.Resume(cs.CipherSuite, csec, ssec, rlog, wlog)
+	// The state keeps copies of its own; these are the key log's.
+	clear(csec)
+	clear(ssec)
 	if err != nil {
 		c.s.log.Debug("record layer: keeping crypto/tls", "err", err)
 		return drained, false
@@ -89,8 +101,8 @@ func (c *wsConn) takeRecords(tc *tls.Conn, ec *edgeConn, clientBuffered []byte) 
 	return drained, true
 }
 
-// drainTLS reads from tc until crypto/tls would have to wait for the
-// socket, appending the plaintext to p.
+// drainTLS reads from tc until crypto/tls would have to read the socket
+// (edgeConn.buffered), appending the plaintext to p.
 func drainTLS(s *Server, tc *tls.Conn, p []byte) ([]byte, error) {
 	bp := s.getBuf()
 	defer s.putBuf(bp)
@@ -107,14 +119,21 @@ func drainTLS(s *Server, tc *tls.Conn, p []byte) ([]byte, error) {
 	}
 }
 
-// setTail keeps b, an incomplete record, for the next read.
+// setTail keeps b, an incomplete record, for the next read: a copy of
+// its own, since b is in the run's borrowed buffer. The copy goes into
+// the tail's array while that holds it and is at most twice as long, so
+// a record that trickles in a byte at a time costs a few allocations,
+// not one of everything so far per byte, and a short tail keeps no long
+// array.
 func (r *recConn) setTail(b []byte) {
-	if len(b) == 0 {
+	switch {
+	case len(b) == 0:
 		r.tail = nil
-		return
+	case cap(r.tail) >= len(b) && cap(r.tail) <= 2*len(b):
+		r.tail = append(r.tail[:0], b...)
+	default:
+		r.tail = append(make([]byte, 0, min(2*len(b), record.MaxRecord)), b...)
 	}
-	// A copy of its own: b is in the run's borrowed buffer.
-	r.tail = append([]byte(nil), b...)
 }
 
 // Read fills p with application data. p must hold a whole record

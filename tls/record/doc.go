@@ -66,7 +66,9 @@
 // application key at sequence 0 are the handshake's; the rest go through
 // the same state machine as Open, so tickets, data and KeyUpdates crypto/tls
 // handled are followed to the sequence numbers and key generation it
-// reached; ResumeKeeping also returns the application data crypto/tls
+// reached. A read log without a record that authenticates under the
+// client secret is refused: the client chooses its random, so secrets
+// found under it may be another handshake's. ResumeKeeping also returns the application data crypto/tls
 // read but did not deliver. MarshalBinary and UnmarshalBinary hand a State to another
 // process (versioned, length- and consistency-checked).
 //

@@ -227,3 +227,28 @@ func FuzzKeyLog(f *testing.F) {
 		}
 	})
 }
+
+// FuzzClientRandom: ClientRandom must not panic on any read log, and
+// what it returns must be bytes 6..38 of the handshake bytes of the
+// leading handshake records, gathered here the simple way.
+func FuzzClientRandom(f *testing.F) {
+	rnd := bytes.Repeat([]byte{0xab}, 32)
+	hello := append([]byte{22, 3, 1, 0, 40, 1, 0, 0, 36, 3, 3}, rnd...)
+	f.Add(hello)                                                                               // one record
+	f.Add(append([]byte{22, 3, 1, 0, 1, 1}, append([]byte{22, 3, 1, 0, 37}, hello[6:]...)...)) // the type alone first
+	f.Add(append([]byte{22, 3, 1, 0, 0}, hello...))                                            // an empty fragment first
+	f.Add([]byte{22, 3, 1, 0xff, 0xff, 1, 0, 0})                                               // a record longer than the log
+	f.Fuzz(func(t *testing.T, log []byte) {
+		got, ok := ClientRandom(log)
+		var hs []byte
+		for rest := log; len(rest) >= 5 && rest[0] == 22 && len(hs) < 38; {
+			n := min(len(rest)-5, int(rest[3])<<8|int(rest[4]))
+			hs = append(hs, rest[5:5+n]...)
+			rest = rest[5+n:]
+		}
+		want := len(hs) >= 38 && hs[0] == 1
+		if ok != want || ok && !bytes.Equal(got, hs[6:38]) {
+			t.Fatalf("ClientRandom(%x) = %x, %v; want %v", log, got, ok, want)
+		}
+	})
+}

@@ -26,9 +26,16 @@ import (
 // error means: do not take over, keep crypto/tls.
 //
 // The secrets must be this connection's (KeyLog.Take with the
-// ClientRandom of its read log): while neither log holds an application
-// record yet, Resume cannot tell wrong secrets from right ones, and the
-// first Open after it would fail with bad_record_mac.
+// ClientRandom of its read log). A record under another key looks like a
+// handshake record, so wrong secrets would skip every record of both logs
+// and resume at sequence 0 under keys someone else may know: the client
+// chooses its random, and another client can reuse it (KeyLog). So the
+// read log must hold at least one record that authenticates under
+// clientSecret (a takeover follows crypto/tls's delivery of application
+// data, the upgrade request); without one Resume fails. The server
+// secret comes from the same handshake as the client secret (KeyLog
+// refuses a random that two handshakes logged), so it is not checked
+// beyond the write log's own application records.
 func Resume(suite uint16, clientSecret, serverSecret, readLog, writeLog []byte) (s *State, readTail []byte, err error) {
 	s, _, readTail, err = resume(suite, clientSecret, serverSecret, readLog, writeLog, -1)
 	return s, readTail, err
@@ -66,9 +73,12 @@ func resume(suite uint16, clientSecret, serverSecret, readLog, writeLog []byte, 
 	if delivered >= 0 {
 		plain = &undelivered
 	}
-	requests, _, tail, err := replay(s, readLog, plain)
+	requests, _, opened, tail, err := replay(s, readLog, plain)
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("tls record: replaying the read log: %w", err)
+	}
+	if opened == 0 {
+		return nil, nil, nil, errors.New("tls record: no record of the read log authenticates under the client secret")
 	}
 	if delivered > len(undelivered) {
 		return nil, nil, nil, fmt.Errorf("tls record: %d bytes delivered, the read log holds %d", delivered, len(undelivered))
@@ -76,7 +86,7 @@ func resume(suite uint16, clientSecret, serverSecret, readLog, writeLog []byte, 
 	if delivered >= 0 {
 		undelivered = undelivered[delivered:]
 	}
-	_, updates, wtail, err := replay(view, writeLog, nil)
+	_, updates, _, wtail, err := replay(view, writeLog, nil)
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("tls record: replaying the write log: %w", err)
 	}
@@ -92,18 +102,19 @@ func resume(suite uint16, clientSecret, serverSecret, readLog, writeLog []byte, 
 }
 
 // replay opens the application records of log with st and counts the
-// update_requested KeyUpdates it read and the key switches it made. The
-// plaintext is appended to *plain, or dropped when plain is nil.
-func replay(st *State, log []byte, plain *[]byte) (requests, updates int, tail []byte, err error) {
+// records it opened, the update_requested KeyUpdates it read and the key
+// switches it made. The plaintext is appended to *plain, or dropped when
+// plain is nil.
+func replay(st *State, log []byte, plain *[]byte) (requests, updates, opened int, tail []byte, err error) {
 	start, err := applicationStart(st, log)
 	if err != nil {
-		return 0, 0, nil, err
+		return 0, 0, 0, nil, err
 	}
 	buf := append([]byte(nil), log[start:]...)
 	for off := 0; ; {
 		rest := buf[off:]
 		if len(rest) < headerLen || len(rest) < headerLen+bodyLen(rest) {
-			return requests, updates, log[start+off:], nil
+			return requests, updates, opened, log[start+off:], nil
 		}
 		n := headerLen + bodyLen(rest)
 		data, used, err := st.Open(rest[:n])
@@ -111,7 +122,7 @@ func replay(st *State, log []byte, plain *[]byte) (requests, updates int, tail [
 			*plain = append(*plain, data...)
 		}
 		if err != nil {
-			return 0, 0, nil, fmt.Errorf("record at offset %d: %w", start+off, err)
+			return 0, 0, 0, nil, fmt.Errorf("record at offset %d: %w", start+off, err)
 		}
 		if st.pending.Swap(false) {
 			requests++
@@ -119,6 +130,7 @@ func replay(st *State, log []byte, plain *[]byte) (requests, updates int, tail [
 		if st.read.seq == 0 {
 			updates++
 		}
+		opened++
 		off += used
 	}
 }
@@ -160,16 +172,27 @@ func applicationStart(st *State, log []byte) (int, error) {
 }
 
 // ClientRandom returns the 32-byte random of the ClientHello at the front of
-// a read log (record header 5 bytes, handshake header 4, legacy_version 2,
-// then random; RFC 8446 §4.1.2), aliasing readLog, or false if the log does
-// not start with a handshake record holding a ClientHello's first 38 bytes.
+// a read log (handshake header 4 bytes, legacy_version 2, then random; RFC
+// 8446 §4.1.2), or false if the log does not start with handshake records
+// holding a ClientHello's first 38 bytes. The ClientHello may span records
+// (§5.1: a client can send it in fragments as small as one byte, and
+// crypto/tls accepts them), so the random is a copy of the bytes gathered
+// from the records' bodies.
 func ClientRandom(readLog []byte) ([]byte, bool) {
-	const end = headerLen + 4 + 2 + 32
-	if len(readLog) < end || readLog[0] != typeHandshake || readLog[headerLen] != 1 {
+	const need = 4 + 2 + 32
+	var hs [need]byte
+	have := 0
+	for off := 0; have < need; {
+		rest := readLog[off:]
+		if len(rest) < headerLen || rest[0] != typeHandshake {
+			return nil, false
+		}
+		body := rest[headerLen:min(len(rest), headerLen+bodyLen(rest))]
+		have += copy(hs[have:], body)
+		off += headerLen + len(body)
+	}
+	if hs[0] != 1 {
 		return nil, false
 	}
-	if bodyLen(readLog) < end-headerLen {
-		return nil, false
-	}
-	return readLog[end-32 : end], true
+	return append([]byte(nil), hs[need-32:]...), true
 }

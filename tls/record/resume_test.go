@@ -75,6 +75,16 @@ func TestResumeRefuses(t *testing.T) {
 			t.Errorf("%s: %v, want an error with %q", tc.name, err, tc.want)
 		}
 	}
+	// Secrets of another handshake: every record of both logs looks like
+	// a handshake record under them, and nothing would open at sequence 0.
+	_, other := statePair(t, suite)
+	ocs, oss := bytes.Clone(other.write.secret[:32]), bytes.Clone(other.read.secret[:32])
+	if _, _, err := Resume(suite, ocs, oss, good, written); err == nil || !strings.Contains(err.Error(), "authenticates") {
+		t.Errorf("another handshake's secrets: %v, want an error", err)
+	}
+	if _, _, err := Resume(suite, cs, ss, bytes.Clone(hs), written); err == nil || !strings.Contains(err.Error(), "authenticates") {
+		t.Errorf("no application record in the read log: %v, want an error", err)
+	}
 	if _, _, err := Resume(0x1304, make([]byte, 32), make([]byte, 32), good, written); err == nil {
 		t.Error("Resume took an unsupported suite")
 	}
@@ -84,8 +94,8 @@ func TestResumeRefuses(t *testing.T) {
 	}
 }
 
-// TestClientRandom: the random at bytes 11..43 of a ClientHello record;
-// anything else is refused.
+// TestClientRandom: the random at bytes 11..43 of a ClientHello record,
+// or gathered from its fragments; anything else is refused.
 func TestClientRandom(t *testing.T) {
 	rnd := make([]byte, 32)
 	rand.Read(rnd)
@@ -93,12 +103,24 @@ func TestClientRandom(t *testing.T) {
 	if got, ok := ClientRandom(hello); !ok || !bytes.Equal(got, rnd) {
 		t.Fatalf("ClientRandom: %x, %v", got, ok)
 	}
+	// The same ClientHello in fragments of one to 20 bytes (RFC 8446 §5.1).
+	for _, k := range []int{1, 7, 20} {
+		var frag []byte
+		for body := hello[5:]; len(body) > 0; body = body[min(k, len(body)):] {
+			frag = append(frag, 22, 3, 1, 0, byte(min(k, len(body))))
+			frag = append(frag, body[:min(k, len(body))]...)
+		}
+		if got, ok := ClientRandom(frag); !ok || !bytes.Equal(got, rnd) {
+			t.Errorf("fragments of %d: %x, %v", k, got, ok)
+		}
+	}
 	for name, b := range map[string][]byte{
-		"short":            hello[:42],
-		"not handshake":    append([]byte{23}, hello[1:]...),
-		"not hello":        append(append([]byte{}, hello[:5]...), append([]byte{2}, hello[6:]...)...),
-		"record too short": append(append([]byte{}, hello[:3]...), append([]byte{0, 37}, hello[5:]...)...),
-		"empty":            nil,
+		"short":              hello[:42],
+		"not handshake":      append([]byte{23}, hello[1:]...),
+		"not hello":          append(append([]byte{}, hello[:5]...), append([]byte{2}, hello[6:]...)...),
+		"record too short":   append(append([]byte{}, hello[:3]...), append([]byte{0, 37}, hello[5:42]...)...),
+		"fragment then data": append(append(append([]byte{}, hello[:3]...), append([]byte{0, 20}, hello[5:25]...)...), 23, 3, 3, 0, 18),
+		"empty":              nil,
 	} {
 		if _, ok := ClientRandom(b); ok {
 			t.Errorf("%s: accepted", name)
