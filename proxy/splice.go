@@ -415,9 +415,15 @@ func rawConnOf(c net.Conn) (raw syscall.RawConn, layered bool) {
 	return nil, true
 }
 
-// closeWrite half-closes c: TCP FIN, or a TLS close_notify.
+// closeWrite half-closes c: a TLS close_notify first where there is TLS,
+// then the TCP FIN.
 func closeWrite(c net.Conn) {
 	switch v := c.(type) {
+	case *tls.Conn:
+		// close_notify (tls.Conn.CloseWrite sends nothing more), then the
+		// FIN of the socket under it, as for a plain connection.
+		v.CloseWrite()
+		closeWrite(v.NetConn())
 	case interface{ CloseWrite() error }:
 		v.CloseWrite()
 	case *proxyproto.Conn:

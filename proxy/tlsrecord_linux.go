@@ -239,13 +239,14 @@ func (r *recConn) Close() error {
 	return r.sock.close()
 }
 
-// CloseWrite sends close_notify and nothing more, as tls.Conn.CloseWrite
-// does: the TCP connection stays open for the client's answer.
+// CloseWrite sends close_notify, then a FIN once the queue is out (RFC
+// 8446 §6.1: the write half is done); the read half stays open for the
+// client's answer.
 func (r *recConn) CloseWrite() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.closeNotifyLocked()
-	return nil
+	return r.sock.closeWrite()
 }
 
 // idle drops the record state's ciphers while the connection rests.
