@@ -32,6 +32,7 @@ import (
 //
 //	go test -run '^$' -bench IdleMemory -benchtime 1x ./proxy
 //	EDGE_IDLE_CONNS=9800 go test -run '^$' -bench IdleMemory -benchtime 1x ./proxy
+//	EDGE_BENCH_TLS12=1 go test -run '^$' -bench IdleMemory -benchtime 1x ./proxy   (TLS 1.2: crypto/tls's records)
 //	EDGE_IDLE_BIG=16384 go test -run '^$' -bench IdleMemory -benchtime 1x ./proxy   (one 16 KiB echo each, then idle)
 //	go test -run '^$' -bench EchoCPU -benchtime 1x ./proxy
 
@@ -254,6 +255,11 @@ func TestLoadHelper(t *testing.T) {
 			CurvePreferences:   []tls.CurveID{tls.X25519},
 		},
 		HandshakeTimeout: 30 * time.Second,
+	}
+	if os.Getenv("EDGE_BENCH_TLS12") == "1" {
+		// TLS 1.2 stays with crypto/tls's records: the figure to
+		// compare edge's own TLS 1.3 record layer with.
+		d.TLSClientConfig.MinVersion, d.TLSClientConfig.MaxVersion = tls.VersionTLS12, tls.VersionTLS12
 	}
 	f := strings.Fields(mode)
 	switch f[0] {
