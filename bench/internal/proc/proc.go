@@ -94,6 +94,9 @@ func (p *Proc) Exited() bool {
 	}
 }
 
+// Done is closed once the process has ended.
+func (p *Proc) Done() <-chan struct{} { return p.done }
+
 // Err is how the process ended (nil for a zero exit status), and nil while
 // it runs.
 func (p *Proc) Err() error {
