@@ -67,7 +67,12 @@ func render(reps []*report) string {
 	}
 	slices.Sort(counts)
 	var b strings.Builder
-	b.WriteString("| |")
+	for _, rep := range reps {
+		m := rep.Machine
+		fmt.Fprintf(&b, "- %s: `%s`; %d × %s, %.0f GiB, Linux %s, fd limit %s; edge %s\n", rep.Date, rep.Command,
+			m.NProc, m.Model, float64(m.MemoryKB)/(1<<20), m.Kernel, m.FDLimit, versions(rep))
+	}
+	b.WriteString("\n| |")
 	for _, n := range counts {
 		fmt.Fprintf(&b, " %d connections (%d ws + %d wss), %d runs |", n, n-n/2, n/2, len(byConns[n]))
 	}
@@ -96,6 +101,20 @@ func render(reps []*report) string {
 		}
 	}
 	return b.String()
+}
+
+// versions lists the edge versions of rep's runs, once each.
+func versions(rep *report) string {
+	var vs []string
+	for _, r := range rep.Runs {
+		if r.Version != "" && !slices.Contains(vs, r.Version) {
+			vs = append(vs, r.Version)
+		}
+	}
+	if len(vs) == 0 {
+		return "(unknown)"
+	}
+	return strings.Join(vs, ", ")
 }
 
 // cell is a summary as "median (min–max)", or the one value when all runs

@@ -153,8 +153,11 @@ func TestRender(t *testing.T) {
 		return r
 	}
 	a := &report{Runs: []*result{run(1000, 0.1, 3, false), run(1000, 0.3, 5, false), run(1000, 0.2, 4, false), run(9000, 0.5, 9, false), run(9000, 9, 9, true)},
-		Errors: []string{"repeat 2: edge -upgrade: exit status 1"}}
+		Errors: []string{"repeat 2: edge -upgrade: exit status 1"}, Date: "2026-12-01T13:00:00Z", Command: "upgradebench -conns 1000"}
+	a.Machine.NProc, a.Machine.Model = 2, "AMD EPYC"
+	a.Runs[0].Version = "v1"
 	reporttest.Contains(t, render([]*report{a}),
+		"- 2026-12-01T13:00:00Z: `upgradebench -conns 1000`; 2 × AMD EPYC, 0 GiB, Linux , fd limit ; edge v1\n",
 		"| | 1000 connections (500 ws + 500 wss), 3 runs | 9000 connections (4500 ws + 4500 wss), 1 runs |",
 		"| `edge -upgrade` returned (new process serves), s | 0.20 (0.10–0.30) | 0.50 |",
 		"| moved by the old process | 1000 | 9000 |",
