@@ -39,6 +39,9 @@ var rows = []row{
 	{"messages sent during the upgrade + 1 s", "%.0f", func(r *result) float64 { return float64(r.Settle.N) }},
 	{"probe (connect + upgrade + echo) max before, ms", "%.1f", func(r *result) float64 { return r.ProbeBefore.Max }},
 	{"probe max during, ms", "%.1f", func(r *result) float64 { return r.ProbeDuring.Max }},
+	{"CPU of the old process, start of the upgrade to its exit, s", "%.3f", func(r *result) float64 { return r.OldCPU }},
+	{"CPU of the new process, its start to the old one's exit, s", "%.3f", func(r *result) float64 { return r.NewCPU }},
+	{"CPU outside the benchmark during the warm-up, % of one core", "%.0f", func(r *result) float64 { return r.OtherWarmup }},
 	{"RSS old process before, MiB", "%.1f", func(r *result) float64 { return mib(r.Memory.OldBefore) }},
 	{"RSS old process peak, MiB", "%.1f", func(r *result) float64 { return mib(r.Memory.OldPeak) }},
 	{"RSS new process peak, MiB", "%.1f", func(r *result) float64 { return mib(r.Memory.NewPeak) }},
@@ -135,6 +138,12 @@ func cell(format string, s stats.Summary) string {
 // few of each: every one of them is a connection the upgrade broke.
 func writeFailures(b *strings.Builder, r *result) {
 	const show = 5
+	if r.OldExit != "" && r.OldExit != "0" {
+		fmt.Fprintf(b, "\n%d connections, repeat %d: the old process exited with %s\n", r.Conns, r.Repeat, r.OldExit)
+	}
+	if r.Drained && r.Adopted != r.Moved {
+		fmt.Fprintf(b, "\n%d connections, repeat %d: %d moved, but the new process adopted %d\n", r.Conns, r.Repeat, r.Moved, r.Adopted)
+	}
 	if len(r.Failures) > 0 {
 		fmt.Fprintf(b, "\n%d connections, repeat %d: %d live connections failed:\n", r.Conns, r.Repeat, len(r.Failures))
 		for _, f := range r.Failures[:min(show, len(r.Failures))] {

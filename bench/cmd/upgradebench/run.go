@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/edgelb/edge/bench/internal/proc"
+	"github.com/edgelb/edge/bench/internal/procfs"
 	"github.com/edgelb/edge/bench/internal/tlscert"
 )
 
@@ -72,6 +73,16 @@ type result struct {
 	Settle   latency `json:"settle"`
 	ExtraP99 float64 `json:"extra_p99_ms"`
 	Memory   memory  `json:"memory"`
+	// OldCPU is the old process's CPU time from the start of the upgrade
+	// to its exit, NewCPU the new process's from its start to the old
+	// one's exit: what the hand-off cost, in seconds.
+	OldCPU float64 `json:"old_cpu_s"`
+	NewCPU float64 `json:"new_cpu_s"`
+	// OtherWarmup is the CPU that processes outside the benchmark took
+	// during the warm-up, in percent of one core; HostUpgrade how busy the
+	// whole host was during the upgrade, in percent of one core.
+	OtherWarmup float64 `json:"other_warmup_pct"`
+	HostUpgrade float64 `json:"host_upgrade_pct"`
 	// Warnings are edge's log lines at warn or error during the run.
 	Warnings []string `json:"warnings"`
 	Dir      string   `json:"dir"`
@@ -115,6 +126,7 @@ func run(ctx context.Context, o *options, rep int) (*result, error) {
 
 	g := proc.NewGroup()
 	defer g.StopAll(5 * time.Second)
+	ours := []int{os.Getpid()}
 	for _, b := range a.Backends {
 		p, err := g.Start(b.ID, nil, filepath.Join(dir, b.ID+".log"), nil, nil, o.backendBin, "-listen", b.Addr, "-id", b.ID)
 		if err != nil {
@@ -123,6 +135,7 @@ func run(ctx context.Context, o *options, rep int) (*result, error) {
 		if err := proc.WaitListening(ctx, p, b.Addr, 10*time.Second); err != nil {
 			return nil, err
 		}
+		ours = append(ours, p.PID())
 	}
 	logPath := filepath.Join(dir, "edge.log")
 	old, err := g.Start("edge", nil, logPath, nil, nil, bin, "-config", cfg)
@@ -138,6 +151,7 @@ func run(ctx context.Context, o *options, rep int) (*result, error) {
 	}
 
 	r := &result{Repeat: rep, Conns: o.conns, OldPID: old.PID(), Dir: dir}
+	ours = append(ours, old.PID())
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(certPEM)
 	d := &dialer{
@@ -155,6 +169,7 @@ func run(ctx context.Context, o *options, rep int) (*result, error) {
 
 	// Echo loops and the prober.
 	t0 := time.Now()
+	host0, ours0 := hostBusy(), cpuOf(ours)
 	loopCtx, stopLoops := context.WithCancel(ctx)
 	defer stopLoops()
 	var loops sync.WaitGroup
@@ -170,6 +185,7 @@ func run(ctx context.Context, o *options, rep int) (*result, error) {
 	if err := sleep(ctx, old, o.warmup); err != nil {
 		return nil, err
 	}
+	r.OtherWarmup = max(0, 100*((hostBusy()-host0)-(cpuOf(ours)-ours0)).Seconds()/time.Since(t0).Seconds())
 
 	// The upgrade: a fresh copy of the binary installed at edge's path (as
 	// a package would), then edge -upgrade.
@@ -177,6 +193,7 @@ func run(ctx context.Context, o *options, rep int) (*result, error) {
 		return nil, err
 	}
 	r.Memory.OldBefore = rss(old.PID())
+	oldCPU0, hostU0 := cpuOf([]int{old.PID()}), hostBusy()
 	stopSampler := make(chan struct{})
 	type sampled struct {
 		m   memory
@@ -209,6 +226,11 @@ func run(ctx context.Context, o *options, rep int) (*result, error) {
 	}
 	uExit := time.Now()
 	r.OldExited = uExit.Sub(u0).Seconds()
+	r.HostUpgrade = 100 * (hostBusy() - hostU0).Seconds() / uExit.Sub(u0).Seconds()
+	r.OldCPU = (old.CPU() - oldCPU0).Seconds()
+	if r.NewPID != 0 {
+		r.NewCPU = cpuOf([]int{r.NewPID}).Seconds()
+	}
 	r.OldExit = "0"
 	if err := old.Err(); err != nil {
 		r.OldExit = err.Error()
@@ -272,6 +294,30 @@ func (r *result) tally(conns []*live, probes []probe, up window, o *options) {
 	}
 	r.ProbeBefore = summarize(ps, window{From: up.From - o.warmup, To: up.From})
 	r.ProbeDuring = summarize(ps, up)
+}
+
+// cpuOf is the CPU time of pids, those still running.
+func cpuOf(pids []int) time.Duration {
+	var d time.Duration
+	for _, p := range pids {
+		if s, err := procfs.ReadProcStat(p); err == nil {
+			d += s.CPU()
+		}
+	}
+	return d
+}
+
+// hostBusy is the busy time of every core of the host so far.
+func hostBusy() time.Duration {
+	cs, err := procfs.ReadCPUStat()
+	if err != nil {
+		return 0
+	}
+	var busy uint64
+	for _, c := range cs {
+		busy += c.Busy
+	}
+	return time.Duration(busy) * procfs.ClockTick
 }
 
 // install copies src to dst the way a package upgrade does: written beside
