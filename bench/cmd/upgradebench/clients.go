@@ -205,8 +205,32 @@ func probeOnce(d *dialer, i int, timeout time.Duration) error {
 	if err := echo(ws, msg, make([]byte, len(msg)), timeout); err != nil {
 		return fmt.Errorf("probe %d: %w", i, err)
 	}
-	_ = ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseNormalClosure, ""), time.Now().Add(timeout))
-	return nil
+	return closeHandshake(ws, timeout)
+}
+
+// closeHandshake sends a close frame (1000) and reads until the peer's
+// answer, which must be the backend's echo of it (RFC 6455 section 5.5.1):
+// a probe that the proxy closed after its echo (a 1012 from an upgrade)
+// fails too, not only one closed before.
+func closeHandshake(ws *websocket.Conn, timeout time.Duration) error {
+	dl := time.Now().Add(timeout)
+	if err := ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseNormalClosure, ""), dl); err != nil {
+		return fmt.Errorf("write close: %w", err)
+	}
+	_ = ws.SetReadDeadline(dl)
+	for {
+		_, r, err := ws.NextReader()
+		var ce *websocket.CloseError
+		switch {
+		case errors.As(err, &ce) && (ce.Code == websocket.CloseNormalClosure || ce.Code == websocket.CloseNoStatusReceived):
+			return nil
+		case err != nil:
+			return fmt.Errorf("close handshake: %w", err)
+		}
+		if _, err := io.Copy(io.Discard, r); err != nil {
+			return fmt.Errorf("close handshake: %w", err)
+		}
+	}
 }
 
 // connectAll opens n live connections, the even ones ws and the odd ones

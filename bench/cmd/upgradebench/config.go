@@ -31,6 +31,7 @@ type configData struct {
 	DrainWindow    time.Duration
 	DrainTimeout   time.Duration
 	UpgradeTimeout time.Duration
+	AccessLog      bool
 }
 
 // addrs are the benchmark's addresses, all on one loopback IP so that a run

@@ -51,6 +51,7 @@ type options struct {
 	drainTimeout   time.Duration
 	upgradeTimeout time.Duration
 	dialConc       int
+	accessLog      bool
 	jsonPath       string
 	report         string
 }
@@ -81,6 +82,7 @@ func main() {
 	flag.DurationVar(&o.drainWindow, "drain-window", 5*time.Second, "edge's drain.window")
 	flag.DurationVar(&o.drainTimeout, "drain-timeout", 60*time.Second, "edge's drain.timeout")
 	flag.DurationVar(&o.upgradeTimeout, "upgrade-timeout", 60*time.Second, "edge's upgrade.timeout")
+	flag.BoolVar(&o.accessLog, "access-log", false, "turn edge's access log on (to see what happened to a closed connection; off for the figures)")
 	flag.IntVar(&o.dialConc, "dial-conc", 64, "connections opened at a time")
 	flag.StringVar(&o.jsonPath, "json", "", "write every figure to this file")
 	flag.StringVar(&o.report, "report", "", "only render the markdown of these JSON files (comma-separated)")

@@ -116,6 +116,7 @@ func run(ctx context.Context, o *options, rep int) (*result, error) {
 	cfg, err := renderConfig(configData{
 		Dir: dir, Admin: a.Admin, Plain: a.Plain, TLS: a.TLS, Backends: a.Backends,
 		DrainWindow: o.drainWindow, DrainTimeout: o.drainTimeout, UpgradeTimeout: o.upgradeTimeout,
+		AccessLog: o.accessLog,
 	})
 	if err != nil {
 		return nil, err
