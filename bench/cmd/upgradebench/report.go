@@ -23,6 +23,7 @@ var rows = []row{
 	{"adopted by the new process", "%.0f", func(r *result) float64 { return float64(r.Adopted) }},
 	{"closed by the old process (1012)", "%.0f", func(r *result) float64 { return float64(r.Closed) }},
 	{"live connections with an error or a close", "%.0f", func(r *result) float64 { return float64(len(r.Failures)) }},
+	{"connections the new process held 5 s after the clients closed", "%.0f", func(r *result) float64 { return float64(r.HeldAfterClose) }},
 	{"probes opened during the upgrade", "%.0f", func(r *result) float64 { return float64(r.ProbesDuring) }},
 	{"probes failed (whole run)", "%.0f", func(r *result) float64 { return float64(len(r.ProbeFailures)) }},
 	{"echo p50 before, ms", "%.2f", func(r *result) float64 { return r.Before.P50 }},

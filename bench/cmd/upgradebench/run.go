@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -83,6 +84,10 @@ type result struct {
 	// whole host was during the upgrade, in percent of one core.
 	OtherWarmup float64 `json:"other_warmup_pct"`
 	HostUpgrade float64 `json:"host_upgrade_pct"`
+	// HeldAfterClose is how many connections the new process still
+	// counted (edge_backend_active_connections) up to 5 s after the
+	// clients closed theirs (-1: not read).
+	HeldAfterClose int `json:"held_after_close"`
 	// Warnings are edge's log lines at warn or error during the run.
 	Warnings []string `json:"warnings"`
 	Dir      string   `json:"dir"`
@@ -258,6 +263,8 @@ func run(ctx context.Context, o *options, rep int) (*result, error) {
 	probes := <-probesc
 	stopLoops()
 	loops.Wait()
+	closeAll(conns)
+	r.HeldAfterClose = waitActive("http://"+a.Admin+"/metrics", 5*time.Second)
 	stopNew(r.NewPID, old.PID())
 
 	r.tally(conns, probes, window{From: u0.Sub(t0), To: uExit.Sub(t0)}, o)
@@ -295,6 +302,46 @@ func (r *result) tally(conns []*live, probes []probe, up window, o *options) {
 	}
 	r.ProbeBefore = summarize(ps, window{From: up.From - o.warmup, To: up.From})
 	r.ProbeDuring = summarize(ps, up)
+}
+
+// waitActive polls the sum of edge_backend_active_connections at url until
+// it is 0 or timeout has passed, and returns the last sum (-1 when none
+// could be read).
+func waitActive(url string, timeout time.Duration) int {
+	hc := &http.Client{Timeout: time.Second}
+	deadline := time.Now().Add(timeout)
+	last := -1
+	for {
+		if resp, err := hc.Get(url); err == nil {
+			b, _ := io.ReadAll(resp.Body)
+			_ = resp.Body.Close()
+			last = sumMetric(string(b), "edge_backend_active_connections")
+		}
+		if last == 0 || time.Now().After(deadline) {
+			return last
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// sumMetric sums the samples of the metric name in a Prometheus text
+// exposition.
+func sumMetric(text, name string) int {
+	sum := 0.0
+	for line := range strings.SplitSeq(text, "\n") {
+		rest, ok := strings.CutPrefix(line, name)
+		if !ok || (rest != "" && rest[0] != '{' && rest[0] != ' ') {
+			continue
+		}
+		f := strings.Fields(rest[strings.LastIndexByte(rest, '}')+1:])
+		if len(f) == 0 {
+			continue
+		}
+		if v, err := strconv.ParseFloat(f[0], 64); err == nil {
+			sum += v
+		}
+	}
+	return int(sum)
 }
 
 // cpuOf is the CPU time of pids, those still running.

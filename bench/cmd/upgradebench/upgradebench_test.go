@@ -169,3 +169,15 @@ func TestRender(t *testing.T) {
 		"1000 connections, repeat 0: 1 probes failed:\n- 12.040s: probe 601: read: EOF",
 	)
 }
+
+func TestSumMetric(t *testing.T) {
+	text := `# HELP edge_backend_active_connections Connections currently proxied to the backend.
+# TYPE edge_backend_active_connections gauge
+edge_backend_active_connections{backend="b1",pool="echo"} 4500
+edge_backend_active_connections{backend="b2",pool="echo"} 4499
+edge_backend_active_connections_other 7
+`
+	if got := sumMetric(text, "edge_backend_active_connections"); got != 8999 {
+		t.Errorf("sumMetric = %d, want 8999", got)
+	}
+}
