@@ -144,6 +144,11 @@ func run(ctx context.Context, o *options, rep int) (*result, error) {
 		ours = append(ours, p.PID())
 	}
 	logPath := filepath.Join(dir, "edge.log")
+	// Both processes append to it; a log left by an earlier run in the
+	// same -dir would lend this one its counts.
+	if err := os.Remove(logPath); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("remove the previous edge log: %w", err)
+	}
 	old, err := g.Start("edge", nil, logPath, nil, nil, bin, "-config", cfg)
 	if err != nil {
 		return nil, err
