@@ -94,6 +94,18 @@ func (p *Proc) Exited() bool {
 	}
 }
 
+// Done is closed once the process has ended.
+func (p *Proc) Done() <-chan struct{} { return p.done }
+
+// CPU is the user and system time the process used, once it has ended
+// (from its rusage: /proc no longer has it), and 0 while it runs.
+func (p *Proc) CPU() time.Duration {
+	if !p.Exited() || p.cmd.ProcessState == nil {
+		return 0
+	}
+	return p.cmd.ProcessState.UserTime() + p.cmd.ProcessState.SystemTime()
+}
+
 // Err is how the process ended (nil for a zero exit status), and nil while
 // it runs.
 func (p *Proc) Err() error {
