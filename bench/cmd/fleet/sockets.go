@@ -112,12 +112,17 @@ func socketInodes(pid int) ([]uint64, error) {
 		return nil, fmt.Errorf("list fds of pid %d: %w", pid, err)
 	}
 	out := make([]uint64, 0, len(ents))
+	seen := make(map[uint64]bool, len(ents))
 	for _, e := range ents {
 		l, err := os.Readlink(dir + "/" + e.Name())
 		if err != nil {
 			continue // closed meanwhile
 		}
-		if n, ok := socketInode(l); ok {
+		// One socket, however many descriptors name it: edge keeps a
+		// duplicate of each listening socket to hand to the binary of
+		// an upgrade.
+		if n, ok := socketInode(l); ok && !seen[n] {
+			seen[n] = true
 			out = append(out, n)
 		}
 	}
