@@ -55,3 +55,17 @@ func (s *sock) unread() int {
 	}
 	return n
 }
+
+// recordTails is the number of bytes of incomplete records the live
+// record-layer connections hold.
+func (s *Server) recordTails() int {
+	n := 0
+	s.reg.each(func(c *wsConn) {
+		if rc := c.rd.rec; rc != nil {
+			rc.mu.Lock()
+			n += len(rc.tail)
+			rc.mu.Unlock()
+		}
+	})
+	return n
+}

@@ -709,3 +709,54 @@ func TestHandoffPoolGone(t *testing.T) {
 		t.Fatalf("B's backend of another pool counts %d", got)
 	}
 }
+
+// TestHandoffTLS13RestedHalfRecord: a TLS 1.3 connection that rested (its
+// ciphers dropped) and holds the first half of a client record moves; the
+// second half, sent after the move, completes the record in B, whose
+// answer the client's crypto/tls reads under the keys and sequence
+// numbers A left.
+func TestHandoffTLS13RestedHalfRecord(t *testing.T) {
+	be := startBackend(t, "b1")
+	pr := startPair(t, be.Addr(), nil, edgeConfig{tls: true})
+	tc, err := net.Dial("tcp", pr.a.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tc.Close()
+	var keyLog bytes.Buffer
+	cfg := testkit.ClientTLS(pr.a.certs, "edge.test")
+	cfg.MinVersion = tls.VersionTLS13
+	cfg.KeyLogWriter = &keyLog
+	c := tls.Client(tc, cfg)
+	// One write, one record: the client's sequence number is 1 after it.
+	if _, err := io.WriteString(c, testkit.RawUpgrade("/", "x")); err != nil {
+		t.Fatal(err)
+	}
+	br := testkit.Read101(t, c)
+	testkit.WaitFor(t, "A resting the connection's ciphers", func() bool {
+		return pr.a.srv.recordConns() == 1 && pr.a.srv.restedConns() == 1
+	})
+	w, err := newRecordWriter(c.ConnectionState().CipherSuite, clientSecret(t, keyLog.String()), 1)
+	if err != nil {
+		t.Skip(err)
+	}
+	rec := w.seal(nil, 23, testkit.MaskedFrame(0x2, []byte("half-moved")))
+	half := len(rec) / 2
+	if _, err := tc.Write(rec[:half]); err != nil {
+		t.Fatal(err)
+	}
+	testkit.WaitFor(t, "A holding the first half of the record", func() bool { return pr.a.srv.recordTails() == half })
+	if moved, closed, adopted := pr.handoff(t, time.Second); moved != 1 || closed != 0 || adopted != 1 {
+		t.Fatalf("moved %d closed %d adopted %d, want 1 0 1", moved, closed, adopted)
+	}
+	if n := pr.b.srv.recordConns(); n != 1 {
+		t.Fatalf("B protects the records of %d connections, want 1", n)
+	}
+	if _, err := tc.Write(rec[half:]); err != nil {
+		t.Fatal(err)
+	}
+	tc.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if op, p := testkit.ReadFrame(t, br); op != 0x2 || string(p) != "half-moved" {
+		t.Fatalf("echo through B: opcode %#x %q", op, p)
+	}
+}
