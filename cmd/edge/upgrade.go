@@ -387,7 +387,7 @@ type upgradeMetrics struct {
 func newUpgradeMetrics(reg prometheus.Registerer) *upgradeMetrics {
 	m := &upgradeMetrics{
 		upgrades: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "edge_upgrades_total", Help: "Hand-offs to a new binary, by result: ok, failed (the new process did not start or become ready; this one keeps serving), refused (one was under way, or this process may not start one)."}, []string{"result"}),
-		conns:    prometheus.NewCounterVec(prometheus.CounterOpts{Name: "edge_upgrade_connections_total", Help: "Live WebSockets of the old process at an upgrade: moved to the new process, or closed."}, []string{"outcome"}),
+		conns:    prometheus.NewCounterVec(prometheus.CounterOpts{Name: "edge_upgrade_connections_total", Help: "Live WebSockets of the old process at an upgrade: moved to the new process, or closed there (1012, or on their own before theirs was due)."}, []string{"outcome"}),
 	}
 	reg.MustRegister(m.upgrades, m.conns)
 	for _, r := range []string{"ok", "failed", "refused"} {
