@@ -718,28 +718,11 @@ func TestHandoffPoolGone(t *testing.T) {
 func TestHandoffTLS13RestedHalfRecord(t *testing.T) {
 	be := startBackend(t, "b1")
 	pr := startPair(t, be.Addr(), nil, edgeConfig{tls: true})
-	tc, err := net.Dial("tcp", pr.a.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tc.Close()
-	var keyLog bytes.Buffer
-	cfg := testkit.ClientTLS(pr.a.certs, "edge.test")
-	cfg.MinVersion = tls.VersionTLS13
-	cfg.KeyLogWriter = &keyLog
-	c := tls.Client(tc, cfg)
-	// One write, one record: the client's sequence number is 1 after it.
-	if _, err := io.WriteString(c, testkit.RawUpgrade("/", "x")); err != nil {
-		t.Fatal(err)
-	}
-	br := testkit.Read101(t, c)
+	rc := dialRecordClient(t, pr.a.addr, pr.a.certs, nil)
+	tc, br, w := rc.tc, rc.br, rc.w
 	testkit.WaitFor(t, "A resting the connection's ciphers", func() bool {
 		return pr.a.srv.recordConns() == 1 && pr.a.srv.restedConns() == 1
 	})
-	w, err := newRecordWriter(c.ConnectionState().CipherSuite, clientSecret(t, keyLog.String()), 1)
-	if err != nil {
-		t.Skip(err)
-	}
 	rec := w.seal(nil, 23, testkit.MaskedFrame(0x2, []byte("half-moved")))
 	half := len(rec) / 2
 	if _, err := tc.Write(rec[:half]); err != nil {

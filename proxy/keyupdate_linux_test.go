@@ -9,6 +9,7 @@ import (
 	"crypto/sha256"
 	"crypto/sha512"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
@@ -63,28 +64,10 @@ func keyUpdateFlood(t *testing.T, sp splicePath, cryptoTLS bool) {
 		p.WriteTimeout = time.Minute // the stuck client is not reaped while measured
 		e := startEdge(t, edgeConfig{splice: sp, tls: true, cryptoTLS: cryptoTLS, opts: Options{Routes: []Route{{Default: true, Pool: p}}}, wrap: smallBuffers})
 
-		tc, err := net.Dial("tcp", e.addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer tc.Close()
 		// Small send buffers on both ends (no autotuning), so that
 		// backpressure shows after kilobytes rather than megabytes.
-		tc.(*net.TCPConn).SetWriteBuffer(32 << 10)
-		var keyLog bytes.Buffer
-		cfg := e.tlsConfig()
-		cfg.MinVersion = tls.VersionTLS13
-		cfg.KeyLogWriter = &keyLog
-		c := tls.Client(tc, cfg)
-		// One write, one record: the client's sequence number is 1 after it.
-		if _, err := io.WriteString(c, testkit.RawUpgrade("/", "x")); err != nil {
-			t.Fatal(err)
-		}
-		testkit.Read101(t, c)
-		w, err := newRecordWriter(c.ConnectionState().CipherSuite, clientSecret(t, keyLog.String()), 1)
-		if err != nil {
-			t.Skip(err)
-		}
+		rc := dialRecordClient(t, e.addr, e.certs, func(tc *net.TCPConn) { tc.SetWriteBuffer(32 << 10) })
+		tc, w := rc.tc, rc.w
 		if readinessExpected(sp) {
 			testkit.WaitFor(t, "the readiness splice to take the connection", func() bool { return e.srv.readyConns() == 1 })
 		}
@@ -162,6 +145,47 @@ func (l smallRcvListener) Accept() (net.Conn, error) {
 		tc.SetWriteBuffer(32 << 10)
 	}
 	return c, err
+}
+
+// recordClient is a TLS 1.3 client past its upgrade whose next records
+// the test writes itself (w, on the raw socket tc), while c (crypto/tls)
+// and br still read what edge sends.
+type recordClient struct {
+	tc net.Conn
+	c  *tls.Conn
+	br *bufio.Reader
+	w  *recordWriter
+}
+
+// dialRecordClient connects to addr (prep, when not nil, tunes the socket
+// first), sends the upgrade in one record and reads the 101; the client's
+// write sequence number is then 1. Go's TLS client cannot send KeyUpdate
+// or a bad record: w can, with the client's traffic secret from the key
+// log.
+func dialRecordClient(t *testing.T, addr string, roots *x509.CertPool, prep func(*net.TCPConn)) *recordClient {
+	t.Helper()
+	tc, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tc.Close() })
+	if prep != nil {
+		prep(tc.(*net.TCPConn))
+	}
+	var keyLog bytes.Buffer
+	cfg := testkit.ClientTLS(roots, "edge.test")
+	cfg.MinVersion = tls.VersionTLS13
+	cfg.KeyLogWriter = &keyLog
+	c := tls.Client(tc, cfg)
+	if _, err := io.WriteString(c, testkit.RawUpgrade("/", "x")); err != nil {
+		t.Fatal(err)
+	}
+	br := testkit.Read101(t, c)
+	w, err := newRecordWriter(c.ConnectionState().CipherSuite, clientSecret(t, keyLog.String()), 1)
+	if err != nil {
+		t.Skip(err)
+	}
+	return &recordClient{tc: tc, c: c, br: br, w: w}
 }
 
 // clientSecret returns CLIENT_TRAFFIC_SECRET_0 from an NSS key log.

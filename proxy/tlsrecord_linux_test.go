@@ -6,7 +6,6 @@ import (
 	"context"
 	"crypto/tls"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -101,32 +100,16 @@ func TestRecordLayerTLS12StaysOnCryptoTLS(t *testing.T) {
 // connection ends; crypto/tls on the client reads the alert.
 func TestRecordLayerBadRecordAlert(t *testing.T) {
 	e := recordEdge(t)
-	tc, err := net.Dial("tcp", e.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tc.Close()
-	var keyLog bytes.Buffer
-	cfg := testkit.ClientTLS(e.certs, "edge.test")
-	cfg.MinVersion = tls.VersionTLS13
-	cfg.KeyLogWriter = &keyLog
-	c := tls.Client(tc, cfg)
-	if _, err := io.WriteString(c, testkit.RawUpgrade("/", "x")); err != nil {
-		t.Fatal(err)
-	}
-	br := testkit.Read101(t, c)
+	rc := dialRecordClient(t, e.addr, e.certs, nil)
+	tc, br, w := rc.tc, rc.br, rc.w
 	testkit.WaitFor(t, "the record layer to take the connection", func() bool { return e.srv.recordConns() == 1 })
-	w, err := newRecordWriter(c.ConnectionState().CipherSuite, clientSecret(t, keyLog.String()), 1)
-	if err != nil {
-		t.Skip(err)
-	}
 	rec := w.seal(nil, 23, testkit.MaskedFrame(0x2, []byte("tampered")))
 	rec[len(rec)-1] ^= 1
 	if _, err := tc.Write(rec); err != nil {
 		t.Fatal(err)
 	}
 	tc.SetReadDeadline(time.Now().Add(10 * time.Second))
-	_, err = io.ReadAll(br)
+	_, err := io.ReadAll(br)
 	if err == nil || !strings.Contains(err.Error(), "bad record MAC") {
 		t.Fatalf("client read %v, want the alert bad_record_mac", err)
 	}
