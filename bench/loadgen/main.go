@@ -34,7 +34,6 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
-	"net"
 	"net/netip"
 	"os"
 	"os/signal"
@@ -46,12 +45,6 @@ import (
 	"github.com/edgelb/edge/bench/internal/stats"
 	"github.com/edgelb/edge/bench/internal/wire"
 )
-
-// ipBindAddressNoPort is IP_BIND_ADDRESS_NO_PORT from linux/in.h (Linux 4.2+),
-// absent from package syscall: binding a source address with it defers the
-// port choice to connect(), which can then reuse a port for another
-// destination instead of reserving it for every destination.
-const ipBindAddressNoPort = 24
 
 type config struct {
 	mode      string
@@ -235,18 +228,7 @@ type conn struct {
 func (g *gen) dial(ctx context.Context, src netip.Addr, cfg *tls.Config) (*conn, error) {
 	ctx, cancel := context.WithTimeout(ctx, g.c.timeout)
 	defer cancel()
-	nd := net.Dialer{
-		LocalAddr: &net.TCPAddr{IP: src.AsSlice()},
-		Control: func(_, _ string, rc syscall.RawConn) error {
-			var serr error
-			if err := rc.Control(func(fd uintptr) {
-				serr = syscall.SetsockoptInt(int(fd), syscall.IPPROTO_IP, ipBindAddressNoPort, 1)
-			}); err != nil {
-				return err
-			}
-			return serr
-		},
-	}
+	nd := wire.SourceDialer(src, 0)
 	raw, err := nd.DialContext(ctx, "tcp4", g.c.target)
 	if err != nil {
 		return nil, fmt.Errorf("dial %s from %s: %w", g.c.target, src, err)

@@ -8,21 +8,14 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/edgelb/edge/bench/internal/wire"
 	"io"
-	"net"
 	"net/netip"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/gorilla/websocket"
 )
-
-// ipBindAddressNoPort is IP_BIND_ADDRESS_NO_PORT from linux/in.h (Linux
-// 4.2+), absent from package syscall: binding a source address with it
-// defers the port choice to connect(), so ports are unique per destination
-// rather than per source.
-const ipBindAddressNoPort = 24
 
 // msgSize is the size of every echoed message of the live connections.
 const msgSize = 100
@@ -57,19 +50,7 @@ type dialer struct {
 // address.
 func (d *dialer) dial(ctx context.Context, i int, secure bool) (*websocket.Conn, error) {
 	src := d.srcs[i%len(d.srcs)]
-	nd := &net.Dialer{
-		Timeout:   d.timeout,
-		LocalAddr: &net.TCPAddr{IP: src.AsSlice()},
-		Control: func(_, _ string, rc syscall.RawConn) error {
-			var serr error
-			if err := rc.Control(func(fd uintptr) {
-				serr = syscall.SetsockoptInt(int(fd), syscall.IPPROTO_IP, ipBindAddressNoPort, 1)
-			}); err != nil {
-				return err
-			}
-			return serr
-		},
-	}
+	nd := wire.SourceDialer(src, d.timeout)
 	wd := &websocket.Dialer{
 		NetDialContext:   nd.DialContext,
 		TLSClientConfig:  d.tls,

@@ -1,7 +1,9 @@
 package wire
 
 import (
+	"net"
 	"net/netip"
+	"syscall"
 	"time"
 
 	"github.com/edgelb/edge/bench/internal/stats"
@@ -73,4 +75,29 @@ func SourceAddr(base netip.Addr, i int) netip.Addr {
 	v := uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
 	v += uint32(i)
 	return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
+}
+
+// ipBindAddressNoPort is IP_BIND_ADDRESS_NO_PORT from linux/in.h (Linux
+// 4.2+), absent from package syscall: binding a source address with it
+// defers the port choice to connect(), which can then reuse a port for
+// another destination instead of reserving it for every destination.
+const ipBindAddressNoPort = 24
+
+// SourceDialer dials from src with IP_BIND_ADDRESS_NO_PORT, so that
+// thousands of connections from a few source addresses never run out of
+// ephemeral ports; timeout 0 leaves the dial to the context.
+func SourceDialer(src netip.Addr, timeout time.Duration) *net.Dialer {
+	return &net.Dialer{
+		Timeout:   timeout,
+		LocalAddr: &net.TCPAddr{IP: src.AsSlice()},
+		Control: func(_, _ string, rc syscall.RawConn) error {
+			var serr error
+			if err := rc.Control(func(fd uintptr) {
+				serr = syscall.SetsockoptInt(int(fd), syscall.IPPROTO_IP, ipBindAddressNoPort, 1)
+			}); err != nil {
+				return err
+			}
+			return serr
+		},
+	}
 }
