@@ -236,7 +236,9 @@ func TestNodeWSBackendLeavingWhileSending(t *testing.T) {
 		close(gone)
 		r := <-res
 		if r.Code != CloseServiceRestart {
-			t.Fatalf("Node ws saw close %d (%q, error %q, sent %d), want %d", r.Code, r.Reason, r.Error, r.Sent, CloseServiceRestart)
+			e.obs.mu.Lock()
+			defer e.obs.mu.Unlock()
+			t.Fatalf("Node ws saw close %d (%q, error %q, sent %d), want %d; edge closed for %v, close codes %v", r.Code, r.Reason, r.Error, r.Sent, CloseServiceRestart, e.obs.closed, e.obs.closes)
 		}
 	})
 }
