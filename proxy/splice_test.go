@@ -696,3 +696,51 @@ func TestGoroutinesReturn(t *testing.T) {
 		testkit.WaitGoroutines(t, base)
 	})
 }
+
+// TestLingerBytesCap: a lingering close discards at most LingerBytes of
+// what the client goes on sending and then closes, long before
+// LingerTimeout. The client announces one huge frame over the frame
+// limit, reads the 1009, and keeps sending the frame's payload without
+// end; with a ten-minute LingerTimeout only the byte cap can end it.
+func TestLingerBytesCap(t *testing.T) {
+	forEachPath(t, func(t *testing.T, sp splicePath) {
+		addr, _ := countingBackend(t)
+		p := newPool(t, "capped", balance.LeastConn, map[string]string{"b": addr})
+		p.MaxFrameBytes = 1 << 10
+		p.LingerTimeout, p.LingerBytes = 10*time.Minute, 256<<10
+		e := startEdge(t, edgeConfig{splice: sp, opts: Options{Routes: []Route{{Default: true, Pool: p}}}})
+		c := e.rawConn(t)
+		io.WriteString(c, testkit.RawUpgrade("/", "x"))
+		br := testkit.Read101(t, c)
+		// A masked binary frame of 2^40 bytes (RFC 6455 §5.2, 64-bit length).
+		hdr := []byte{0x82, 0xff, 0, 0, 0x01, 0, 0, 0, 0, 0, 1, 2, 3, 4}
+		if _, err := c.Write(hdr); err != nil {
+			t.Fatal(err)
+		}
+		op, pl := testkit.ReadFrame(t, br)
+		if op != wswire.OpClose || int(pl[0])<<8|int(pl[1]) != CloseMessageTooBig {
+			t.Fatalf("got opcode %d %q, want a close 1009", op, pl)
+		}
+		sent := make(chan int64, 1)
+		go func() {
+			chunk := make([]byte, 64<<10)
+			var n int64
+			c.SetWriteDeadline(time.Now().Add(time.Minute))
+			for {
+				k, err := c.Write(chunk)
+				n += int64(k)
+				if err != nil {
+					sent <- n
+					return
+				}
+			}
+		}()
+		if got := e.obs.waitClosed(t); got != "frame_too_big" {
+			t.Fatalf("reason: got %q, want frame_too_big", got)
+		}
+		c.Close()
+		if n := <-sent; n < p.LingerBytes {
+			t.Fatalf("the client wrote only %d bytes before the close, under LingerBytes %d", n, p.LingerBytes)
+		}
+	})
+}
