@@ -268,7 +268,10 @@ func TestWatcherConsulDownAndRestart(t *testing.T) {
 	for i := range 20 {
 		register(t, c, "d", "chat", 9004, []string{fmt.Sprint("v", i)}, false)
 	}
-	for f.w.Status().LastIndex < 30 {
+	for deadline := time.Now().Add(awaitTimeout); f.w.Status().LastIndex < 30; {
+		if time.Now().After(deadline) {
+			t.Fatalf("status after 20 registrations: got %+v, want index 30 at least", f.w.Status())
+		}
 		select {
 		case <-f.rec.updates: // tag changes publish nothing; the index moves
 		case <-time.After(50 * time.Millisecond):
@@ -369,8 +372,13 @@ func TestWatcherPanicThreshold(t *testing.T) {
 		t.Errorf("held: got %d, want 3", st.PanicHeld)
 	}
 	at := awaitMembers(t, f.rec, f.pool, want("a"))
-	if st := f.w.Status(); st.Panic {
-		t.Errorf("status after hold: got panic, want none")
+	// The status may follow the members it published a moment later.
+	deadline = time.Now().Add(awaitTimeout)
+	for st := f.w.Status(); st.Panic; st = f.w.Status() {
+		if time.Now().After(deadline) {
+			t.Fatalf("status after hold: got %+v, want no panic", st)
+		}
+		time.Sleep(20 * time.Millisecond) // leaving panic publishes nothing more to await
 	}
 	t.Logf("shrunken answer believed %v after the drop (hold %v)", at.Sub(dropped).Round(time.Millisecond), hold)
 }

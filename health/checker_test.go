@@ -23,13 +23,26 @@ const awaitTimeout = 20 * time.Second
 type probeEvent struct {
 	backend string
 	ok      bool
+	healthy bool // the backend's health right after this result was applied
 }
 
-type recorder struct{ ch chan probeEvent }
+type recorder struct {
+	ch   chan probeEvent
+	pool *balance.Pool
+}
 
+// ProbeResult records the result with the health it left: the checker
+// reports after applying it, from the goroutine that applies results, so a
+// reader lagging behind the checker still sees each result's own effect.
 func (r *recorder) ProbeResult(_ string, backend string, ok bool, _ time.Duration) {
+	e := probeEvent{backend: backend, ok: ok}
+	for _, b := range r.pool.Snapshot().Backends {
+		if b.ID() == backend {
+			e.healthy = b.Healthy()
+		}
+	}
 	select {
-	case r.ch <- probeEvent{backend, ok}:
+	case r.ch <- e:
 	default:
 	}
 }
@@ -51,13 +64,15 @@ func startChecker(t *testing.T, opts Options, members ...balance.Member) *harnes
 	if err := pool.Update(members); err != nil {
 		t.Fatal(err)
 	}
-	rec := &recorder{ch: make(chan probeEvent, 10000)}
+	rec := &recorder{ch: make(chan probeEvent, 10000), pool: pool}
 	opts.Pool, opts.Source, opts.Observer = "p", pool, rec
+	// A probe of a live loopback server must not time out on a slow,
+	// busy machine; the timeout may not exceed the interval.
 	if opts.Interval == 0 {
-		opts.Interval = 100 * time.Millisecond
+		opts.Interval = 2 * time.Second
 	}
 	if opts.Timeout == 0 {
-		opts.Timeout = 100 * time.Millisecond
+		opts.Timeout = 2 * time.Second
 	}
 	if opts.Rise == 0 {
 		opts.Rise = 2
@@ -93,8 +108,8 @@ func (h *harness) backend(t *testing.T, id string) *balance.Backend {
 	return nil
 }
 
-// await waits for probe results of id until its health is want, and returns
-// the results seen on the way.
+// await waits for probe results of id until one leaves its health at want,
+// and returns the results seen on the way.
 func (h *harness) await(t *testing.T, id string, want bool) []bool {
 	t.Helper()
 	var seen []bool
@@ -106,7 +121,7 @@ func (h *harness) await(t *testing.T, id string, want bool) []bool {
 				continue
 			}
 			seen = append(seen, e.ok)
-			if h.backend(t, id).Healthy() == want {
+			if e.healthy == want {
 				return seen
 			}
 		case <-timeout:
@@ -197,6 +212,7 @@ func echoWS(w http.ResponseWriter, r *http.Request) {
 // TestRiseFall runs each probe type against a real server that is stopped
 // and started again.
 func TestRiseFall(t *testing.T) {
+	t.Parallel() // each probe waits out the harness's interval
 	tests := []struct {
 		name  string
 		opts  Options
@@ -220,16 +236,33 @@ func TestRiseFall(t *testing.T) {
 			if seen := h.await(t, "a", true); len(seen) != 1 || !seen[0] {
 				t.Errorf("results until healthy: got %v, want one pass", seen)
 			}
+			// Probes that ran before Stop (or Start) took effect may still
+			// report the old outcome: the run that flips the health is the
+			// tail, and nothing before it may have flipped it.
 			srv.Stop()
-			if seen := h.await(t, "a", false); len(seen) != 2 || seen[0] || seen[1] {
-				t.Errorf("results until unhealthy: got %v, want two failures (fall 2)", seen)
+			if seen := h.await(t, "a", false); !endsInRun(seen, false, 2) {
+				t.Errorf("results until unhealthy: got %v, want passes then two failures (fall 2)", seen)
 			}
 			srv.Start()
-			if seen := h.await(t, "a", true); len(seen) != 2 || !seen[0] || !seen[1] {
-				t.Errorf("results until healthy again: got %v, want two passes (rise 2)", seen)
+			if seen := h.await(t, "a", true); !endsInRun(seen, true, 2) {
+				t.Errorf("results until healthy again: got %v, want failures then two passes (rise 2)", seen)
 			}
 		})
 	}
+}
+
+// endsInRun reports whether seen is results other than ok followed by
+// exactly n results ok.
+func endsInRun(seen []bool, ok bool, n int) bool {
+	if len(seen) < n {
+		return false
+	}
+	for i, r := range seen {
+		if (r == ok) != (i >= len(seen)-n) {
+			return false
+		}
+	}
+	return true
 }
 
 // TestHTTPStatus flips the status a healthy server answers.
@@ -283,13 +316,19 @@ func TestWebSocketProbeRejects(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			srv := newSwitchable(t, serveHTTP(tt.handler))
-			ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+			// Generous for the answers that come at once, on a slow machine;
+			// short for the one case that must wait out the timeout.
+			timeout := 2 * time.Second
+			if tt.wantErr == "timeout" {
+				timeout = 200 * time.Millisecond
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), timeout+time.Second)
 			defer cancel()
 			c, err := New(Options{Source: &balance.Pool{}, Type: TypeWebSocket, Ping: tt.ping})
 			if err != nil {
 				t.Fatal(err)
 			}
-			pctx, pcancel := context.WithTimeout(ctx, 200*time.Millisecond)
+			pctx, pcancel := context.WithTimeout(ctx, timeout)
 			defer pcancel()
 			err = c.prober.probe(pctx, srv.addr)
 			if errors.Is(pctx.Err(), context.DeadlineExceeded) && err != nil {

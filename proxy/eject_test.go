@@ -235,7 +235,12 @@ func TestBackendFailuresStillCount(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			p := ejectingPool(t, map[string]string{"a": tc.addr(t), "b": testkit.ClosedPort(t)})
 			p.Retries = 0
-			p.HandshakeTimeout = 300 * time.Millisecond
+			// The fast failures must come within the timeout even on a slow
+			// machine, or they turn into 504s; only the slow head waits it out.
+			p.HandshakeTimeout = 2 * time.Second
+			if tc.status == http.StatusGatewayTimeout {
+				p.HandshakeTimeout = 300 * time.Millisecond
+			}
 			b := p.Balancer.Snapshot().ByID("a")
 			p.Balancer.Snapshot().ByID("b").SetHealthy(false) // every pick lands on a
 			e := startEdge(t, edgeConfig{opts: Options{Routes: []Route{{Default: true, Pool: p}}}})
@@ -281,7 +286,10 @@ func TestSlowPathLeavesHalfThePool(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := &Pool{Name: "chat", Balancer: bp, DialTimeout: time.Second, HandshakeTimeout: 200 * time.Millisecond, Retries: 1}
-	e := startEdge(t, edgeConfig{opts: Options{Routes: []Route{{Default: true, Pool: p}}}})
+	// Every other path goes to the same backends with a handshake timeout
+	// a healthy backend meets even on a slow machine.
+	other := &Pool{Name: "chat", Balancer: bp, DialTimeout: time.Second, HandshakeTimeout: 5 * time.Second, Retries: 1}
+	e := startEdge(t, edgeConfig{opts: Options{Routes: []Route{{PathPrefix: "/slow", Pool: p}, {Default: true, Pool: other}}}})
 	for range 5 {
 		if resp, _ := upgradeAnswer(t, e, "/slow"); resp.StatusCode != http.StatusGatewayTimeout {
 			t.Fatalf("slow path: got %d, want 504", resp.StatusCode)

@@ -38,7 +38,9 @@ func TestNon101RelayNonReadingClientCut(t *testing.T) {
 		wrote <- err
 	})
 	p := newPool(t, "chat", balance.LeastConn, map[string]string{"b": addr})
-	p.WriteTimeout = 200 * time.Millisecond
+	// Long enough that the second upgrade below surely falls inside the
+	// stalled relay even on a slow machine; the waits below bound the rest.
+	p.WriteTimeout = 3 * time.Second
 	p.HandshakeTimeout = 5 * time.Second
 	p.MaxConns = 1
 	e := startEdge(t, edgeConfig{opts: Options{Routes: []Route{{Default: true, Pool: p}}}})
@@ -48,7 +50,7 @@ func TestNon101RelayNonReadingClientCut(t *testing.T) {
 	if tc, ok := c.(*net.TCPConn); ok {
 		tc.SetReadBuffer(4096)
 	}
-	c.SetDeadline(time.Now().Add(20 * time.Second))
+	c.SetDeadline(time.Now().Add(30 * time.Second))
 	io.WriteString(c, testkit.RawUpgrade("/big", "x"))
 	var line [12]byte
 	if _, err := io.ReadFull(c, line[:]); err != nil {
@@ -64,7 +66,7 @@ func TestNon101RelayNonReadingClientCut(t *testing.T) {
 	}
 	select {
 	case <-wrote:
-	case <-time.After(10 * time.Second):
+	case <-time.After(20 * time.Second):
 		t.Fatal("the backend connection of a relay to a non-reading client was never closed")
 	}
 	testkit.WaitFor(t, "the stalled relay given up", func() bool { return e.srv.inflight.Load() == 0 })

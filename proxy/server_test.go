@@ -57,13 +57,17 @@ type recorder struct {
 	opened  int
 	// unpaired counts ConnClosed calls beyond the ConnOpened ones.
 	unpaired int
-	closeCh  chan string
-	closes   []string // "side code" of each ConnCloseCode
-	pings    int
-	retries  []string // legs
+	// closeCh queues every ConnClosed reason for waitClosed. A send never
+	// blocks the edge: past its room a reason is counted in dropped, and
+	// waitClosed then fails, its order being broken.
+	closeCh chan string
+	dropped int
+	closes  []string // "side code" of each ConnCloseCode
+	pings   int
+	retries []string // legs
 }
 
-func newRecorder() *recorder { return &recorder{closeCh: make(chan string, 100)} }
+func newRecorder() *recorder { return &recorder{closeCh: make(chan string, 4096)} }
 
 func (r *recorder) ConnOpened(string, string) { r.mu.Lock(); r.opened++; r.mu.Unlock() }
 func (r *recorder) ConnClosed(_, _, reason string, _ time.Duration, _, _ int64) {
@@ -73,7 +77,13 @@ func (r *recorder) ConnClosed(_, _, reason string, _ time.Duration, _, _ int64) 
 		r.unpaired++
 	}
 	r.mu.Unlock()
-	r.closeCh <- reason
+	select {
+	case r.closeCh <- reason:
+	default:
+		r.mu.Lock()
+		r.dropped++
+		r.mu.Unlock()
+	}
 }
 func (r *recorder) DialFailed(_, backend string, _ error) {
 	r.mu.Lock()
@@ -116,11 +126,17 @@ func (r *recorder) dialFailures() []string {
 // waitClosed waits for the next ConnClosed and returns its reason.
 func (r *recorder) waitClosed(t *testing.T) string {
 	t.Helper()
+	r.mu.Lock()
+	dropped := r.dropped
+	r.mu.Unlock()
+	if dropped > 0 {
+		t.Fatalf("%d ConnClosed reasons dropped: the queue was full", dropped)
+	}
 	select {
 	case reason := <-r.closeCh:
 		return reason
-	case <-time.After(10 * time.Second):
-		t.Fatal("no ConnClosed within 10s")
+	case <-time.After(30 * time.Second):
+		t.Fatal("no ConnClosed within 30s")
 		return ""
 	}
 }

@@ -205,7 +205,9 @@ func TestHeaderLimits(t *testing.T) {
 // ReadHeaderTimeout and does not hold up another connection.
 func TestSlowHeaders(t *testing.T) {
 	forEachPath(t, func(t *testing.T, sp splicePath) {
-		e, _ := oneBackendEdge(t, sp, false, func(_ *Pool, cfg *edgeConfig) { cfg.readHeaderTimeout = 300 * time.Millisecond })
+		// Long enough for the fast upgrade below on a slow machine; the
+		// slow client never finishes its head.
+		e, _ := oneBackendEdge(t, sp, false, func(_ *Pool, cfg *edgeConfig) { cfg.readHeaderTimeout = time.Second })
 		slow := e.rawConn(t)
 		io.WriteString(slow, "GET / HTTP/1.1\r\nHost: x\r\n")
 		c, _ := e.dialWS(t, "/", nil)
@@ -472,7 +474,8 @@ func TestNoHTTPErrorAfterHijack(t *testing.T) {
 // buffer of it returns.
 func TestIdleTimeout(t *testing.T) {
 	forEachPath(t, func(t *testing.T, sp splicePath) {
-		e, _ := oneBackendEdge(t, sp, true, func(p *Pool, _ *edgeConfig) { p.IdleTimeout = 200 * time.Millisecond })
+		// Long enough for the first Ask's round trip on a slow machine.
+		e, _ := oneBackendEdge(t, sp, true, func(p *Pool, _ *edgeConfig) { p.IdleTimeout = time.Second })
 		// Warm up once so lazily started goroutines are in the baseline.
 		c0, _ := e.dialWS(t, "/", nil)
 		testkit.Ask(t, c0, "warm")
@@ -502,7 +505,7 @@ func TestIdleTimeoutOneWayTraffic(t *testing.T) {
 		addr := testkit.RawBackend(t, func(c net.Conn) {
 			_, resp := testkit.ReadUpgrade(t, bufio.NewReader(c))
 			io.WriteString(c, resp)
-			tick := time.NewTicker(50 * time.Millisecond)
+			tick := time.NewTicker(100 * time.Millisecond)
 			defer tick.Stop()
 			for {
 				select {
@@ -516,11 +519,16 @@ func TestIdleTimeoutOneWayTraffic(t *testing.T) {
 			}
 		})
 		p := newPool(t, "raw", balance.LeastConn, map[string]string{"raw": addr})
-		p.IdleTimeout = 200 * time.Millisecond
+		// Ticks twenty to an idle timeout: a slow machine delays some, not
+		// all of them.
+		const idle = 2 * time.Second
+		p.IdleTimeout = idle
 		e := startEdge(t, edgeConfig{splice: sp, opts: Options{Routes: []Route{{Default: true, Pool: p}}}})
 		c, _ := e.dialWS(t, "/", nil)
-		for range 12 { // 600 ms, three idle timeouts worth
-			c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		// Reading on for an idle timeout and a half: a connection that the
+		// backend's messages did not keep alive would be gone by then.
+		for end := time.Now().Add(idle * 3 / 2); time.Now().Before(end); {
+			c.SetReadDeadline(time.Now().Add(10 * time.Second))
 			if _, _, err := c.ReadMessage(); err != nil {
 				t.Fatalf("read: %v", err)
 			}
@@ -574,8 +582,10 @@ func TestDrainForceClose(t *testing.T) {
 		c := e.rawConn(t)
 		io.WriteString(c, testkit.RawUpgrade("/", "x"))
 		br := testkit.Read101(t, c)
-		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		// The close 1001 goes out before the deadline even on a slow machine.
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
+		c.SetReadDeadline(time.Now().Add(20 * time.Second))
 		e.srv.Drain(ctx, 0)
 		op, p := testkit.ReadFrame(t, br)
 		if op != wswire.OpClose || len(p) < 2 || int(p[0])<<8|int(p[1]) != CloseGoingAway {
@@ -625,18 +635,21 @@ func TestLimits(t *testing.T) {
 			}
 		})
 		t.Run("pool rate", func(t *testing.T) {
-			// One new connection per two seconds for everyone together.
-			e, _ := oneBackendEdge(t, sp, false, func(p *Pool, _ *edgeConfig) { p.Admission = balance.NewBucket(0.5, 1, nil) })
+			// One new connection per twenty seconds for everyone together.
+			const rate = 0.05
+			e, _ := oneBackendEdge(t, sp, false, func(p *Pool, _ *edgeConfig) { p.Admission = balance.NewBucket(rate, 1, nil) })
 			c, _ := e.dialWS(t, "/", nil)
 			testkit.Ask(t, c, "x")
 			_, resp, err := e.dialer().Dial(e.url("/"), nil)
 			if err == nil || resp == nil || resp.StatusCode != http.StatusServiceUnavailable {
 				t.Fatalf("second conn: got %v (%v), want 503", resp, err)
 			}
-			// The next token is 2 s away; the answer spreads retries over
-			// 2 to 8 s.
-			if ra, err := strconv.Atoi(resp.Header.Get("Retry-After")); err != nil || ra < 2 || ra > 8 {
-				t.Fatalf("Retry-After %q, want 2..8", resp.Header.Get("Retry-After"))
+			// The next token is 1/rate s after the first admission, less
+			// the time the two took (under half of it even on a slow
+			// machine); the answer spreads retries over that to four times it.
+			full := int(1 / rate)
+			if ra, err := strconv.Atoi(resp.Header.Get("Retry-After")); err != nil || ra < full/2 || ra > 4*full {
+				t.Fatalf("Retry-After %q, want %d..%d", resp.Header.Get("Retry-After"), full/2, 4*full)
 			}
 			testkit.Ask(t, c, "y") // the admitted connection is untouched
 		})

@@ -58,12 +58,22 @@ func drainUnderTraffic(t *testing.T, frameAware bool, conns, msgs int) {
 	testkit.WaitFor(t, "every connection to rest", func() bool { return e.srv.restedConns() == conns })
 
 	// Phase 2: traffic again, and a drain part-way through.
-	var sent atomic.Int64
+	var (
+		sent      atomic.Int64
+		beforeAll bool // the drain came while traffic was under way; read after drained
+	)
 	drained := make(chan struct{})
 	go func() {
 		defer close(drained)
-		testkit.WaitFor(t, "traffic before the drain", func() bool { return sent.Load() >= int64(conns*msgs/4) })
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		// Not testkit.WaitFor: it may not fail the test off the test's
+		// goroutine. A stall is reported below, after the drain that ends
+		// the clients waiting for their 1001.
+		want := int64(conns * msgs / 4)
+		for deadline := time.Now().Add(60 * time.Second); sent.Load() < want && time.Now().Before(deadline); {
+			time.Sleep(time.Millisecond) // polling: the count has no event to wait on
+		}
+		beforeAll = sent.Load() >= want
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		defer cancel()
 		e.srv.Drain(ctx, 500*time.Millisecond)
 	}()
@@ -74,6 +84,9 @@ func drainUnderTraffic(t *testing.T, frameAware bool, conns, msgs int) {
 		return echoUntilGoingAway(c, i, 20, msgs, &sent)
 	})
 	<-drained
+	if !beforeAll {
+		t.Errorf("traffic stalled: %d of %d messages sent in a minute before the drain", sent.Load(), conns*msgs/4)
+	}
 	for i, err := range errs {
 		if err != nil {
 			t.Errorf("conn %d: %v", i, err)

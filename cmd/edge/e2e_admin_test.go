@@ -141,7 +141,7 @@ func TestDescriptorLimitRefusesCleanly(t *testing.T) {
 		c.Close()
 	}
 	conns = nil
-	testkit.Await(t, 5*time.Second, "clients served once the held sockets closed", func() (bool, string) {
+	testkit.Await(t, 20*time.Second, "clients served once the held sockets closed", func() (bool, string) {
 		resp, err := hc.Get("http://" + s.ws + "/whoami")
 		if err != nil {
 			return false, err.Error()

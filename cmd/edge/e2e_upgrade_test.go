@@ -543,7 +543,7 @@ func TestUpgradeToBrokenBinaryKeepsServing(t *testing.T) {
 	// Like for like: the same process, nothing open but what it had.
 	waitFor(t, "no live connection", func() bool { return statusOf(s.admin).Active == 0 })
 	deadline := time.Now().Add(30 * time.Second)
-	for openFDs(t, pid) != len(before) {
+	for openFDs(t, pid) > len(before) { // no leak: back to at most what it had
 		if time.Now().After(deadline) {
 			t.Fatalf("descriptors after the failed upgrades:\n%v\nbefore:\n%v", fdTargets(t, pid), before)
 		}
@@ -852,13 +852,15 @@ func TestTenUpgradesLeakNothing(t *testing.T) {
 			baseList = fdTargets(t, st.PID)
 		} else {
 			deadline := time.Now().Add(30 * time.Second)
-			for openFDs(t, st.PID) != baseFDs {
+			// No leak: back to at most what the first had (a connection
+			// of the first's count may have been on its way out).
+			for openFDs(t, st.PID) > baseFDs {
 				if time.Now().After(deadline) {
-					t.Fatalf("upgrade %d: descriptors %v, want %d as after the first:\n%s\nthe first:\n%s", i+1, fds, baseFDs, strings.Join(fdTargets(t, st.PID), "\n"), strings.Join(baseList, "\n"))
+					t.Fatalf("upgrade %d: descriptors %v, want at most %d as after the first:\n%s\nthe first:\n%s", i+1, fds, baseFDs, strings.Join(fdTargets(t, st.PID), "\n"), strings.Join(baseList, "\n"))
 				}
 				time.Sleep(20 * time.Millisecond)
 			}
-			waitFor(t, fmt.Sprintf("upgrade %d: goroutines %v back to %v", i+1, g, baseGoroutines), func() bool { return sampleOf(t, s.admin, "go_goroutines") == baseGoroutines })
+			waitFor(t, fmt.Sprintf("upgrade %d: goroutines %v back to at most %v", i+1, g, baseGoroutines), func() bool { return sampleOf(t, s.admin, "go_goroutines") <= baseGoroutines })
 		}
 		prev = st.PID
 	}

@@ -7,8 +7,10 @@ import (
 )
 
 // waitBound is how long WaitFor and WaitGoroutines wait: far beyond what
-// any condition of a test on loopback needs, so reaching it is a failure.
-const waitBound = 10 * time.Second
+// any condition of a test on loopback needs, even on a slow, busy machine
+// under the race detector, so reaching it is a failure (and raising it
+// costs nothing when the condition holds).
+const waitBound = 30 * time.Second
 
 // maxPoll bounds the pause between two looks at a condition.
 const maxPoll = 100 * time.Millisecond
