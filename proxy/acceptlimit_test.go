@@ -30,7 +30,7 @@ func TestAcceptLimitClosesOverCap(t *testing.T) {
 
 	for i := 0; i < 3; i++ {
 		c := e.rawConn(t)
-		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		c.SetReadDeadline(time.Now().Add(30 * time.Second))
 		if _, err := c.Read(make([]byte, 1)); err == nil || isTimeoutErr(err) {
 			t.Fatalf("socket over the cap: read %v, want it closed", err)
 		}

@@ -70,7 +70,7 @@ func TestAccessLogEdgeClose1009(t *testing.T) {
 		if err := c.WriteMessage(websocket.TextMessage, bytes.Repeat([]byte{'b'}, 101)); err != nil {
 			t.Fatal(err)
 		}
-		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		c.SetReadDeadline(time.Now().Add(30 * time.Second))
 		if _, _, err := c.ReadMessage(); closeCodeOf(err) != CloseMessageTooBig {
 			t.Fatalf("got %v, want close 1009", err)
 		}
@@ -128,7 +128,7 @@ func TestAccessLogCloseSides(t *testing.T) {
 		if err := c.WriteControl(websocket.CloseMessage, msg, time.Now().Add(5*time.Second)); err != nil {
 			t.Fatal(err)
 		}
-		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		c.SetReadDeadline(time.Now().Add(30 * time.Second))
 		c.ReadMessage() // the backend's echo
 		c.Close()
 		e.obs.waitClosed(t)
@@ -139,7 +139,7 @@ func TestAccessLogCloseSides(t *testing.T) {
 
 		// The test backend closes with the code it is told.
 		c2, _ := e.dialWS(t, "/", nil)
-		c2.SetReadDeadline(time.Now().Add(5 * time.Second))
+		c2.SetReadDeadline(time.Now().Add(30 * time.Second))
 		if err := c2.WriteMessage(websocket.TextMessage, []byte("close:4002")); err != nil {
 			t.Fatal(err)
 		}

@@ -223,12 +223,12 @@ func TestCloseBackend(t *testing.T) {
 		if got := e.srv.CloseBackend(be, 0); got != 1 {
 			t.Fatalf("CloseBackend: got %d, want 1", got)
 		}
-		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		c.SetReadDeadline(time.Now().Add(30 * time.Second))
 		if _, _, err := c.ReadMessage(); !websocket.IsCloseError(err, CloseServiceRestart) {
 			t.Fatalf("got %v, want close 1012", err)
 		}
 		late, _ := e.dialWS(t, "/", nil)
-		late.SetReadDeadline(time.Now().Add(5 * time.Second))
+		late.SetReadDeadline(time.Now().Add(30 * time.Second))
 		if _, _, err := late.ReadMessage(); !websocket.IsCloseError(err, CloseServiceRestart) {
 			t.Fatalf("connection registered after CloseBackend: got %v, want close 1012", err)
 		}
@@ -258,7 +258,7 @@ func TestCloseConnsOnOnePoolOnly(t *testing.T) {
 		if got := e.srv.CloseConnsOn(be, CloseServiceRestart, 0, ReasonAdminDrain); got != 1 {
 			t.Fatalf("CloseConnsOn: got %d, want 1", got)
 		}
-		ca.SetReadDeadline(time.Now().Add(5 * time.Second))
+		ca.SetReadDeadline(time.Now().Add(30 * time.Second))
 		if _, _, err := ca.ReadMessage(); !websocket.IsCloseError(err, CloseServiceRestart) {
 			t.Fatalf("pool a: got %v, want close 1012", err)
 		}

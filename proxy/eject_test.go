@@ -164,7 +164,7 @@ func TestInterimResponsesSkipped(t *testing.T) {
 	e := startEdge(t, edgeConfig{opts: Options{Routes: []Route{{Default: true, Pool: p}}}})
 	c := e.rawConn(t)
 	io.WriteString(c, testkit.RawUpgrade("/", "x"))
-	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	c.SetReadDeadline(time.Now().Add(30 * time.Second))
 	br := bufio.NewReader(c)
 	resp, err := http.ReadResponse(br, nil)
 	if err != nil || resp.StatusCode != http.StatusSwitchingProtocols {

@@ -73,7 +73,7 @@ func TestMaxFrameBytesClient(t *testing.T) {
 		if err := c.WriteMessage(websocket.TextMessage, bytes.Repeat([]byte{'b'}, 101)); err != nil {
 			t.Fatalf("write over the limit: %v", err)
 		}
-		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		c.SetReadDeadline(time.Now().Add(30 * time.Second))
 		_, _, err := c.ReadMessage()
 		if got, want := closeCodeOf(err), CloseMessageTooBig; got != want {
 			t.Fatalf("close code: got %d (%v), want %d", got, err, want)
@@ -108,7 +108,7 @@ func TestMaxFrameBytesSplitWrites(t *testing.T) {
 		want := bytes.Repeat([]byte{'x'}, 200)
 		for range 3 {
 			trickle(maskedFrameN(websocket.BinaryMessage, true, want))
-			c.SetReadDeadline(time.Now().Add(5 * time.Second))
+			c.SetReadDeadline(time.Now().Add(30 * time.Second))
 			if op, got := testkit.ReadFrame(t, br); op != websocket.BinaryMessage || !bytes.Equal(got, want) {
 				t.Fatalf("echo: got opcode %d, %d bytes; want binary, %d bytes", op, len(got), len(want))
 			}
@@ -138,7 +138,7 @@ func TestMaxFrameBytesBackend(t *testing.T) {
 			// Only the header of the frame over the limit: its length
 			// alone must be enough.
 			c.Write([]byte{0x82, 126, 0x10, 0x00})
-			c.SetReadDeadline(time.Now().Add(5 * time.Second))
+			c.SetReadDeadline(time.Now().Add(30 * time.Second))
 			_, err := io.Copy(io.Discard, br)
 			backendDone <- err
 		})
@@ -146,7 +146,7 @@ func TestMaxFrameBytesBackend(t *testing.T) {
 		p.MaxFrameBytes = 100
 		e := startEdge(t, edgeConfig{splice: sp, opts: Options{Routes: []Route{{Default: true, Pool: p}}}})
 		c, _ := e.dialWS(t, "/", nil)
-		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		c.SetReadDeadline(time.Now().Add(30 * time.Second))
 		if _, m, err := c.ReadMessage(); err != nil || len(m) != 100 {
 			t.Fatalf("frame at the limit: got %d bytes, %v", len(m), err)
 		}
@@ -289,7 +289,7 @@ func TestPingNeverInsideFrame(t *testing.T) {
 				}
 			}
 			c.Write(serverFrame(websocket.TextMessage, true, []byte("done")))
-			c.SetReadDeadline(time.Now().Add(5 * time.Second))
+			c.SetReadDeadline(time.Now().Add(30 * time.Second))
 			<-pongs
 		})
 		p := newPool(t, "raw", balance.LeastConn, map[string]string{"raw": addr})
@@ -301,7 +301,7 @@ func TestPingNeverInsideFrame(t *testing.T) {
 			return c.WriteControl(websocket.PongMessage, []byte(data), time.Now().Add(time.Second))
 		})
 		for n := 0; ; n++ {
-			c.SetReadDeadline(time.Now().Add(10 * time.Second))
+			c.SetReadDeadline(time.Now().Add(30 * time.Second))
 			typ, m, err := c.ReadMessage()
 			if err != nil {
 				t.Fatalf("read message %d: %v", n, err)

@@ -156,7 +156,7 @@ func (e *echoer) run(id int) {
 		default:
 		}
 		msg := fmt.Sprintf("c%d-%d", id, seq)
-		e.c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		e.c.SetReadDeadline(time.Now().Add(30 * time.Second))
 		if err := e.c.WriteMessage(websocket.TextMessage, []byte(msg)); err != nil {
 			e.mu.Lock()
 			e.err = err
@@ -407,7 +407,7 @@ func TestHandoffUnmovableGet1012(t *testing.T) {
 			codes := make(chan int, k)
 			for _, c := range cs {
 				go func() {
-					c.SetReadDeadline(time.Now().Add(10 * time.Second))
+					c.SetReadDeadline(time.Now().Add(30 * time.Second))
 					_, _, err := c.ReadMessage()
 					c.Close()
 					ce, ok := err.(*websocket.CloseError)
@@ -492,7 +492,7 @@ func TestHandoffRefusesMalformed(t *testing.T) {
 		t.Fatalf("ack of a malformed record: %v %v, want refused", ok, err)
 	}
 	for _, k := range []*net.UnixConn{k1, k2} {
-		k.SetReadDeadline(time.Now().Add(5 * time.Second))
+		k.SetReadDeadline(time.Now().Add(30 * time.Second))
 		var b [1]byte
 		if n, err := k.Read(b[:]); n != 0 || err == nil {
 			t.Fatalf("refused descriptor still open: %d %v", n, err)
@@ -533,7 +533,7 @@ func TestHandoffMidFrame(t *testing.T) {
 	conn := pr.a.rawConn(t)
 	conn.Write([]byte(testkit.RawUpgrade("/", "x")))
 	br := testkit.Read101(t, conn)
-	conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	conn.SetReadDeadline(time.Now().Add(30 * time.Second))
 	got := make([]byte, half)
 	if _, err := io.ReadFull(br, got); err != nil {
 		t.Fatalf("first half: %v", err)
@@ -698,7 +698,7 @@ func TestHandoffPoolGone(t *testing.T) {
 	if moved, _, adopted := pr.handoff(t, time.Second); moved != 1 || adopted != 1 {
 		t.Fatalf("moved %d adopted %d, want 1 1", moved, adopted)
 	}
-	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	c.SetReadDeadline(time.Now().Add(30 * time.Second))
 	_, _, err := c.ReadMessage()
 	if ce, ok := err.(*websocket.CloseError); !ok || ce.Code != CloseServiceRestart {
 		t.Fatalf("got %v, want a close frame 1012", err)
@@ -740,7 +740,7 @@ func TestHandoffTLS13RestedHalfRecord(t *testing.T) {
 	if _, err := tc.Write(rec[half:]); err != nil {
 		t.Fatal(err)
 	}
-	tc.SetReadDeadline(time.Now().Add(10 * time.Second))
+	tc.SetReadDeadline(time.Now().Add(30 * time.Second))
 	if op, p := testkit.ReadFrame(t, br); op != 0x2 || string(p) != "half-moved" {
 		t.Fatalf("echo through B: opcode %#x %q", op, p)
 	}

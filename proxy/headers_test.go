@@ -47,7 +47,7 @@ func rawHeaders(t *testing.T, e *edge, upgrade bool) map[string][]string {
 	if _, err := io.WriteString(c, req); err != nil {
 		t.Fatal(err)
 	}
-	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	c.SetReadDeadline(time.Now().Add(30 * time.Second))
 	br := bufio.NewReader(c)
 	resp, err := http.ReadResponse(br, nil)
 	if err != nil {
@@ -148,7 +148,7 @@ func TestWSGIBackendSeesEdgeForwardedFor(t *testing.T) {
 	if _, err := io.WriteString(c, req); err != nil {
 		t.Fatal(err)
 	}
-	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	c.SetReadDeadline(time.Now().Add(30 * time.Second))
 	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
 	if err != nil {
 		t.Fatalf("response: %v", err)

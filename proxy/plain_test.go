@@ -261,7 +261,7 @@ func TestUnrequestedSwitchRefused(t *testing.T) {
 			if first {
 				io.WriteString(c, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: x\r\nConnection: Upgrade\r\n\r\n")
 				// Whatever comes now went into the switched stream.
-				c.SetReadDeadline(time.Now().Add(5 * time.Second))
+				c.SetReadDeadline(time.Now().Add(30 * time.Second))
 				b := make([]byte, 512)
 				if n, _ := br.Read(b); n > 0 {
 					leaked <- string(b[:n])

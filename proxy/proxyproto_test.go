@@ -41,7 +41,7 @@ func TestProxyProtocol(t *testing.T) {
 					}
 				}
 				io.WriteString(c, "GET /headers HTTP/1.1\r\nHost: x\r\n\r\n")
-				c.SetReadDeadline(time.Now().Add(5 * time.Second))
+				c.SetReadDeadline(time.Now().Add(30 * time.Second))
 				resp, err := http.ReadResponse(bufio.NewReader(c), nil)
 				if !tc.wantOK {
 					if err == nil {
@@ -73,7 +73,7 @@ func TestProxyProtocolSlowHeader(t *testing.T) {
 		})
 		c := e.rawConn(t)
 		io.WriteString(c, "PROXY TCP4 192.0.2.10 ")
-		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		c.SetReadDeadline(time.Now().Add(30 * time.Second))
 		if _, err := io.ReadAll(c); err != nil && !testkit.IsClosed(err) {
 			t.Fatalf("got %v, want the connection closed", err)
 		}

@@ -155,7 +155,7 @@ func TestCloseEndsEverything(t *testing.T) {
 			}
 		}
 		for i, c := range cs {
-			c.SetReadDeadline(time.Now().Add(5 * time.Second))
+			c.SetReadDeadline(time.Now().Add(30 * time.Second))
 			if _, _, err := c.ReadMessage(); err == nil {
 				t.Fatalf("conn %d: read after Close succeeded", i)
 			}

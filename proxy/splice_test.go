@@ -214,7 +214,7 @@ func TestSlowHeaders(t *testing.T) {
 		if got := testkit.Ask(t, c, "fast"); got != "fast" {
 			t.Fatalf("echo: got %q", got)
 		}
-		slow.SetReadDeadline(time.Now().Add(10 * time.Second))
+		slow.SetReadDeadline(time.Now().Add(30 * time.Second))
 		_, err := io.ReadAll(slow)
 		if err != nil && !testkit.IsClosed(err) {
 			t.Fatalf("slow conn: got %v, want closed by the server", err)
@@ -380,7 +380,7 @@ func TestClientBufferedBytes(t *testing.T) {
 			if _, err := c.Write(msg); err != nil {
 				t.Fatal(err)
 			}
-			c.SetReadDeadline(time.Now().Add(5 * time.Second))
+			c.SetReadDeadline(time.Now().Add(30 * time.Second))
 			br := bufio.NewReader(c)
 			resp, err := http.ReadResponse(br, nil)
 			if err != nil || resp.StatusCode != 101 {
@@ -409,7 +409,7 @@ func TestBackendBufferedBytes(t *testing.T) {
 		p := newPool(t, "raw", balance.LeastConn, map[string]string{"raw": addr})
 		e := startEdge(t, edgeConfig{splice: sp, tls: true, opts: Options{Routes: []Route{{Default: true, Pool: p}}}})
 		c, _ := e.dialWS(t, "/", nil)
-		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		c.SetReadDeadline(time.Now().Add(30 * time.Second))
 		_, msg, err := c.ReadMessage()
 		if err != nil || string(msg) != "hello" {
 			t.Fatalf("got %q %v, want hello", msg, err)
@@ -488,7 +488,7 @@ func TestIdleTimeout(t *testing.T) {
 		if got, want := e.obs.waitClosed(t), "idle_timeout"; got != want {
 			t.Fatalf("reason: got %q, want %q", got, want)
 		}
-		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		c.SetReadDeadline(time.Now().Add(30 * time.Second))
 		if _, _, err := c.ReadMessage(); err == nil {
 			t.Fatal("read after idle timeout succeeded")
 		}
@@ -528,7 +528,7 @@ func TestIdleTimeoutOneWayTraffic(t *testing.T) {
 		// Reading on for an idle timeout and a half: a connection that the
 		// backend's messages did not keep alive would be gone by then.
 		for end := time.Now().Add(idle * 3 / 2); time.Now().Before(end); {
-			c.SetReadDeadline(time.Now().Add(10 * time.Second))
+			c.SetReadDeadline(time.Now().Add(30 * time.Second))
 			if _, _, err := c.ReadMessage(); err != nil {
 				t.Fatalf("read: %v", err)
 			}
@@ -551,7 +551,7 @@ func TestDrain(t *testing.T) {
 		done := make(chan struct{})
 		go func() { defer close(done); e.srv.Drain(ctx, 200*time.Millisecond) }()
 		for i, c := range cs {
-			c.SetReadDeadline(time.Now().Add(5 * time.Second))
+			c.SetReadDeadline(time.Now().Add(30 * time.Second))
 			_, _, err := c.ReadMessage() // gorilla answers the close frame itself
 			if !websocket.IsCloseError(err, CloseGoingAway) {
 				t.Fatalf("conn %d: got %v, want close 1001", i, err)

@@ -55,7 +55,7 @@ func askRaw(t *testing.T, c net.Conn, br *bufio.Reader, msg string) string {
 	if _, err := c.Write(testkit.MaskedFrame(0x1, []byte(msg))); err != nil {
 		t.Fatal(err)
 	}
-	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	c.SetReadDeadline(time.Now().Add(30 * time.Second))
 	_, p := testkit.ReadFrame(t, br)
 	return string(p)
 }
@@ -87,7 +87,7 @@ func TestRecordLayerSecretsOfAnotherHandshake(t *testing.T) {
 	if _, err := io.WriteString(victim, testkit.RawUpgrade("/", "edge.test")); err != nil {
 		t.Fatal(err)
 	}
-	victim.SetReadDeadline(time.Now().Add(10 * time.Second))
+	victim.SetReadDeadline(time.Now().Add(30 * time.Second))
 	br := testkit.Read101(t, victim)
 	if got := askRaw(t, victim, br, "mine"); got != "mine" {
 		t.Fatalf("echo %q", got)
@@ -145,7 +145,7 @@ func TestRecordLayerFragmentedClientHello(t *testing.T) {
 		if _, err := io.WriteString(c, testkit.RawUpgrade("/", "edge.test")); err != nil {
 			t.Fatal(err)
 		}
-		c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		c.SetReadDeadline(time.Now().Add(30 * time.Second))
 		br := testkit.Read101(t, c)
 		if got := askRaw(t, c, br, "fragmented"); got != "fragmented" {
 			t.Fatalf("echo %q", got)
@@ -181,7 +181,7 @@ func TestRecordLayerLargeClientHelloForgets(t *testing.T) {
 	if _, err := io.WriteString(c, testkit.RawUpgrade("/", "edge.test")); err != nil {
 		t.Fatal(err)
 	}
-	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	c.SetReadDeadline(time.Now().Add(30 * time.Second))
 	br := testkit.Read101(t, c)
 	if got := askRaw(t, c, br, "large hello"); got != "large hello" {
 		t.Fatalf("echo %q", got)
@@ -212,7 +212,7 @@ func TestRecordLayerRefusedUpgradeDropsLog(t *testing.T) {
 	if _, err := io.WriteString(c, bad); err != nil {
 		t.Fatal(err)
 	}
-	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	c.SetReadDeadline(time.Now().Add(30 * time.Second))
 	br := bufio.NewReader(c)
 	resp, err := http.ReadResponse(br, nil)
 	if err != nil {
@@ -253,7 +253,7 @@ func TestRecordLayerKeyLogEmpties(t *testing.T) {
 		"upgraded": func() {
 			c := dial(tls13)
 			io.WriteString(c, testkit.RawUpgrade("/", "edge.test"))
-			c.SetReadDeadline(time.Now().Add(10 * time.Second))
+			c.SetReadDeadline(time.Now().Add(30 * time.Second))
 			br := testkit.Read101(t, c)
 			if got := askRaw(t, c, br, "x"); got != "x" {
 				t.Fatalf("echo %q", got)
@@ -263,7 +263,7 @@ func TestRecordLayerKeyLogEmpties(t *testing.T) {
 		"plain request": func() {
 			c := dial(tls13)
 			io.WriteString(c, "GET / HTTP/1.1\r\nHost: edge.test\r\n\r\n")
-			c.SetReadDeadline(time.Now().Add(10 * time.Second))
+			c.SetReadDeadline(time.Now().Add(30 * time.Second))
 			if resp, err := http.ReadResponse(bufio.NewReader(c), nil); err != nil {
 				t.Fatal(err)
 			} else {
@@ -285,7 +285,7 @@ func TestRecordLayerKeyLogEmpties(t *testing.T) {
 			cfg.MinVersion, cfg.MaxVersion = tls.VersionTLS12, tls.VersionTLS12
 			c := dial(cfg)
 			io.WriteString(c, testkit.RawUpgrade("/", "edge.test"))
-			c.SetReadDeadline(time.Now().Add(10 * time.Second))
+			c.SetReadDeadline(time.Now().Add(30 * time.Second))
 			testkit.Read101(t, c)
 			c.Close()
 		},
@@ -772,7 +772,7 @@ func TestRecordLayerHelloRetry(t *testing.T) {
 		t.Fatalf("curve %v, want P-384 after a retry", cs.CurveID)
 	}
 	io.WriteString(tc, testkit.RawUpgrade("/", "edge.test"))
-	tc.SetReadDeadline(time.Now().Add(10 * time.Second))
+	tc.SetReadDeadline(time.Now().Add(30 * time.Second))
 	br := testkit.Read101(t, tc)
 	if got := askRaw(t, tc, br, "retried"); got != "retried" {
 		t.Fatalf("echo %q", got)

@@ -108,7 +108,7 @@ func TestRecordLayerBadRecordAlert(t *testing.T) {
 	if _, err := tc.Write(rec); err != nil {
 		t.Fatal(err)
 	}
-	tc.SetReadDeadline(time.Now().Add(10 * time.Second))
+	tc.SetReadDeadline(time.Now().Add(30 * time.Second))
 	_, err := io.ReadAll(br)
 	if err == nil || !strings.Contains(err.Error(), "bad record MAC") {
 		t.Fatalf("client read %v, want the alert bad_record_mac", err)

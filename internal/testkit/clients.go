@@ -20,13 +20,13 @@ func ClientTLS(roots *x509.CertPool, serverName string) *tls.Config {
 // Dialer is a WebSocket dialer trusting roots (nil for the system's),
 // verifying serverName ("" for the host dialled), with a bounded handshake.
 func Dialer(roots *x509.CertPool, serverName string) *websocket.Dialer {
-	return &websocket.Dialer{TLSClientConfig: ClientTLS(roots, serverName), HandshakeTimeout: 5 * time.Second}
+	return &websocket.Dialer{TLSClientConfig: ClientTLS(roots, serverName), HandshakeTimeout: 30 * time.Second}
 }
 
 // HTTPClient is an HTTP client trusting roots (nil for the system's),
 // verifying serverName ("" for the host dialled), with a bounded exchange.
 func HTTPClient(roots *x509.CertPool, serverName string) *http.Client {
-	return &http.Client{Transport: &http.Transport{TLSClientConfig: ClientTLS(roots, serverName)}, Timeout: 5 * time.Second}
+	return &http.Client{Transport: &http.Transport{TLSClientConfig: ClientTLS(roots, serverName)}, Timeout: 30 * time.Second}
 }
 
 // Ask sends msg as a text message on c and returns the answer, failing

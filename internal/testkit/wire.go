@@ -83,11 +83,11 @@ func ReadFrame(t testing.TB, br *bufio.Reader) (byte, []byte) {
 }
 
 // Read101 reads the answer to the upgrade request written on c, within
-// five seconds, and fails the test unless it is a 101; the reader holds
+// thirty seconds, and fails the test unless it is a 101; the reader holds
 // what came after it.
 func Read101(t testing.TB, c net.Conn) *bufio.Reader {
 	t.Helper()
-	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	_ = c.SetReadDeadline(time.Now().Add(30 * time.Second))
 	br := bufio.NewReader(c)
 	if resp, err := http.ReadResponse(br, nil); err != nil || resp.StatusCode != http.StatusSwitchingProtocols {
 		t.Fatalf("handshake: %v %v", resp, err)
