@@ -39,16 +39,46 @@ func RawBackend(t testing.TB, handle func(c net.Conn)) string {
 }
 
 // ClosedPort returns a loopback address nobody listens on right now: a
-// port to refuse connections, or one for a process to listen on.
+// port to refuse connections, or one for a process to listen on. It never
+// returns the same port twice in one test binary: the kernel may pick a
+// port it just released again, and a test that asked for two (an admin
+// and a public listener, say) would then get one socket twice.
 func ClosedPort(t testing.TB) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("listen: %v", err)
+	for range 1000 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatalf("listen: %v", err)
+		}
+		addr := ln.Addr().String()
+		ln.Close()
+		if handedOut.add(addr) {
+			return addr
+		}
 	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
+	t.Fatal("no loopback port that was not handed out before")
+	return ""
+}
+
+// handedOut is the set of ports ClosedPort returned in this process. It
+// is process-wide on purpose: the collisions it prevents are between
+// tests and helpers that know nothing of each other.
+var handedOut = portSet{seen: map[string]bool{}}
+
+type portSet struct {
+	mu   sync.Mutex
+	seen map[string]bool
+}
+
+// add records addr and reports whether it was new.
+func (s *portSet) add(addr string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.seen[addr] {
+		return false
+	}
+	s.seen[addr] = true
+	return true
 }
 
 // IsClosed reports whether err means the peer closed the connection or
