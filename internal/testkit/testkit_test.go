@@ -104,3 +104,16 @@ func TestWaitFor(t *testing.T) {
 		t.Errorf("looked %d times, want 3", n.Load())
 	}
 }
+
+// TestClosedPortNeverRepeats: ports handed out in one binary are distinct,
+// however often the kernel offers a released one again.
+func TestClosedPortNeverRepeats(t *testing.T) {
+	seen := map[string]bool{}
+	for range 500 {
+		a := testkit.ClosedPort(t)
+		if seen[a] {
+			t.Fatalf("%s handed out twice", a)
+		}
+		seen[a] = true
+	}
+}
