@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -177,7 +178,11 @@ func (a *Agent) start() {
 }
 
 // freePorts returns n distinct loopback ports that were free for both TCP and
-// UDP (Serf uses both) a moment ago.
+// UDP (Serf uses both) a moment ago. They come from below the kernel's
+// ephemeral range (ip_local_port_range starts at 32768 by default), where
+// a listen on port 0 never lands: a port a test took that way and let go
+// of, to hand to a process, is never an agent's, nor is an agent's port
+// taken while it restarts. Each port is handed out once per test binary.
 func freePorts(n int) ([]int, error) {
 	var ports []int
 	var holds []func()
@@ -187,14 +192,17 @@ func freePorts(n int) ([]int, error) {
 		}
 	}()
 	for attempts := 0; len(ports) < n; attempts++ {
-		if attempts > 100 {
-			return nil, errors.New("no free port pair found")
+		if attempts > 1000 {
+			return nil, errors.New("no free port pair found in 20000-29999")
 		}
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+		port := 20000 + rand.IntN(10000)
+		if !agentPorts.add(port) {
+			continue
+		}
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
 		if err != nil {
-			return nil, err
+			continue
 		}
-		port := l.Addr().(*net.TCPAddr).Port
 		u, err := net.ListenPacket("udp", fmt.Sprintf("127.0.0.1:%d", port))
 		if err != nil {
 			_ = l.Close()
@@ -204,6 +212,27 @@ func freePorts(n int) ([]int, error) {
 		ports = append(ports, port)
 	}
 	return ports, nil
+}
+
+// agentPorts is every port freePorts considered in this process: agents
+// of parallel tests never share one. Process-wide on purpose, since those
+// tests know nothing of each other.
+var agentPorts = portSet{seen: map[int]bool{}}
+
+type portSet struct {
+	mu   sync.Mutex
+	seen map[int]bool
+}
+
+// add records port and reports whether it was new.
+func (s *portSet) add(port int) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.seen[port] {
+		return false
+	}
+	s.seen[port] = true
+	return true
 }
 
 // syncBuffer collects the agent's output for failure messages.
