@@ -1,13 +1,11 @@
 package proxy
 
 import (
-	"bytes"
 	"errors"
 	"io"
 	"log/slog"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,7 +17,7 @@ import (
 // counts until its descriptor is closed, including after the splice took
 // it over.
 func TestAcceptLimitClosesOverCap(t *testing.T) {
-	var logBuf syncBuffer
+	var logBuf testkit.Buffer
 	lim := NewAcceptLimit(2, slog.New(slog.NewTextHandler(&logBuf, nil)))
 	e, _ := oneBackendEdge(t, spliceReadiness, false, func(_ *Pool, cfg *edgeConfig) { cfg.accept = lim })
 
@@ -60,28 +58,10 @@ func isTimeoutErr(err error) bool {
 	return errors.As(err, &ne) && ne.Timeout() && !errors.Is(err, io.EOF)
 }
 
-// syncBuffer is a bytes.Buffer safe for the logger's goroutines.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // TestEverySecond: one warning per second at most, the next one counting
 // what was suppressed.
 func TestEverySecond(t *testing.T) {
-	var buf syncBuffer
+	var buf testkit.Buffer
 	now := time.Unix(1000, 0)
 	e := everySecond{log: slog.New(slog.NewTextHandler(&buf, nil)), now: func() time.Time { return now }}
 	for i := 0; i < 5; i++ {

@@ -33,24 +33,10 @@ import (
 // exactly as between two processes. (The end-to-end test through real
 // edge processes lives with cmd/edge.)
 
-// lockedBuffer is an access log both Servers may write to.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-// lines returns the JSON access lines so far.
-func (l *lockedBuffer) lines(t *testing.T) []map[string]any {
-	l.mu.Lock()
-	defer l.mu.Unlock()
+// accessLines returns the JSON access lines written to log so far.
+func accessLines(t *testing.T, log *testkit.Buffer) []map[string]any {
 	var out []map[string]any
-	for _, ln := range bytes.Split(bytes.TrimSpace(l.b.Bytes()), []byte("\n")) {
+	for _, ln := range bytes.Split(bytes.TrimSpace(log.Bytes()), []byte("\n")) {
 		if len(ln) == 0 {
 			continue
 		}
@@ -88,13 +74,13 @@ func unixPair(t *testing.T) (*net.UnixConn, *net.UnixConn) {
 type pair struct {
 	a, b         *edge
 	poolA, poolB *Pool
-	logB         *lockedBuffer
+	logB         *testkit.Buffer
 	ua, ub       *net.UnixConn
 }
 
 func startPair(t *testing.T, backendAddr string, tune func(p *Pool), cfgA edgeConfig) *pair {
 	t.Helper()
-	pr := &pair{logB: &lockedBuffer{}}
+	pr := &pair{logB: &testkit.Buffer{}}
 	pr.poolA = newPool(t, "chat", balance.LeastConn, map[string]string{"b1": backendAddr})
 	pr.poolB = newPool(t, "chat", balance.LeastConn, map[string]string{"b1": backendAddr})
 	if tune != nil {
@@ -271,9 +257,9 @@ func handoffKeepsEchoing(t *testing.T, n int, tlsOn bool) *pair {
 	// A connection leaves the registry before it writes its access line,
 	// so wait for the lines themselves.
 	testkit.WaitFor(t, "every connection's access line in B", func() bool {
-		return pr.b.srv.Active() == 0 && len(pr.logB.lines(t)) >= n
+		return pr.b.srv.Active() == 0 && len(accessLines(t, pr.logB)) >= n
 	})
-	lines := pr.logB.lines(t)
+	lines := accessLines(t, pr.logB)
 	if len(lines) != n {
 		t.Fatalf("B wrote %d access lines, want %d", len(lines), n)
 	}

@@ -388,7 +388,7 @@ func sClientSessOut(t testing.TB, addr, sessFile string, args ...string) string 
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out lockedBuffer
+	var out testkit.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -406,23 +406,6 @@ func sClientSessOut(t testing.TB, addr, sessFile string, args ...string) string 
 		t.Fatalf("openssl s_client -sess_out timed out: %s", out.String())
 	}
 	return out.String()
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // freePort returns a loopback port free right now (for an AIA URL that must
@@ -453,7 +436,7 @@ func indexLine(c *x509.Certificate, revokedAt time.Time) string {
 type responder struct {
 	cmd  *exec.Cmd
 	done chan struct{}
-	out  *lockedBuffer
+	out  *testkit.Buffer
 }
 
 // startResponder runs `openssl ocsp` as a responder on port, answering from
@@ -470,7 +453,7 @@ func startResponder(t testing.TB, p *pki, port int, index string, signerCert, si
 	}
 	cmd := exec.Command(bin, "ocsp", "-index", idx, "-CA", p.caFile, "-rsigner", signerCert, "-rkey", signerKey,
 		"-port", strconv.Itoa(port), "-nmin", "1", "-ignore_err")
-	r := &responder{cmd: cmd, done: make(chan struct{}), out: &lockedBuffer{}}
+	r := &responder{cmd: cmd, done: make(chan struct{}), out: &testkit.Buffer{}}
 	cmd.Stdout, cmd.Stderr = r.out, r.out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

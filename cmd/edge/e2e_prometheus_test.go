@@ -16,7 +16,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -161,24 +160,7 @@ consul: {address: %q, register: {enabled: true}}
 // prom is a running Prometheus server.
 type prom struct {
 	addr string
-	out  *syncLog
-}
-
-type syncLog struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *syncLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *syncLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
+	out  *testkit.Buffer
 }
 
 // startPrometheus runs bin with the shipped deploy/prometheus/scrape.yml,
@@ -197,7 +179,7 @@ func startPrometheus(t *testing.T, bin, consulAddr string) *prom {
 	dir := t.TempDir()
 	file := filepath.Join(dir, "prometheus.yml")
 	writeFile(t, file, cfg)
-	p := &prom{addr: testkit.ClosedPort(t), out: &syncLog{}}
+	p := &prom{addr: testkit.ClosedPort(t), out: &testkit.Buffer{}}
 	cmd := exec.Command(bin, "--config.file="+file, "--storage.tsdb.path="+filepath.Join(dir, "data"),
 		"--web.listen-address="+p.addr, "--log.level=warn")
 	cmd.Stdout, cmd.Stderr = p.out, p.out
