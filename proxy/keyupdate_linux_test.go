@@ -149,16 +149,8 @@ func keyUpdateFlood(t *testing.T, sp splicePath, cryptoTLS bool) {
 // buffers stay the kernel's: smaller than loopback's 64 KiB MSS they can
 // stall a sender on TCP's silly-window avoidance (RFC 1122 §4.2.3.3),
 // which looks like backpressure but is not.
-func smallBuffers(ln net.Listener) net.Listener { return smallRcvListener{ln} }
-
-type smallRcvListener struct{ net.Listener }
-
-func (l smallRcvListener) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
-	if tc, ok := c.(*net.TCPConn); ok {
-		tc.SetWriteBuffer(32 << 10)
-	}
-	return c, err
+func smallBuffers(ln net.Listener) net.Listener {
+	return tunedListener{ln, func(tc *net.TCPConn) { tc.SetWriteBuffer(32 << 10) }}
 }
 
 // recordClient is a TLS 1.3 client past its upgrade whose next records

@@ -701,14 +701,20 @@ func noDataRun(t *testing.T, keyUpdates bool) {
 
 // fixedRcvBuffers gives accepted sockets a fixed receive buffer of 4 MiB
 // (the kernel doubles what is asked), if net.core.rmem_max allows.
-func fixedRcvBuffers(ln net.Listener) net.Listener { return rcvListener{ln} }
+func fixedRcvBuffers(ln net.Listener) net.Listener {
+	return tunedListener{ln, func(tc *net.TCPConn) { tc.SetReadBuffer(2 << 20) }}
+}
 
-type rcvListener struct{ net.Listener }
+// tunedListener sets socket options on every connection it accepts.
+type tunedListener struct {
+	net.Listener
+	tune func(*net.TCPConn)
+}
 
-func (l rcvListener) Accept() (net.Conn, error) {
+func (l tunedListener) Accept() (net.Conn, error) {
 	c, err := l.Listener.Accept()
 	if tc, ok := c.(*net.TCPConn); ok {
-		tc.SetReadBuffer(2 << 20)
+		l.tune(tc)
 	}
 	return c, err
 }
