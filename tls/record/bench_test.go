@@ -64,3 +64,22 @@ func benchOpenSeal(b *testing.B, suite uint16, n int, idle bool) {
 		out = s.Seal(out[:0], plain)
 	}
 }
+
+// BenchmarkResume is the takeover of one connection: the state crypto/tls
+// reached, rebuilt from the logs of a real handshake with its session
+// tickets and one exchange each way.
+func BenchmarkResume(b *testing.B) {
+	for _, suite := range suites {
+		b.Run(fmt.Sprintf("%#04x", suite), func(b *testing.B) {
+			p := newSuitePair(b, true, suite)
+			exchangeTB(b, p, "GET / HTTP/1.1", "HTTP/1.1 101 Switching Protocols")
+			rd, wr := p.sw.logs()
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, _, err := Resume(p.suite, p.cs, p.ss, rd, wr); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

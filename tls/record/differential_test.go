@@ -183,7 +183,10 @@ func testResumeAfterCryptoTLS(t *testing.T, suite uint16) {
 	}
 }
 
-func exchange(t *testing.T, p *pair, c2s, s2c string) {
+func exchange(t *testing.T, p *pair, c2s, s2c string) { exchangeTB(t, p, c2s, s2c) }
+
+// exchangeTB sends c2s from the client and s2c back through crypto/tls.
+func exchangeTB(t testing.TB, p *pair, c2s, s2c string) {
 	t.Helper()
 	if _, err := p.client.Write([]byte(c2s)); err != nil {
 		t.Fatal(err)

@@ -3,7 +3,6 @@ package record
 import (
 	"crypto/aes"
 	"crypto/cipher"
-	"crypto/hkdf"
 	"crypto/sha256"
 	"crypto/sha512"
 	"errors"
@@ -43,28 +42,60 @@ func suiteParams(suite uint16) (hashLen, keyLen int, ok bool) {
 	return 0, 0, false
 }
 
-// expandLabel is HKDF-Expand-Label of RFC 8446 §7.1 with an empty context:
+// expandLabel is HKDF-Expand-Label of RFC 8446 §7.1 with an empty context,
+// written into dst (the length):
 //
 //	struct { uint16 length; opaque label<7..255> = "tls13 " + Label; opaque context<0..255>; } HkdfLabel;
-func expandLabel(suite uint16, secret []byte, label string, length int) []byte {
-	var info [2 + 1 + 6 + 16 + 1]byte
-	b := append(info[:0], byte(length>>8), byte(length), byte(6+len(label)))
-	b = append(b, "tls13 "...)
-	b = append(b, label...)
-	b = append(b, 0) // zero-length context
-	var out []byte
-	var err error
+//
+// Every label here (key, iv, traffic upd) asks for at most one hash
+// length, for which HKDF-Expand (RFC 5869 §2.3) is the front of
+// T(1) = HMAC-Hash(secret, HkdfLabel || 0x01), and a traffic secret is one
+// hash length, never longer than the hash's block. So the HMAC (RFC 2104)
+// is computed here on the stack: crypto/hkdf builds an HMAC with two
+// hashes and their pads on the heap for every call, and a takeover derives
+// four of these.
+func expandLabel(suite uint16, dst, secret []byte, label string) {
+	hashLen, _, _ := suiteParams(suite)
+	block := sha256.BlockSize
 	if suite == TLS_AES_256_GCM_SHA384 {
-		out, err = hkdf.Expand(sha512.New384, secret, string(b), length)
+		block = sha512.BlockSize
+	}
+	if len(dst) > hashLen || len(secret) > block || len(label) > maxLabel {
+		// Only this package calls it, with the fixed lengths of its suites.
+		panic(fmt.Sprintf("tls record: HKDF-Expand-Label %q of %d bytes from a %d-byte secret", label, len(dst), len(secret)))
+	}
+	// (K XOR ipad) || HkdfLabel || 0x01, then (K XOR opad) || inner hash.
+	var in, out [sha512.BlockSize + 2 + 1 + 6 + maxLabel + 1 + 1]byte
+	for i := range block {
+		k := byte(0)
+		if i < len(secret) {
+			k = secret[i]
+		}
+		in[i], out[i] = k^0x36, k^0x5c
+	}
+	msg := append(in[:block], byte(len(dst)>>8), byte(len(dst)), byte(6+len(label)))
+	msg = append(msg, "tls13 "...)
+	msg = append(msg, label...)
+	msg = append(msg, 0, 1) // zero-length context, then T(1)'s counter
+	if suite == TLS_AES_256_GCM_SHA384 {
+		inner := sha512.Sum384(msg)
+		outer := sha512.Sum384(append(out[:block], inner[:]...))
+		copy(dst, outer[:])
+		clear(inner[:])
+		clear(outer[:])
 	} else {
-		out, err = hkdf.Expand(sha256.New, secret, string(b), length)
+		inner := sha256.Sum256(msg)
+		outer := sha256.Sum256(append(out[:block], inner[:]...))
+		copy(dst, outer[:])
+		clear(inner[:])
+		clear(outer[:])
 	}
-	if err != nil {
-		// Only a length above 255 hash lengths fails, and ours are fixed and small.
-		panic(fmt.Sprintf("tls record: HKDF-Expand-Label %q: %v", label, err))
-	}
-	return out
+	clear(in[:])
+	clear(out[:])
 }
+
+// maxLabel is the longest label expandLabel is given ("traffic upd").
+const maxLabel = len("traffic upd")
 
 // dir is one direction of the record layer: the traffic secret of the
 // current generation, the key and iv derived from it (RFC 8446 §7.3), the
@@ -83,17 +114,18 @@ func (d *dir) setSecret(suite uint16, secret []byte) {
 	hashLen, keyLen, _ := suiteParams(suite)
 	*d = dir{}
 	copy(d.secret[:hashLen], secret)
-	copy(d.key[:keyLen], expandLabel(suite, secret, "key", keyLen))
-	copy(d.iv[:], expandLabel(suite, secret, "iv", ivLen))
+	expandLabel(suite, d.key[:keyLen], secret, "key")
+	expandLabel(suite, d.iv[:], secret, "iv")
 }
 
 // next moves to the next generation of traffic secret (RFC 8446 §7.2):
 // application_traffic_secret_N+1 = HKDF-Expand-Label(secret_N, "traffic upd", "", Hash.length).
 func (d *dir) next(suite uint16) {
 	hashLen, _, _ := suiteParams(suite)
-	next := expandLabel(suite, d.secret[:hashLen], "traffic upd", hashLen)
-	d.setSecret(suite, next)
-	clear(next)
+	var next [maxSecret]byte
+	expandLabel(suite, next[:hashLen], d.secret[:hashLen], "traffic upd")
+	d.setSecret(suite, next[:hashLen])
+	clear(next[:])
 }
 
 // build makes the AEAD from the key. The key lengths are fixed by the suite,

@@ -63,17 +63,17 @@ func resume(suite uint16, clientSecret, serverSecret, readLog, writeLog []byte, 
 		return nil, nil, nil, err
 	}
 	// The write log is replayed by the client's view of the connection: its
-	// read direction is the server's write direction, and NewSessionTicket
-	// is legal in it.
-	view := &State{peerIsServer: true}
-	if err := view.init(suite, serverSecret, clientSecret); err != nil {
-		return nil, nil, nil, err
-	}
+	// read direction is the server's write direction (keys derived once, by
+	// New), and NewSessionTicket is legal in it. Replaying reads only.
+	view := &State{peerIsServer: true, suite: s.suite, read: s.write}
 	var plain *[]byte
 	if delivered >= 0 {
 		plain = &undelivered
 	}
-	requests, _, opened, tail, err := replay(s, readLog, plain)
+	// Records are opened in place, so in a copy: one buffer for both logs,
+	// which are replayed one after the other.
+	scratch := make([]byte, max(len(readLog), len(writeLog)))
+	requests, _, opened, tail, err := replay(s, readLog, plain, scratch)
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("tls record: replaying the read log: %w", err)
 	}
@@ -86,7 +86,7 @@ func resume(suite uint16, clientSecret, serverSecret, readLog, writeLog []byte, 
 	if delivered >= 0 {
 		undelivered = undelivered[delivered:]
 	}
-	_, updates, _, wtail, err := replay(view, writeLog, nil)
+	_, updates, _, wtail, err := replay(view, writeLog, nil, scratch)
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("tls record: replaying the write log: %w", err)
 	}
@@ -104,13 +104,14 @@ func resume(suite uint16, clientSecret, serverSecret, readLog, writeLog []byte, 
 // replay opens the application records of log with st and counts the
 // records it opened, the update_requested KeyUpdates it read and the key
 // switches it made. The plaintext is appended to *plain, or dropped when
-// plain is nil.
-func replay(st *State, log []byte, plain *[]byte) (requests, updates, opened int, tail []byte, err error) {
-	start, err := applicationStart(st, log)
+// plain is nil. scratch, at least as long as log, is overwritten.
+func replay(st *State, log []byte, plain *[]byte, scratch []byte) (requests, updates, opened int, tail []byte, err error) {
+	start, err := applicationStart(st, log, scratch)
 	if err != nil {
 		return 0, 0, 0, nil, err
 	}
-	buf := append([]byte(nil), log[start:]...)
+	buf := scratch[:len(log)-start]
+	copy(buf, log[start:])
 	for off := 0; ; {
 		rest := buf[off:]
 		if len(rest) < headerLen || len(rest) < headerLen+bodyLen(rest) {
@@ -137,12 +138,12 @@ func replay(st *State, log []byte, plain *[]byte) (requests, updates, opened int
 
 // applicationStart returns the offset of the first record of log that
 // authenticates under st's read key at its sequence number, or of the
-// incomplete record at the end, or len(log).
-func applicationStart(st *State, log []byte) (int, error) {
+// incomplete record at the end, or len(log). Each trial opens a copy in
+// scratch, at least as long as log.
+func applicationStart(st *State, log, scratch []byte) (int, error) {
 	if st.read.aead == nil {
 		st.read.build(st.suite)
 	}
-	var scratch []byte
 	for off := 0; ; {
 		rest := log[off:]
 		if len(rest) < headerLen {
@@ -159,9 +160,8 @@ func applicationStart(st *State, log []byte) (int, error) {
 		case typeHandshake, typeChangeCipherSpec:
 			// The plaintext hellos and the compatibility change_cipher_spec (RFC 8446 §D.4).
 		case typeApplicationData:
-			scratch = append(scratch[:0], rest[:n]...)
 			trial := st.read // a copy: a failed or successful trial leaves st alone
-			if _, ok := trial.open(st.suite, scratch); ok {
+			if _, ok := trial.open(st.suite, scratch[:copy(scratch, rest[:n])]); ok {
 				return off, nil
 			}
 		default:
