@@ -1,29 +1,65 @@
 package main
 
 import (
+	"net"
 	"time"
 
 	"github.com/edgelb/edge/balance"
 	"github.com/edgelb/edge/conf"
+	"github.com/edgelb/edge/internal/admin"
+	"github.com/edgelb/edge/proxy"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// setupAdminAPI builds the admin API and the status page on e.admin.
-func (e *edge) setupAdminAPI(cfg *conf.Config) error {
-	s, err := newAPISettings(cfg)
+// adminSettings maps the file onto the admin API's settings; a token that
+// cannot be read refuses the file (at start) or the reload.
+func adminSettings(cfg *conf.Config) (admin.Settings, error) {
+	tok, err := cfg.Admin.API.Token()
 	if err != nil {
-		return err
+		return admin.Settings{}, err
 	}
-	api := &adminAPI{pools: e.allPools, conns: e.proxy, loopback: isLoopbackListener(e.admin.listener)}
-	api.settings.Store(s)
+	a := cfg.Admin.API
+	return admin.Settings{Enabled: a.Enabled, Write: a.Write, Token: string(tok), DrainWindow: cfg.Drain.Window.Std()}, nil
+}
+
+// newAdmin binds the admin listener (and the metrics listener) of cfg and
+// builds the API and the status page over e's components.
+func (e *edge) newAdmin(cfg *conf.Config) (*admin.Server, error) {
+	s, err := adminSettings(cfg)
+	if err != nil {
+		return nil, err
+	}
+	opts := admin.Options{
+		Address: cfg.Admin.Address, MetricsAddress: cfg.Metrics.Address, Pprof: cfg.Admin.Pprof,
+		Metrics: promhttp.HandlerFor(e.metrics.reg, promhttp.HandlerOpts{Registry: e.metrics.reg}),
+		Status:  e.status, Pools: e.allPools, Conns: proxyConns{e.proxy}, Settings: s, Log: e.log,
+		Bind: func(addr string) (net.Listener, error) {
+			return e.up.listen(addr, func(a string) (net.Listener, error) { return net.Listen("tcp", a) })
+		},
+	}
 	if e.up != nil {
-		api.upgrade = e.apiUpgrade
+		opts.Endpoints = e.upgradeEndpoints()
 	}
-	e.admin.api = api
-	e.admin.page = newStatusPage(e.status)
-	if s.enabled && s.write && s.token == "" && !api.loopback {
-		e.log.Warn("admin listener is not loopback and admin.api has no token: write operations are refused", "admin", cfg.Admin.Address)
+	return admin.New(opts)
+}
+
+// proxyConns is the proxy as the admin API sees it.
+type proxyConns struct{ s *proxy.Server }
+
+// DrainConns implements admin.Conns: RFC 6455 §7.4.1 / IANA 1012 "service
+// restart" tells clients to reconnect, which lands them on another backend.
+func (p proxyConns) DrainConns(b *balance.Backend, window time.Duration) int {
+	return p.s.CloseConnsOn(b, proxy.CloseServiceRestart, window, proxy.ReasonAdminDrain)
+}
+
+// Connections implements admin.Conns.
+func (p proxyConns) Connections(b *balance.Backend) []admin.Conn {
+	var out []admin.Conn
+	for _, c := range p.s.Connections(b) {
+		out = append(out, admin.Conn{Client: c.Client, Listener: c.Listener, Host: c.Host, Path: c.Path,
+			Since: c.Since, In: c.In, Out: c.Out, Closing: c.Closing})
 	}
-	return nil
+	return out
 }
 
 // addAdminStatus adds what the admin API sets, and the ejection count, to

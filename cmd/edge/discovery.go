@@ -16,6 +16,7 @@ import (
 	"github.com/edgelb/edge/conf"
 	"github.com/edgelb/edge/discovery"
 	"github.com/edgelb/edge/health"
+	"github.com/edgelb/edge/internal/admin"
 	"github.com/edgelb/edge/proxy"
 	edgetls "github.com/edgelb/edge/tls"
 	"github.com/hashicorp/consul/api"
@@ -491,7 +492,7 @@ func (e *edge) registerSelf(ctx context.Context, cfg *conf.Config) error {
 
 // selfRegistrations are edge's two registrations: the public listener pub
 // and the metrics endpoint (the metrics listener, else the admin listener).
-func selfRegistrations(cfg *conf.Config, pub net.Addr, a *admin) []discovery.RegisterOptions {
+func selfRegistrations(cfg *conf.Config, pub net.Addr, a *admin.Server) []discovery.RegisterOptions {
 	r := cfg.Consul.Register
 	instance := r.Instance
 	if instance == "" {
@@ -499,22 +500,18 @@ func selfRegistrations(cfg *conf.Config, pub net.Addr, a *admin) []discovery.Reg
 		// the public one may be (SO_REUSEPORT), and several edges
 		// registering one ID overwrite each other in the catalog.
 		host, _ := os.Hostname()
-		instance = host + "-" + a.listener.Addr().String()
+		instance = host + "-" + a.Addr().String()
 	}
 	instance = serviceIDPart(instance)
-	metricsLn := a.listener
-	if a.metricsLn != nil {
-		metricsLn = a.metricsLn
-	}
 	pubHost, pubPort := advertised(pub)
-	mHost, mPort := advertised(metricsLn.Addr())
+	mHost, mPort := advertised(a.MetricsAddr())
 	return []discovery.RegisterOptions{{
 		Service:         r.Service,
 		ID:              r.Service + "-" + instance,
 		Address:         pubHost,
 		Port:            pubPort,
 		Meta:            map[string]string{"instance": instance},
-		CheckURL:        "http://" + checkAddr(a.listener.Addr()) + "/readyz",
+		CheckURL:        "http://" + checkAddr(a.Addr()) + "/readyz",
 		Interval:        2 * time.Second,
 		DeregisterAfter: time.Minute,
 	}, {
@@ -523,7 +520,7 @@ func selfRegistrations(cfg *conf.Config, pub net.Addr, a *admin) []discovery.Reg
 		Address:  mHost,
 		Port:     mPort,
 		Meta:     map[string]string{"instance": instance},
-		CheckURL: "http://" + checkAddr(metricsLn.Addr()) + "/healthz",
+		CheckURL: "http://" + checkAddr(a.MetricsAddr()) + "/healthz",
 		Interval: 10 * time.Second,
 		// Long enough for EdgeDown (up == 0 for 1m) to fire before a
 		// dead edge's target disappears from Prometheus.

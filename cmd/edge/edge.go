@@ -20,6 +20,7 @@ import (
 	"github.com/edgelb/edge/balance"
 	"github.com/edgelb/edge/conf"
 	"github.com/edgelb/edge/discovery"
+	"github.com/edgelb/edge/internal/admin"
 	"github.com/edgelb/edge/proxy"
 	edgetls "github.com/edgelb/edge/tls"
 	"golang.org/x/sync/errgroup"
@@ -36,7 +37,7 @@ type edge struct {
 	pools map[string]*poolEntry
 
 	proxy     *proxy.Server
-	admin     *admin
+	admin     *admin.Server
 	accept    *proxy.AcceptLimit // client sockets of every public listener
 	listeners []*listener
 	metrics   *metrics
@@ -108,22 +109,14 @@ func newEdge(cfg *conf.Config, path string, log *slog.Logger, up *upgrader) (*ed
 	if err != nil {
 		return nil, fmt.Errorf("routes: %w", err)
 	}
-	e.admin = &admin{addr: cfg.Admin.Address, pprof: cfg.Admin.Pprof, metricsAddr: cfg.Metrics.Address, reg: e.metrics.reg, log: log, status: e.status}
-	e.admin.bind = func(addr string) (net.Listener, error) {
-		return up.listen(addr, func(a string) (net.Listener, error) { return net.Listen("tcp", a) })
-	}
-	if err := e.admin.listen(); err != nil {
-		return nil, err
-	}
-	if err := e.setupAdminAPI(cfg); err != nil {
-		_ = e.admin.listener.Close()
+	if e.admin, err = e.newAdmin(cfg); err != nil {
 		return nil, err
 	}
 	for i := range cfg.Listeners {
 		l, err := e.buildListener(cfg, cfg.Listeners[i])
 		if err != nil {
 			e.closeListeners()
-			e.admin.close()
+			e.admin.Close()
 			return nil, err
 		}
 		e.listeners = append(e.listeners, l)
@@ -300,12 +293,12 @@ func (e *edge) serve(ctx context.Context, hup <-chan os.Signal) error {
 	// started shares that socket with its parent, and must not answer
 	// /readyz 503 to a health check while the parent serves. Until Run
 	// starts, admin connections wait in the queue (bound at start).
-	e.admin.ready.Store(true)
+	e.admin.SetReady(true)
 	g.Go(func() error { return e.admin.Run(adminCtx) })
 	e.becomeReady(gctx, g)
-	if a, ok := e.admin.listener.Addr().(*net.TCPAddr); ok && !a.IP.IsLoopback() {
+	if !e.admin.Loopback() {
 		e.log.Warn("admin listener is not on loopback: /metrics, /status and the admin API are open to whoever reaches it",
-			"admin", a.String(), "pprof", e.admin.pprof)
+			"admin", e.admin.Addr().String(), "pprof", e.config().Admin.Pprof)
 	}
 
 	var failed error
@@ -352,12 +345,12 @@ func (e *edge) drain() {
 	e.mu.Lock()
 	d := e.cfg.Drain
 	e.mu.Unlock()
-	e.admin.ready.Store(false)
+	e.admin.SetReady(false)
 	// No upgrade from here on; one under way is called off.
 	e.up.stop()
 	e.drainFrom.Store(int64(e.proxy.Active()))
 	e.drainStart.Store(time.Now().UnixNano())
-	e.admin.draining.Store(true)
+	e.admin.SetDraining()
 	e.sdNotify(e.notify.stopping())
 	e.log.Info("draining", "connections", e.proxy.Active(), "delay", d.Delay.String(), "window", d.Window.String(), "timeout", d.Timeout.String())
 	if d.Delay > 0 {
@@ -383,7 +376,7 @@ func (e *edge) reload() string {
 	if err != nil {
 		return refuse(err)
 	}
-	api, err := newAPISettings(cfg)
+	api, err := adminSettings(cfg)
 	if err != nil {
 		return refuse(err)
 	}
@@ -399,7 +392,7 @@ func (e *edge) reload() string {
 	// Routes now point at the new entries; make their members live.
 	gone, applyErr := applyPools(pools)
 	e.pools = pools
-	e.admin.api.settings.Store(api)
+	e.admin.SetSettings(api)
 	old := e.cfg
 	e.cfg = cfg
 	e.mu.Unlock()

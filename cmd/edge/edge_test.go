@@ -31,7 +31,7 @@ func newTestEdge(t *testing.T, cfgText string) *edge {
 	}
 	t.Cleanup(func() {
 		e.closeListeners()
-		e.admin.close()
+		e.admin.Close()
 		_ = e.proxy.Close()
 	})
 	return e

@@ -406,8 +406,8 @@ func (m *metrics) watchState(src stateSource) { m.reg.MustRegister(newStateColle
 // stateGauges is where the state gauges of e come from.
 func (e *edge) stateGauges() stateSource {
 	return stateSource{
-		ready:       e.admin.ready.Load,
-		draining:    e.admin.draining.Load,
+		ready:       e.admin.Ready,
+		draining:    e.admin.Draining,
 		recordLayer: e.proxy.RecordLayerTakeovers,
 		discovery:   e.dyn.watcherStatus,
 		tls: func() []listenerTLS {

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/cloudflare/tableflip"
+	"github.com/edgelb/edge/internal/admin"
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
 )
@@ -519,31 +520,40 @@ type upgradeDoc struct {
 	OldPID int `json:"old_pid"`
 }
 
+// upgradeEndpoints are POST /api/v1/upgrade and its short name, for hands
+// at a terminal, POST /api/upgrade.
+func (e *edge) upgradeEndpoints() []admin.Endpoint {
+	return []admin.Endpoint{
+		{Method: "POST", Path: "/api/v1/upgrade", Access: admin.Write, Handle: e.apiUpgrade},
+		{Method: "POST", Path: "/api/upgrade", Access: admin.Write, Handle: e.apiUpgrade},
+	}
+}
+
 // apiUpgrade is POST /api/v1/upgrade: 200 once the new process serves,
 // 409 when an upgrade is under way or this process may not start one, 500
 // with the reason when the new process failed.
 func (e *edge) apiUpgrade(r *http.Request) (any, error) {
 	var body upgradeRequest
-	if err := decodeBody(r, &body); err != nil {
+	if err := admin.DecodeBody(r, &body); err != nil {
 		return nil, err
 	}
 	if body.Binary != "" {
 		if !filepath.IsAbs(body.Binary) {
-			return nil, errStatus(http.StatusBadRequest, "binary %q: want an absolute path", body.Binary)
+			return nil, admin.Errorf(http.StatusBadRequest, "binary %q: want an absolute path", body.Binary)
 		}
 		// Without a token any local user may write; naming a program
 		// would let them run it as edge, with its keys and capabilities.
-		if e.admin.api.settings.Load().token == "" {
-			return nil, errStatus(http.StatusForbidden, "naming a binary needs admin.api.token_file or token_env; without one, upgrade to the binary edge was started as")
+		if e.admin.Settings().Token == "" {
+			return nil, admin.Errorf(http.StatusForbidden, "naming a binary needs admin.api.token_file or token_env; without one, upgrade to the binary edge was started as")
 		}
 	}
 	err := e.up.upgrade(body.Binary, "api")
 	var ue *upgradeError
 	switch {
 	case errors.As(err, &ue) && ue.refused:
-		return nil, errStatus(http.StatusConflict, "%v", err)
+		return nil, admin.Errorf(http.StatusConflict, "%v", err)
 	case err != nil:
-		return nil, errStatus(http.StatusInternalServerError, "%v", err)
+		return nil, admin.Errorf(http.StatusInternalServerError, "%v", err)
 	}
 	bin := body.Binary
 	if bin == "" {
@@ -562,7 +572,7 @@ func (e *edge) becomeReady(ctx context.Context, g *errgroup.Group) {
 	if err != nil {
 		e.log.Error("connection hand-off socket", "err", err)
 	}
-	e.log.Info("edge started", "version", versionString(), "pid", os.Getpid(), "parent", e.up.hasParent(), "listeners", len(e.listeners), "admin", e.admin.listener.Addr().String(), "metrics", e.admin.metricsAddr)
+	e.log.Info("edge started", "version", versionString(), "pid", os.Getpid(), "parent", e.up.hasParent(), "listeners", len(e.listeners), "admin", e.admin.Addr().String(), "metrics", e.admin.MetricsAddress())
 	if e.up.hasParent() {
 		e.sdNotify(e.notify.readyAsMain(os.Getpid(), "serving; upgraded from pid "+strconv.Itoa(os.Getppid())))
 	} else {

@@ -1,4 +1,4 @@
-package main
+package admin
 
 import (
 	"crypto/subtle"
@@ -14,74 +14,107 @@ import (
 	"time"
 
 	"github.com/edgelb/edge/balance"
-	"github.com/edgelb/edge/conf"
-	"github.com/edgelb/edge/proxy"
 )
 
-// apiSettings are the admin API's settings from the file; a reload swaps
+// Settings are the admin API's settings from the file; a reload swaps
 // them whole.
-type apiSettings struct {
-	enabled, write bool
-	token          conf.Secret // "" when none is configured
-	drainWindow    time.Duration
+type Settings struct {
+	// Enabled serves /api/ at all; false answers 404 there.
+	Enabled bool
+	// Write allows the endpoints that change state; false answers 403.
+	Write bool
+	// Token is the bearer token writes must present; "" for none.
+	Token string
+	// DrainWindow spreads a drain's close frames unless the request
+	// names its own window.
+	DrainWindow time.Duration
 }
 
-// adminAPI is the runtime API under /api/v1/: HAProxy's "set server ...
-// state drain|maint|ready" and "weight" for edge's pools. What it sets
-// lives in the balance.Pool, so it outlives discovery updates and reloads
-// that keep the pool, and ends with the process.
-type adminAPI struct {
+// Conns is what the API needs of the proxy.
+type Conns interface {
+	// DrainConns sends the live WebSockets on b a close frame 1012
+	// spread over window and returns how many it will close.
+	DrainConns(b *balance.Backend, window time.Duration) int
+	// Connections lists the live WebSockets on b.
+	Connections(b *balance.Backend) []Conn
+}
+
+// Conn describes one live WebSocket.
+type Conn struct {
+	Client   string    // the decided client address
+	Listener string    // the listener's name
+	Host     string    // the request's Host
+	Path     string    // the request's path
+	Since    time.Time // when the request arrived
+	In, Out  int64     // bytes so far, client to backend and back
+	Closing  bool      // a close was requested (drain)
+}
+
+// Access is what an endpoint does to edge.
+type Access int
+
+const (
+	// Read endpoints only show state.
+	Read Access = iota
+	// Write endpoints change it: each request is checked against Settings
+	// (write, the token) and against browsers of other sites.
+	Write
+)
+
+// Endpoint is one route of the API. The built-in endpoints act on this
+// process's pools; one of a wider scope (the process, a fleet) is an
+// Endpoint of its own, under the same rules for its Access.
+type Endpoint struct {
+	// Method and Path form the http.ServeMux pattern ("POST", "/api/v1/upgrade").
+	Method, Path string
+	Access       Access
+	Handle       Handler
+}
+
+// Handler is one endpoint: it returns the document to send, or an error,
+// whose status Errorf sets (500 otherwise).
+type Handler func(r *http.Request) (any, error)
+
+// api is the runtime API under /api/v1/: HAProxy's "set server ... state
+// drain|maint|ready" and "weight" for edge's pools. What it sets lives in
+// the balance.Pool, so it outlives discovery updates and reloads that keep
+// the pool, and ends with the process.
+type api struct {
 	pools    func() []*balance.Pool
-	conns    connLister
-	settings atomic.Pointer[apiSettings]
+	conns    Conns
+	settings atomic.Pointer[Settings]
 	// loopback: the admin listener is bound to a loopback address, so
 	// writes without a configured token are allowed from this host only.
 	loopback bool
-	// upgrade hands the listeners to a new binary (upgrade.go); nil: the
-	// endpoint does not exist.
-	upgrade apiHandler
+	extra    []Endpoint
 }
 
-// connLister is what the API needs of the proxy.
-type connLister interface {
-	CloseConnsOn(b *balance.Backend, code int, window time.Duration, reason proxy.CloseReason) int
-	Connections(b *balance.Backend) []proxy.ConnInfo
-}
-
-// newAPISettings reads the token; a token that cannot be read refuses the
-// file (at start) or the reload.
-func newAPISettings(cfg *conf.Config) (*apiSettings, error) {
-	tok, err := cfg.Admin.API.Token()
-	if err != nil {
-		return nil, err
-	}
-	return &apiSettings{enabled: cfg.Admin.API.Enabled, write: cfg.Admin.API.Write, token: tok, drainWindow: cfg.Drain.Window.Std()}, nil
-}
-
-// isLoopbackListener reports whether l accepts only from this host.
-func isLoopbackListener(l net.Listener) bool {
-	a, ok := l.Addr().(*net.TCPAddr)
-	return ok && a.IP.IsLoopback()
+func newAPI(pools func() []*balance.Pool, conns Conns, loopback bool, extra []Endpoint) *api {
+	return &api{pools: pools, conns: conns, loopback: loopback, extra: extra}
 }
 
 // register adds the API's routes to mux.
-func (a *adminAPI) register(mux *http.ServeMux) {
+func (a *api) register(mux *http.ServeMux) {
 	const b = "/api/v1/pools/{pool}/backends/{id}"
-	mux.HandleFunc("GET /api/v1/pools", a.read(a.listPools))
-	mux.HandleFunc("GET /api/v1/pools/{pool}", a.read(a.getPool))
-	mux.HandleFunc("GET "+b, a.read(a.getBackend))
-	mux.HandleFunc("GET "+b+"/connections", a.read(a.listConns))
-	mux.HandleFunc("POST "+b+"/drain", a.write(a.drain))
-	mux.HandleFunc("POST "+b+"/disable", a.write(a.setState(balance.AdminDisabled)))
-	mux.HandleFunc("POST "+b+"/enable", a.write(a.setState(balance.AdminReady)))
-	mux.HandleFunc("POST "+b+"/weight", a.write(a.weight))
-	if a.upgrade != nil {
-		mux.HandleFunc("POST /api/v1/upgrade", a.write(a.upgrade))
-		// The short name, for hands at a terminal.
-		mux.HandleFunc("POST /api/upgrade", a.write(a.upgrade))
+	eps := []Endpoint{
+		{"GET", "/api/v1/pools", Read, a.listPools},
+		{"GET", "/api/v1/pools/{pool}", Read, a.getPool},
+		{"GET", b, Read, a.getBackend},
+		{"GET", b + "/connections", Read, a.listConns},
+		{"POST", b + "/drain", Write, a.drain},
+		{"POST", b + "/disable", Write, a.setState(balance.AdminDisabled)},
+		{"POST", b + "/enable", Write, a.setState(balance.AdminReady)},
+		{"POST", b + "/weight", Write, a.weight},
+	}
+	for _, ep := range append(eps, a.extra...) {
+		h := a.read(ep.Handle)
+		if ep.Access == Write {
+			h = a.write(ep.Handle)
+		}
+		mux.HandleFunc(ep.Method+" "+ep.Path, h)
 	}
 	mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
-		if !a.settings.Load().enabled {
+		if !a.settings.Load().Enabled {
 			http.NotFound(w, r)
 			return
 		}
@@ -89,25 +122,23 @@ func (a *adminAPI) register(mux *http.ServeMux) {
 	})
 }
 
-// apiHandler is one endpoint: it returns the document to send, or an
-// error with its status.
-type apiHandler func(r *http.Request) (any, error)
-
-// apiErr carries an HTTP status with a message for the client.
-type apiErr struct {
+// statusError carries an HTTP status with a message for the client.
+type statusError struct {
 	status int
 	msg    string
 }
 
-func (e *apiErr) Error() string { return e.msg }
+func (e *statusError) Error() string { return e.msg }
 
-func errStatus(status int, format string, args ...any) error {
-	return &apiErr{status: status, msg: fmt.Sprintf(format, args...)}
+// Errorf is an error a Handler returns to answer with status and the
+// message.
+func Errorf(status int, format string, args ...any) error {
+	return &statusError{status: status, msg: fmt.Sprintf(format, args...)}
 }
 
-func (a *adminAPI) read(h apiHandler) http.HandlerFunc {
+func (a *api) read(h Handler) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		if !a.settings.Load().enabled {
+		if !a.settings.Load().Enabled {
 			http.NotFound(w, r)
 			return
 		}
@@ -122,11 +153,11 @@ func (a *adminAPI) read(h apiHandler) http.HandlerFunc {
 // form cannot send without a CORS preflight that edge never grants, and
 // without a token the Host must name this host, which defeats DNS
 // rebinding of an attacker's name onto 127.0.0.1.
-func (a *adminAPI) write(h apiHandler) http.HandlerFunc {
+func (a *api) write(h Handler) http.HandlerFunc {
 	cop := http.NewCrossOriginProtection()
 	return func(w http.ResponseWriter, r *http.Request) {
 		s := a.settings.Load()
-		if !s.enabled {
+		if !s.Enabled {
 			http.NotFound(w, r)
 			return
 		}
@@ -147,24 +178,30 @@ func (a *adminAPI) write(h apiHandler) http.HandlerFunc {
 }
 
 // authorize applies write: false and the bearer token.
-func (a *adminAPI) authorize(s *apiSettings, r *http.Request) error {
-	if !s.write {
-		return errStatus(http.StatusForbidden, "write operations are switched off (admin.api.write: false)")
+func (a *api) authorize(s *Settings, r *http.Request) error {
+	if !s.Write {
+		return Errorf(http.StatusForbidden, "write operations are switched off (admin.api.write: false)")
 	}
-	if s.token == "" {
+	if s.Token == "" {
 		if !a.loopback {
-			return errStatus(http.StatusForbidden, "the admin listener is not loopback: write operations need admin.api.token_file or token_env")
+			return Errorf(http.StatusForbidden, "the admin listener is not loopback: write operations need admin.api.token_file or token_env")
 		}
 		if !localHost(r.Host) {
-			return errStatus(http.StatusForbidden, "Host %q is not this host; without a token, writes must name 127.0.0.1, [::1] or localhost", r.Host)
+			return Errorf(http.StatusForbidden, "Host %q is not this host; without a token, writes must name 127.0.0.1, [::1] or localhost", r.Host)
 		}
 		return nil
 	}
-	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	if !ok || subtle.ConstantTimeCompare([]byte(strings.TrimSpace(got)), []byte(s.token)) != 1 {
-		return errStatus(http.StatusUnauthorized, "a valid bearer token is required")
+	if !HasToken(r, s.Token) {
+		return Errorf(http.StatusUnauthorized, "a valid bearer token is required")
 	}
 	return nil
+}
+
+// HasToken reports whether r carries token as its bearer token; an empty
+// token matches nothing.
+func HasToken(r *http.Request, token string) bool {
+	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	return ok && token != "" && subtle.ConstantTimeCompare([]byte(strings.TrimSpace(got)), []byte(token)) == 1
 }
 
 // localHost reports whether a Host header names the loopback interface.
@@ -180,7 +217,7 @@ func localHost(host string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-func serveAPI(w http.ResponseWriter, r *http.Request, h apiHandler) {
+func serveAPI(w http.ResponseWriter, r *http.Request, h Handler) {
 	v, err := h(r)
 	if err != nil {
 		writeAPIError(w, err)
@@ -194,7 +231,7 @@ func serveAPI(w http.ResponseWriter, r *http.Request, h apiHandler) {
 }
 
 func writeAPIError(w http.ResponseWriter, err error) {
-	var ae *apiErr
+	var ae *statusError
 	if errors.As(err, &ae) {
 		if ae.status == http.StatusUnauthorized {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="edge admin"`)
@@ -249,16 +286,16 @@ func poolDocOf(p *balance.Pool) poolDoc {
 	return d
 }
 
-func (a *adminAPI) pool(name string) (*balance.Pool, error) {
+func (a *api) pool(name string) (*balance.Pool, error) {
 	for _, p := range a.pools() {
 		if p.Name() == name {
 			return p, nil
 		}
 	}
-	return nil, errStatus(http.StatusNotFound, "no pool %q", name)
+	return nil, Errorf(http.StatusNotFound, "no pool %q", name)
 }
 
-func (a *adminAPI) backend(r *http.Request) (*balance.Pool, *balance.Backend, error) {
+func (a *api) backend(r *http.Request) (*balance.Pool, *balance.Backend, error) {
 	p, err := a.pool(r.PathValue("pool"))
 	if err != nil {
 		return nil, nil, err
@@ -266,12 +303,12 @@ func (a *adminAPI) backend(r *http.Request) (*balance.Pool, *balance.Backend, er
 	id := r.PathValue("id")
 	b := p.Snapshot().ByID(id)
 	if b == nil {
-		return nil, nil, errStatus(http.StatusNotFound, "pool %q has no backend %q", p.Name(), id)
+		return nil, nil, Errorf(http.StatusNotFound, "pool %q has no backend %q", p.Name(), id)
 	}
 	return p, b, nil
 }
 
-func (a *adminAPI) listPools(*http.Request) (any, error) {
+func (a *api) listPools(*http.Request) (any, error) {
 	out := struct {
 		Pools []poolDoc `json:"pools"`
 	}{Pools: []poolDoc{}}
@@ -281,7 +318,7 @@ func (a *adminAPI) listPools(*http.Request) (any, error) {
 	return out, nil
 }
 
-func (a *adminAPI) getPool(r *http.Request) (any, error) {
+func (a *api) getPool(r *http.Request) (any, error) {
 	p, err := a.pool(r.PathValue("pool"))
 	if err != nil {
 		return nil, err
@@ -289,7 +326,7 @@ func (a *adminAPI) getPool(r *http.Request) (any, error) {
 	return poolDocOf(p), nil
 }
 
-func (a *adminAPI) getBackend(r *http.Request) (any, error) {
+func (a *api) getBackend(r *http.Request) (any, error) {
 	_, b, err := a.backend(r)
 	if err != nil {
 		return nil, err
@@ -310,7 +347,7 @@ type connDoc struct {
 	Closing  bool      `json:"closing"`
 }
 
-func (a *adminAPI) listConns(r *http.Request) (any, error) {
+func (a *api) listConns(r *http.Request) (any, error) {
 	p, b, err := a.backend(r)
 	if err != nil {
 		return nil, err
@@ -328,14 +365,14 @@ func (a *adminAPI) listConns(r *http.Request) (any, error) {
 	return out, nil
 }
 
-// decodeBody reads a small JSON object into v; an empty body leaves v as is.
-func decodeBody(r *http.Request, v any) error {
+// DecodeBody reads a small JSON object into v; an empty body leaves v as is.
+func DecodeBody(r *http.Request, v any) error {
 	body, err := io.ReadAll(io.LimitReader(r.Body, 4<<10+1))
 	if err != nil {
-		return errStatus(http.StatusBadRequest, "read body: %v", err)
+		return Errorf(http.StatusBadRequest, "read body: %v", err)
 	}
 	if len(body) > 4<<10 {
-		return errStatus(http.StatusRequestEntityTooLarge, "body larger than 4 KiB")
+		return Errorf(http.StatusRequestEntityTooLarge, "body larger than 4 KiB")
 	}
 	if len(strings.TrimSpace(string(body))) == 0 {
 		return nil
@@ -343,10 +380,10 @@ func decodeBody(r *http.Request, v any) error {
 	dec := json.NewDecoder(strings.NewReader(string(body)))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		return errStatus(http.StatusBadRequest, "body: %v", err)
+		return Errorf(http.StatusBadRequest, "body: %v", err)
 	}
 	if dec.More() {
-		return errStatus(http.StatusBadRequest, "body: more than one JSON value")
+		return Errorf(http.StatusBadRequest, "body: more than one JSON value")
 	}
 	return nil
 }
@@ -364,17 +401,17 @@ func parseDrain(body drainRequest, def time.Duration) (time.Duration, error) {
 	}
 	d, err := time.ParseDuration(body.Window)
 	if err != nil || d < 0 || d > 24*time.Hour {
-		return 0, errStatus(http.StatusBadRequest, "window %q: want a duration from 0s to 24h", body.Window)
+		return 0, Errorf(http.StatusBadRequest, "window %q: want a duration from 0s to 24h", body.Window)
 	}
 	return d, nil
 }
 
-func (a *adminAPI) drain(r *http.Request) (any, error) {
+func (a *api) drain(r *http.Request) (any, error) {
 	var body drainRequest
-	if err := decodeBody(r, &body); err != nil {
+	if err := DecodeBody(r, &body); err != nil {
 		return nil, err
 	}
-	window, err := parseDrain(body, a.settings.Load().drainWindow)
+	window, err := parseDrain(body, a.settings.Load().DrainWindow)
 	if err != nil {
 		return nil, err
 	}
@@ -383,11 +420,11 @@ func (a *adminAPI) drain(r *http.Request) (any, error) {
 		return nil, err
 	}
 	if _, err := p.SetAdminState(b.ID(), balance.AdminDrain); err != nil {
-		return nil, errStatus(http.StatusConflict, "%v", err)
+		return nil, Errorf(http.StatusConflict, "%v", err)
 	}
 	// RFC 6455 §7.4.1 / IANA: 1012 "service restart" tells clients to
 	// reconnect, which lands them on another backend.
-	n := a.conns.CloseConnsOn(b, proxy.CloseServiceRestart, window, proxy.ReasonAdminDrain)
+	n := a.conns.DrainConns(b, window)
 	return struct {
 		backendDoc
 		Closing int     `json:"closing"`
@@ -395,9 +432,9 @@ func (a *adminAPI) drain(r *http.Request) (any, error) {
 	}{docOf(b), n, window.Seconds()}, nil
 }
 
-func (a *adminAPI) setState(s balance.AdminState) apiHandler {
+func (a *api) setState(s balance.AdminState) Handler {
 	return func(r *http.Request) (any, error) {
-		if err := decodeBody(r, &struct{}{}); err != nil {
+		if err := DecodeBody(r, &struct{}{}); err != nil {
 			return nil, err
 		}
 		p, b, err := a.backend(r)
@@ -405,7 +442,7 @@ func (a *adminAPI) setState(s balance.AdminState) apiHandler {
 			return nil, err
 		}
 		if _, err := p.SetAdminState(b.ID(), s); err != nil {
-			return nil, errStatus(http.StatusConflict, "%v", err)
+			return nil, Errorf(http.StatusConflict, "%v", err)
 		}
 		return docOf(b), nil
 	}
@@ -416,13 +453,13 @@ type weightRequest struct {
 	Weight *int `json:"weight"`
 }
 
-func (a *adminAPI) weight(r *http.Request) (any, error) {
+func (a *api) weight(r *http.Request) (any, error) {
 	var body weightRequest
-	if err := decodeBody(r, &body); err != nil {
+	if err := DecodeBody(r, &body); err != nil {
 		return nil, err
 	}
 	if body.Weight == nil {
-		return nil, errStatus(http.StatusBadRequest, `body: want {"weight": N}, N from 1 to %d, or 0 for the declared weight`, balance.MaxWeight)
+		return nil, Errorf(http.StatusBadRequest, `body: want {"weight": N}, N from 1 to %d, or 0 for the declared weight`, balance.MaxWeight)
 	}
 	p, b, err := a.backend(r)
 	if err != nil {
@@ -430,9 +467,9 @@ func (a *adminAPI) weight(r *http.Request) (any, error) {
 	}
 	if _, err := p.SetAdminWeight(b.ID(), *body.Weight); err != nil {
 		if errors.Is(err, balance.ErrUnknownBackend) {
-			return nil, errStatus(http.StatusConflict, "%v", err)
+			return nil, Errorf(http.StatusConflict, "%v", err)
 		}
-		return nil, errStatus(http.StatusBadRequest, "%v", err)
+		return nil, Errorf(http.StatusBadRequest, "%v", err)
 	}
 	return docOf(b), nil
 }

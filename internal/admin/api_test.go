@@ -1,4 +1,4 @@
-package main
+package admin
 
 import (
 	"io"
@@ -9,16 +9,15 @@ import (
 	"time"
 
 	"github.com/edgelb/edge/balance"
-	"github.com/edgelb/edge/proxy"
 )
 
 // noConns is the proxy side of the API for tests without connections.
 type noConns struct{}
 
-func (noConns) CloseConnsOn(*balance.Backend, int, time.Duration, proxy.CloseReason) int { return 0 }
-func (noConns) Connections(*balance.Backend) []proxy.ConnInfo                            { return nil }
+func (noConns) DrainConns(*balance.Backend, time.Duration) int { return 0 }
+func (noConns) Connections(*balance.Backend) []Conn            { return nil }
 
-func testAPI(t testing.TB, s apiSettings, loopback bool) (*adminAPI, *balance.Pool) {
+func testAPI(t testing.TB, s Settings, loopback bool) (*api, *balance.Pool) {
 	t.Helper()
 	p, err := balance.NewPool(balance.PoolOptions{Name: "app"})
 	if err != nil {
@@ -27,7 +26,7 @@ func testAPI(t testing.TB, s apiSettings, loopback bool) (*adminAPI, *balance.Po
 	if err := p.Update([]balance.Member{{ID: "b1", Addr: "127.0.0.1:1"}}); err != nil {
 		t.Fatal(err)
 	}
-	a := &adminAPI{pools: func() []*balance.Pool { return []*balance.Pool{p} }, conns: noConns{}, loopback: loopback}
+	a := newAPI(func() []*balance.Pool { return []*balance.Pool{p} }, noConns{}, loopback, nil)
 	a.settings.Store(&s)
 	return a, p
 }
@@ -36,7 +35,7 @@ func testAPI(t testing.TB, s apiSettings, loopback bool) (*adminAPI, *balance.Po
 // routable address with no token configured serves reads and refuses
 // every write, whatever the Host says.
 func TestAdminAPIRefusesWritesOffLoopbackWithoutToken(t *testing.T) {
-	a, p := testAPI(t, apiSettings{enabled: true, write: true}, false)
+	a, p := testAPI(t, Settings{Enabled: true, Write: true}, false)
 	mux := http.NewServeMux()
 	a.register(mux)
 	srv := httptest.NewServer(mux)
@@ -92,7 +91,7 @@ func FuzzAdminAPIWriteBody(f *testing.F) {
 		if op != "weight" && op != "drain" {
 			op = "weight"
 		}
-		a, p := testAPI(t, apiSettings{enabled: true, write: true}, true)
+		a, p := testAPI(t, Settings{Enabled: true, Write: true}, true)
 		mux := http.NewServeMux()
 		a.register(mux)
 		req := httptest.NewRequest("POST", "http://127.0.0.1/api/v1/pools/app/backends/b1/"+op, strings.NewReader(body))

@@ -1,0 +1,15 @@
+// Package admin is edge's admin listener: the probes (/healthz, /readyz),
+// /metrics, the /status document and the HTML status page rendered from
+// it, the runtime API under /api/v1/ (drain, disable, enable and weight a
+// backend; list its connections; endpoints the caller adds, such as the
+// process upgrade) and, when asked, pprof; and the metrics-only listener.
+//
+// It owns the policy of who may do what there. It knows neither the
+// proxy nor the metrics library nor the file: the caller passes the pools,
+// a small Conns interface over the proxy, the /status document and the
+// /metrics handler, and maps the file onto Settings.
+//
+//	server.go      Server: both listeners, probes, /status, pprof, the stop that answers what it accepted
+//	api.go         the API's endpoints, Endpoint for more, the write policy
+//	statuspage.go  the status page (html/template, no script, a strict CSP)
+package admin
