@@ -3,6 +3,7 @@ package balance_test
 import (
 	"net/netip"
 	"testing"
+	"time"
 
 	"github.com/edgelb/edge/balance"
 )
@@ -34,6 +35,10 @@ func pickCases(tb testing.TB) []struct {
 	if _, err := adm.SetAdminWeight("b04", 5); err != nil {
 		tb.Fatal(err)
 	}
+	rampMembers := members(10)
+	rampMembers[5].Since = clock.Now()
+	ramp := newPool(tb, balance.PoolOptions{SlowStart: time.Minute, Now: clock.Now}, rampMembers...)
+	rampIP := newPool(tb, balance.PoolOptions{Mode: balance.ClientIP, SlowStart: time.Minute, Now: clock.Now}, rampMembers...)
 	v4, v6 := netip.MustParseAddr("192.0.2.1"), netip.MustParseAddr("2001:db8::1")
 	tried := []*balance.Backend{byID(tb, lc, "b00"), byID(tb, lc, "b01")}
 	ipTried := []*balance.Backend{byID(tb, ip, "b00"), byID(tb, ip, "b05")}
@@ -57,6 +62,8 @@ func pickCases(tb testing.TB) []struct {
 		{"client_ip tried", ip, balance.Request{ClientIP: v4, Tried: ipTried}},
 		{"admin drained and weighted", adm, balance.Request{ClientIP: v4}},
 		{"admin drained least_conn", adm, balance.Request{}},
+		{"least_conn slow start", ramp, balance.Request{}},
+		{"client_ip slow start", rampIP, balance.Request{ClientIP: v4}},
 		{"no backend", newPool(tb, balance.PoolOptions{}), balance.Request{}},
 	}
 }

@@ -12,6 +12,9 @@ type backendConfig struct {
 	now      func() time.Time
 	eject    EjectOptions
 	maxConns int64 // 0 means unlimited
+	// slowStart is the length of the ramp after a backend joins or comes
+	// back; 0 turns it off.
+	slowStart time.Duration
 	// startUnhealthy makes new backends wait for their first passing
 	// active check (fabio#393: the registry's word is not enough).
 	startUnhealthy bool
@@ -43,6 +46,9 @@ type Backend struct {
 	failing      atomic.Int32 // failures currently counted; lets ReportSuccess skip the lock
 	cookie       atomic.Pointer[string]
 	drainBy      atomic.Int64 // unix nanoseconds; 0 when its connections are not being closed
+	rampFrom     atomic.Int64 // unix nanoseconds the slow-start ramp began; 0 when at full weight
+	joined       atomic.Int64 // unix nanoseconds of the latest Member.Since applied
+	wasHealthy   atomic.Bool  // an active check passed once: a later pass is a return
 
 	// Guarded by the owning pool's writer mutex.
 	cookies   []string // one value per cookie key, in key order
@@ -59,6 +65,7 @@ type Backend struct {
 func newBackend(id, addr string, cfg *backendConfig) *Backend {
 	b := &Backend{id: id, addr: addr, idHash: hashID(id), cfg: cfg}
 	b.healthy.Store(!cfg.startUnhealthy)
+	b.wasHealthy.Store(!cfg.startUnhealthy)
 	b.weight.Store(1)
 	b.declared.Store(1)
 	if cfg.eject.Failures > 0 {
@@ -126,8 +133,16 @@ func (b *Backend) TryAcquire() bool {
 func (b *Backend) Release() { b.active.Add(-1) }
 
 // SetHealthy records the result of active health checking and reports
-// whether it changed, so callers can log edges rather than levels.
-func (b *Backend) SetHealthy(ok bool) (changed bool) { return b.healthy.Swap(ok) != ok }
+// whether it changed, so callers can log edges rather than levels. A pass
+// after a failing check starts the slow-start ramp; the first pass of a
+// backend does not, its ramp runs from when it joined (Member.Since).
+func (b *Backend) SetHealthy(ok bool) (changed bool) {
+	changed = b.healthy.Swap(ok) != ok
+	if ok && changed && b.wasHealthy.Swap(true) {
+		b.startRamp(b.now().UnixNano())
+	}
+	return changed
+}
 
 // Healthy reports the last active health result (true until told otherwise).
 func (b *Backend) Healthy() bool { return b.healthy.Load() }

@@ -51,6 +51,20 @@
 // LeastConn mode, and the fallback of the others: power of two random
 // choices, comparing (Active+1)/Weight.
 //
+// # Slow start
+//
+// With PoolOptions.SlowStart a backend that joins (Member.Since), comes back
+// from ejection (at the ejection's end) or passes an active check again
+// after failing ramps from a tenth of its weight to all of it, in twenty
+// steps, so least-connections does not hand an empty backend every new
+// connection until it has caught up (HAProxy slowstart, Envoy
+// slow_start_config). Picks compare weight times share in exact integers;
+// rendezvous hashing scores and bounds with the ramped weight, so a joining
+// backend takes the clients hashed to it a step at a time. The ramp of a
+// joining backend runs from the time the member carries, not from when the
+// pool learned of it, so every edge given the same time ramps alike; the
+// clock is read once per pick, and only while some backend ramps.
+//
 // # Passive ejection
 //
 // ReportFailure counts failures in a small per-backend ring under a

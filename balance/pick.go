@@ -78,10 +78,11 @@ func (p *Pool) leastConn(s *Snapshot, tried []*Backend) *Backend {
 	n := 0
 	var total int64
 	var last *Backend
+	clk := pickClock{cfg: p.cfg}
 	for _, b := range s.Backends {
 		if usable(b, tried) {
 			n++
-			total += b.weight.Load()
+			total += b.pickWeight(&clk)
 			last = b
 		}
 	}
@@ -91,13 +92,13 @@ func (p *Pool) leastConn(s *Snapshot, tried []*Backend) *Backend {
 	case 1:
 		return last
 	}
-	a := weightedAt(s, tried, p.rand(), total)
+	a := weightedAt(s, tried, &clk, p.rand(), total)
 	var c *Backend
 	// A few weighted draws find a second, distinct candidate; when one
 	// backend holds nearly all the weight, take a uniform other one, so the
 	// pair is always two distinct backends.
 	for range 4 {
-		if c = weightedAt(s, tried, p.rand(), total); c != a {
+		if c = weightedAt(s, tried, &clk, p.rand(), total); c != a {
 			break
 		}
 	}
@@ -112,7 +113,7 @@ func (p *Pool) leastConn(s *Snapshot, tried []*Backend) *Backend {
 	case c == nil:
 		return a
 	}
-	if lessLoaded(c, a) {
+	if lessLoaded(c, a, &clk) {
 		return c
 	}
 	return a
@@ -135,7 +136,7 @@ func otherAt(s *Snapshot, tried []*Backend, skip *Backend, i int) *Backend {
 // weightedAt returns the usable backend that a uniform draw r over the total
 // weight falls on. Availability can change during the scan; then it may
 // return nil.
-func weightedAt(s *Snapshot, tried []*Backend, r uint64, total int64) *Backend {
+func weightedAt(s *Snapshot, tried []*Backend, clk *pickClock, r uint64, total int64) *Backend {
 	if total <= 0 {
 		return nil
 	}
@@ -144,7 +145,7 @@ func weightedAt(s *Snapshot, tried []*Backend, r uint64, total int64) *Backend {
 		if !usable(b, tried) {
 			continue
 		}
-		x -= b.weight.Load()
+		x -= b.pickWeight(clk)
 		if x < 0 {
 			return b
 		}
@@ -160,11 +161,12 @@ func uniform(r uint64, n int) int {
 }
 
 // lessLoaded reports whether x would be less loaded than y after taking one
-// more connection, relative to weight: (x.Active+1)/x.Weight <
-// (y.Active+1)/y.Weight, compared exactly by cross-multiplying. Counting the
-// new connection makes weights matter even when both backends are idle.
-func lessLoaded(x, y *Backend) bool {
-	return (x.Active()+1)*y.weight.Load() < (y.Active()+1)*x.weight.Load()
+// more connection, relative to weight (slow start included):
+// (x.Active+1)/x.Weight < (y.Active+1)/y.Weight, compared exactly by
+// cross-multiplying. Counting the new connection makes weights matter even
+// when both backends are idle.
+func lessLoaded(x, y *Backend, clk *pickClock) bool {
+	return (x.Active()+1)*y.pickWeight(clk) < (y.Active()+1)*x.pickWeight(clk)
 }
 
 // rendezvous is weighted rendezvous (highest random weight) hashing with
@@ -185,15 +187,20 @@ func lessLoaded(x, y *Backend) bool {
 // only its own connections, in agreement under normal load. The winner is
 // found in one scan (the highest-scoring backend under its bound), without
 // sorting; one exists since the bounds sum to more than the total.
+//
+// Weights are the slow-start ramped ones (pickWeight): a joining backend
+// scores and is bounded at its share of its weight, so it takes the
+// clients that hash to it a step at a time, alike on every edge.
 func (p *Pool) rendezvous(s *Snapshot, ip netip.Addr, tried []*Backend) *Backend {
 	var total, wsum, w0 int64
 	n := 0
 	sameWeight := true
+	clk := pickClock{cfg: p.cfg}
 	for _, b := range s.Backends {
 		if !usable(b, tried) {
 			continue
 		}
-		w := b.weight.Load()
+		w := b.pickWeight(&clk)
 		if n == 0 {
 			w0 = w
 		} else if w != w0 {
@@ -207,9 +214,9 @@ func (p *Pool) rendezvous(s *Snapshot, ip netip.Addr, tried []*Backend) *Backend
 		return nil
 	}
 	bounded := !math.IsInf(p.boundedLoad, 1) && n > 1
-	var perWeight float64
+	var bound float64
 	if bounded {
-		perWeight = p.boundedLoad * float64(total+1) / float64(wsum)
+		bound = p.boundedLoad * float64(total+1)
 	}
 	ipHash := hashAddr(ip)
 	var best, bestAny *Backend
@@ -218,7 +225,7 @@ func (p *Pool) rendezvous(s *Snapshot, ip netip.Addr, tried []*Backend) *Backend
 		if !usable(b, tried) {
 			continue
 		}
-		w := b.weight.Load()
+		w := b.pickWeight(&clk)
 		h := splitmix64(b.idHash ^ ipHash)
 		var score float64
 		if sameWeight {
@@ -234,7 +241,7 @@ func (p *Pool) rendezvous(s *Snapshot, ip netip.Addr, tried []*Backend) *Backend
 		if score > bestAnyScore {
 			bestAny, bestAnyScore = b, score
 		}
-		if a := b.Active(); bounded && float64(a) >= math.Ceil(perWeight*float64(w)) && a >= p.floorLimit(total+1, w, wsum) {
+		if a := b.Active(); bounded && float64(a) >= math.Ceil(bound*float64(w)/float64(wsum)) && a >= p.floorLimit(total+1, w, wsum) {
 			continue
 		}
 		if score > bestScore {

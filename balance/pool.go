@@ -100,6 +100,12 @@ type Member struct {
 	ID     string // stable identity; defaults to Addr when empty
 	Addr   string // host:port of the plain-HTTP backend
 	Weight int    // relative weight, 1..MaxWeight; 0 means 1
+	// Since is when the member joined the registry (or rejoined it after a
+	// failing check), as every edge learns it from the same answer: the
+	// slow-start ramp (PoolOptions.SlowStart) runs from it, so every edge
+	// ramps the member alike whenever it noticed. Zero means no ramp for
+	// joining (present from the start, or a member of the file).
+	Since time.Time `json:",omitzero"`
 }
 
 // EjectOptions configure passive ejection.
@@ -162,6 +168,13 @@ type PoolOptions struct {
 	// value) means none.
 	MinExcess          int64
 	MaxConnsPerBackend int64 // 0 means unlimited
+	// SlowStart is how long a backend's weight ramps from a tenth to all of
+	// it after the backend joins (from Member.Since), comes back from
+	// passive ejection (from the ejection's end) or passes an active check
+	// again after failing. It applies to every mode: least-connections and
+	// the cookie mode's placements compare the ramped weight, client_ip
+	// hashes and bounds with it. 0 turns it off.
+	SlowStart time.Duration
 	// Eject configures passive ejection on failures seen on real traffic.
 	Eject EjectOptions
 	// OnEject, when set, is called for every ejection and for the first
@@ -237,6 +250,7 @@ type settings struct {
 	boundedLoad float64
 	minExcess   int64 // >= 0
 	maxConns    int64
+	slowStart   time.Duration
 	eject       EjectOptions
 }
 
@@ -263,11 +277,14 @@ func (opts PoolOptions) settings() (settings, []error) {
 	if opts.MaxConnsPerBackend < 0 {
 		errs = append(errs, fmt.Errorf("max connections per backend %d: must be >= 0", opts.MaxConnsPerBackend))
 	}
+	if opts.SlowStart < 0 {
+		errs = append(errs, fmt.Errorf("slow start %v: must be >= 0", opts.SlowStart))
+	}
 	ej, err := opts.Eject.withDefaults()
 	if err != nil {
 		errs = append(errs, err)
 	}
-	return settings{mode: opts.Mode, boundedLoad: bl, minExcess: minExcess, maxConns: opts.MaxConnsPerBackend, eject: ej}, errs
+	return settings{mode: opts.Mode, boundedLoad: bl, minExcess: minExcess, maxConns: opts.MaxConnsPerBackend, slowStart: opts.SlowStart, eject: ej}, errs
 }
 
 // withDefaults validates e and applies its defaults.
@@ -311,7 +328,7 @@ func NewPool(opts PoolOptions) (*Pool, error) {
 		boundedLoad: set.boundedLoad,
 		minExcess:   set.minExcess,
 		built:       set,
-		cfg:         &backendConfig{now: now, eject: set.eject, maxConns: set.maxConns, startUnhealthy: opts.StartUnhealthy},
+		cfg:         &backendConfig{now: now, eject: set.eject, maxConns: set.maxConns, slowStart: set.slowStart, startUnhealthy: opts.StartUnhealthy},
 		rand:        rand.Uint64,
 		onEject:     opts.OnEject,
 		keys:        keys,
@@ -326,7 +343,7 @@ func NewPool(opts PoolOptions) (*Pool, error) {
 
 // SameSettings reports whether p, already running, can serve for opts:
 // whether the settings fixed at build (Mode, BoundedLoad, MinExcess,
-// MaxConnsPerBackend, Eject, defaults applied) are the same. A reload
+// MaxConnsPerBackend, SlowStart, Eject, defaults applied) are the same. A reload
 // keeps a running pool rather than replace it, so live connections keep
 // their *Backend and least-connections keeps its counts (traefik#13913);
 // when SameSettings is false the new settings wait for a restart. Name,
@@ -395,6 +412,8 @@ func (p *Pool) tryEject(b *Backend, until int64) (EjectEvent, bool) {
 	}
 	b.ejectedUntil.Store(until)
 	b.ejections.Add(1)
+	// Back at until with no connections: ramp from there.
+	b.startRamp(until)
 	ev.Until = time.Unix(0, until)
 	if member {
 		ev.Ejected++
@@ -442,6 +461,7 @@ func (p *Pool) UpdateLeft(members []Member) (left []*Backend, err error) {
 	type norm struct {
 		id, addr string
 		w        int64
+		since    time.Time
 	}
 	list := make([]norm, 0, len(members))
 	seen := make(map[string]int, len(members))
@@ -471,7 +491,7 @@ func (p *Pool) UpdateLeft(members []Member) (left []*Backend, err error) {
 		if w == 0 {
 			w = 1
 		}
-		list = append(list, norm{id, m.Addr, w})
+		list = append(list, norm{id, m.Addr, w, m.Since})
 	}
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("balance: pool %q: %w", p.name, errors.Join(errs...))
@@ -502,6 +522,7 @@ func (p *Pool) UpdateLeft(members []Member) (left []*Backend, err error) {
 			}
 		}
 		b.applyOverride(p.overrides[m.id], m.w)
+		b.noteJoined(m.since)
 		kept[b] = true
 		backends = append(backends, b)
 	}

@@ -339,6 +339,16 @@ type Pool struct {
 	// upgrade handshake fails, before anything reached the client.
 	// 0 to 10, default 2.
 	Retries int `yaml:"retries" default:"2"`
+	// SlowStart ramps a backend's weight from a tenth to all of it over
+	// this long after it joins the pool (appears in Consul), comes back
+	// from passive ejection or passes its active check again after
+	// failing (HAProxy: slowstart; Envoy: slow_start_config), in every
+	// balance mode, so a new backend is not handed every new connection
+	// at once. The ramp of a joining backend runs from when it appeared
+	// in Consul, so every edge ramps it alike. Default 0s, off, as in
+	// HAProxy and Envoy: with client_ip a ramp moves the clients hashed
+	// to the backend onto it a step at a time, not at once.
+	SlowStart Duration `yaml:"slow_start"`
 	// PassiveEjection takes backends out after repeated failures seen on
 	// real traffic.
 	PassiveEjection PassiveEjection `yaml:"passive_ejection"`

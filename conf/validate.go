@@ -482,6 +482,7 @@ func (v *validator) timeouts(path string, p *Pool) {
 	if p.Retries < 0 || p.Retries > 10 {
 		v.errf(path+".retries", "%d is outside 0..10", p.Retries)
 	}
+	v.duration(path+".slow_start", p.SlowStart, true)
 }
 
 // passiveEjection checks passive_ejection; its other settings matter only

@@ -551,3 +551,151 @@ func TestNewClientToken(t *testing.T) {
 		t.Errorf("missing file: got %v, want an error without the token", err)
 	}
 }
+
+// membersTarget keeps the last member list a watcher published.
+type membersTarget struct {
+	mu   sync.Mutex
+	last []balance.Member
+	ch   chan struct{}
+}
+
+func newMembersTarget() *membersTarget { return &membersTarget{ch: make(chan struct{}, 100)} }
+
+func (m *membersTarget) Update(ms []balance.Member) error {
+	m.mu.Lock()
+	m.last = append([]balance.Member(nil), ms...)
+	m.mu.Unlock()
+	select {
+	case m.ch <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+// await waits until ok holds for the published list, and returns it.
+func (m *membersTarget) await(t *testing.T, what string, ok func([]balance.Member) bool) []balance.Member {
+	t.Helper()
+	timeout := time.After(awaitTimeout)
+	for {
+		m.mu.Lock()
+		last := m.last
+		m.mu.Unlock()
+		if ok(last) {
+			return last
+		}
+		select {
+		case <-m.ch:
+		case <-timeout:
+			t.Fatalf("%s: last published %+v", what, last)
+		}
+	}
+}
+
+func runWatcher(t *testing.T, opts WatcherOptions) {
+	t.Helper()
+	opts.MinBackoff, opts.MaxBackoff = 20*time.Millisecond, 200*time.Millisecond
+	w, err := NewWatcher(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = w.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+}
+
+func since(ms []balance.Member, id string) (time.Time, bool) {
+	for _, m := range ms {
+		if m.ID == node+"/"+id {
+			return m.Since, true
+		}
+	}
+	return time.Time{}, false
+}
+
+// TestWatcherJoinTime: a member that appears in an answer after the first
+// carries the time that answer arrived, on every watcher of the service
+// (the edges of a fleet); members of the first answer carry none; one that
+// comes back after a failing check gets a new time; a restart from the
+// state directory keeps the time.
+func TestWatcherJoinTime(t *testing.T) {
+	t.Parallel()
+	agent := consultest.Start(t)
+	c := agent.Client
+	register(t, c, "a", "chat", 9001, nil, true)
+	register(t, c, "b", "chat", 9002, nil, true)
+	dir := t.TempDir()
+	targets := []*membersTarget{newMembersTarget(), newMembersTarget()}
+	for i, tg := range targets {
+		o := WatcherOptions{Pool: "chat", Service: "chat", Target: tg, Client: c, WaitTime: 5 * time.Second}
+		if i == 0 {
+			o.StateDir = dir
+		}
+		runWatcher(t, o)
+	}
+	has := func(names ...string) func([]balance.Member) bool {
+		return func(ms []balance.Member) bool {
+			if len(ms) != len(names) {
+				return false
+			}
+			for _, n := range names {
+				if _, ok := since(ms, n); !ok {
+					return false
+				}
+			}
+			return true
+		}
+	}
+	for _, tg := range targets {
+		for _, m := range tg.await(t, "first answer", has("a", "b")) {
+			if !m.Since.IsZero() {
+				t.Fatalf("member %s of the first answer carries a join time %v; want none", m.ID, m.Since)
+			}
+		}
+	}
+
+	before := time.Now()
+	register(t, c, "c", "chat", 9003, nil, true)
+	var joined []time.Time
+	for _, tg := range targets {
+		ms := tg.await(t, "c joins", has("a", "b", "c"))
+		after := time.Now()
+		s, _ := since(ms, "c")
+		if s.Before(before) || s.After(after) {
+			t.Fatalf("join time of c: %v, want between the registration (%v) and its arrival (%v)", s, before, after)
+		}
+		joined = append(joined, s)
+		if a, _ := since(ms, "a"); !a.IsZero() {
+			t.Fatalf("member a gained a join time %v", a)
+		}
+	}
+	t.Logf("join times of c on the two watchers differ by %v", joined[1].Sub(joined[0]).Abs())
+
+	// A failing check takes c out; passing again, it rejoins later.
+	if err := c.Agent().FailTTL("ttl:c", "down"); err != nil {
+		t.Fatal(err)
+	}
+	for _, tg := range targets {
+		tg.await(t, "c fails", has("a", "b"))
+	}
+	if err := c.Agent().PassTTL("ttl:c", "up"); err != nil {
+		t.Fatal(err)
+	}
+	for i, tg := range targets {
+		ms := tg.await(t, "c passes", has("a", "b", "c"))
+		if s, _ := since(ms, "c"); !s.After(joined[i]) {
+			t.Fatalf("watcher %d: c back after a failing check has join time %v, want after %v", i, s, joined[i])
+		}
+	}
+
+	// The same state directory: the restored set, and the first answer
+	// after it, keep c's time.
+	ms, _ := targets[0].await(t, "persisted", has("a", "b", "c")), 0
+	cWas, _ := since(ms, "c")
+	again := newMembersTarget()
+	runWatcher(t, WatcherOptions{Pool: "chat", Service: "chat", Target: again, Client: c, StateDir: dir, WaitTime: 5 * time.Second})
+	got := again.await(t, "restart", has("a", "b", "c"))
+	if s, _ := since(got, "c"); !s.Equal(cWas) {
+		t.Fatalf("after a restart from the state directory: c's join time %v, want %v", s, cWas)
+	}
+}

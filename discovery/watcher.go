@@ -112,6 +112,10 @@ type Watcher struct {
 	base      []balance.Member // last set accepted without panic
 	published []balance.Member
 	listed    map[string]bool // Listed of the last answer accepted without panic
+	// since is the join time of each published member (see stamp);
+	// answered is set once an answer of this run has been applied.
+	since    map[string]time.Time
+	answered bool
 
 	mu     sync.Mutex
 	status Status
@@ -227,8 +231,12 @@ func (w *Watcher) restore() {
 	}
 	w.base, w.published = s.Members, s.Members
 	w.listed = map[string]bool{}
+	w.since = map[string]time.Time{}
 	for _, m := range s.Members {
 		w.listed[m.ID] = true
+		if !m.Since.IsZero() {
+			w.since[m.ID] = m.Since
+		}
 	}
 	w.mu.Lock()
 	w.status.Source = SourcePersisted
@@ -313,6 +321,7 @@ func (w *Watcher) apply(members []balance.Member, listed map[string]bool, warns 
 		w.opts.Logger.Debug("discovery: instance skipped", "instance", wn.ID, "reason", wn.Message)
 	}
 
+	d.publish = w.stamp(d.publish, now)
 	updated := !sameMembers(d.publish, w.published)
 	if updated {
 		if err := w.opts.Target.Update(d.publish); err != nil {
@@ -355,6 +364,39 @@ func (w *Watcher) apply(members []balance.Member, listed map[string]bool, warns 
 		}
 	}
 	return nil
+}
+
+// stamp returns members with their join times (balance.Member.Since,
+// where slow start ramps from). Consul keeps no wall-clock time of a
+// registration or of a check turning passing, only Raft indexes; but every
+// edge's blocking query on the service returns the answer of the index
+// that added the member within milliseconds of its commit, so the time
+// that answer arrived is the same on every edge of a fleet to within that
+// latency, measured on each edge's own clock. A member keeps its time for
+// as long as it stays published (and across restarts, in the state file);
+// one that drops out (deregistered, or its check failed) and comes back
+// gets the time of the answer that brought it back. Members of the first
+// answer of a run that the state file does not know joined at an unknown
+// time, before this edge looked: they get none and are at full weight.
+func (w *Watcher) stamp(members []balance.Member, now time.Time) []balance.Member {
+	out := make([]balance.Member, len(members))
+	next := make(map[string]time.Time, len(members))
+	for i, m := range members {
+		s, ok := w.since[m.ID]
+		if !ok && w.answered {
+			s = now.Round(0) // no monotonic reading: compared with ==, persisted
+		}
+		if !s.IsZero() {
+			next[m.ID] = s
+		}
+		m.Since = s
+		out[i] = m
+	}
+	// Published members only: one that leaves is forgotten, so its return
+	// is a new join.
+	w.since = next
+	w.answered = true
+	return out
 }
 
 // goneIDs returns the IDs listed before and not now, sorted.

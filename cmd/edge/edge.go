@@ -481,6 +481,9 @@ func (e *edge) status() any {
 				"ejections": b.Ejections(), "ejections_refused": b.EjectionsRefused(),
 			}
 			addAdminStatus(bs, b)
+			if until, ok := b.SlowStart(); ok {
+				bs["slow_start_share"], bs["slow_start_until"] = b.SlowStartShare(), until
+			}
 			ps.Backends = append(ps.Backends, bs)
 		}
 		// Backends that left but still hold connections: "draining" while

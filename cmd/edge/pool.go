@@ -60,6 +60,7 @@ func poolSpecOf(pc *conf.Pool) (*poolSpec, error) {
 			BoundedLoad:        pc.ClientIP.BoundedLoad,
 			MinExcess:          minExcess(pc.ClientIP.MinExcess),
 			MaxConnsPerBackend: pc.Limits.MaxConnectionsPerBackend,
+			SlowStart:          pc.SlowStart.Std(),
 			Eject: balance.EjectOptions{
 				Failures:   pc.PassiveEjection.Failures,
 				Window:     pc.PassiveEjection.Window.Std(),
