@@ -460,6 +460,20 @@ type Cookie struct {
 	// key, instead of PreviousSecretFile. An unset variable means no
 	// previous key.
 	PreviousSecretEnv string `yaml:"previous_secret_env"`
+	// ConsulKey, when set, is a Consul KV path where the fleet keeps this
+	// pool's signing keys instead of a secret file: every edge reads them
+	// there and follows them with a blocking query, and whichever edge
+	// finds them due rotates them (a staged next key every edge accepts a
+	// whole period before it signs, previous keys still accepted), so a
+	// cookie one edge set is honoured by every other with no file copied.
+	// Exclusive with the secret settings.
+	ConsulKey string `yaml:"consul_key"`
+	// RotateEvery is how long a key from ConsulKey signs. Default 24h.
+	RotateEvery Duration `yaml:"rotate_every" default:"24h"`
+	// Keep is how many keys from ConsulKey, the signing one included, are
+	// still honoured besides the staged one: a client that does not come
+	// back for Keep × RotateEvery loses its backend. 1 to 15, default 7.
+	Keep int `yaml:"keep" default:"7"`
 }
 
 // ClientIP configures client-address balancing.

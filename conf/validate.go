@@ -241,9 +241,7 @@ func (v *validator) tls(path string, t *TLS) {
 		if t.SessionTickets.KeyFile != "" {
 			v.errf(st+".consul_key", "set key_file or consul_key, not both")
 		}
-		if strings.HasPrefix(k, "/") || strings.ContainsFunc(k, func(r rune) bool { return r <= ' ' || r == 0x7f }) {
-			v.errf(st+".consul_key", "%q is not a Consul KV path (no leading /, no spaces)", k)
-		}
+		v.consulKey(st+".consul_key", k)
 	}
 	v.oneOf(path+".ocsp.must_staple", t.OCSP.MustStaple, MustStapleRefuse, MustStapleServe)
 }
@@ -442,12 +440,26 @@ func (v *validator) cookie(cp string, p *Pool) {
 	if k.PreviousSecretFile != "" && k.PreviousSecretEnv != "" {
 		v.errf(cp+".previous_secret_env", "set only one of previous_secret_file and previous_secret_env")
 	}
+	if k.ConsulKey != "" {
+		if k.SecretFile != "" || k.SecretEnv != "" || k.PreviousSecretFile != "" || k.PreviousSecretEnv != "" {
+			v.errf(cp+".consul_key", "set the secret settings or consul_key, not both")
+		}
+		v.consulKey(cp+".consul_key", k.ConsulKey)
+		v.duration(cp+".rotate_every", k.RotateEvery, false)
+		if k.Keep < 1 || k.Keep > 15 {
+			v.errf(cp+".keep", "%d is outside 1..15", k.Keep)
+		}
+	}
 	if p.Balance == BalanceCookie {
-		if cur, prev, err := k.Secrets(); err != nil {
+		cur, prev, err := k.Secrets()
+		switch {
+		case err != nil:
 			v.errf(cp, "%v", err)
-		} else if k.SecretFile == "" && k.SecretEnv == "" {
-			v.warnf(cp, "no secret_file or secret_env: cookies are signed with a random key per process, so stickiness survives neither a restart nor a second edge")
-		} else {
+		case k.ConsulKey != "":
+			// The fleet's keys, from Consul KV: nothing to read here.
+		case k.SecretFile == "" && k.SecretEnv == "":
+			v.warnf(cp, "no secret_file or secret_env (nor consul_key): cookies are signed with a random key per process, so stickiness survives neither a restart nor a second edge")
+		default:
 			v.weakSecret(cp, "secret", k.SecretFile, cur)
 			if len(prev) > 0 {
 				v.weakSecret(cp, "previous_secret", k.PreviousSecretFile, prev[0])
@@ -656,6 +668,13 @@ func (v *validator) oneOf(path, got string, allowed ...string) {
 		quoted[i] = strconv.Quote(a)
 	}
 	v.errf(path, "%q is not one of %s%s", got, strings.Join(quoted, ", "), suggest(got, allowed))
+}
+
+// consulKey checks a Consul KV path.
+func (v *validator) consulKey(path, k string) {
+	if strings.HasPrefix(k, "/") || len(k) > 512 || strings.ContainsFunc(k, func(r rune) bool { return r <= ' ' || r == 0x7f }) {
+		v.errf(path, "%q is not a Consul KV path (no leading /, no spaces, at most 512 bytes)", k)
+	}
 }
 
 // duration checks d > 0, or d >= 0 where zero has a documented meaning.

@@ -15,6 +15,7 @@ import (
 
 	"github.com/edgelb/edge/balance"
 	"github.com/edgelb/edge/internal/consultest"
+	"github.com/edgelb/edge/internal/testkit"
 	"github.com/hashicorp/consul/api"
 )
 
@@ -624,6 +625,12 @@ func TestWatcherJoinTime(t *testing.T) {
 	c := agent.Client
 	register(t, c, "a", "chat", 9001, nil, true)
 	register(t, c, "b", "chat", 9002, nil, true)
+	// Both in the catalog, passing, before any watcher asks: they are
+	// members from the start.
+	testkit.WaitFor(t, "a and b passing in the catalog", func() bool {
+		es, _, err := c.Health().Service("chat", "", true, nil)
+		return err == nil && len(es) == 2
+	})
 	dir := t.TempDir()
 	targets := []*membersTarget{newMembersTarget(), newMembersTarget()}
 	for i, tg := range targets {
@@ -690,8 +697,14 @@ func TestWatcherJoinTime(t *testing.T) {
 
 	// The same state directory: the restored set, and the first answer
 	// after it, keep c's time.
-	ms, _ := targets[0].await(t, "persisted", has("a", "b", "c")), 0
+	ms := targets[0].await(t, "c back", has("a", "b", "c"))
 	cWas, _ := since(ms, "c")
+	// The set is persisted right after it is published.
+	testkit.WaitFor(t, "c's join time in the state file", func() bool {
+		saved, ok, err := loadSet(statePath(dir, "chat"))
+		s, _ := since(saved.Members, "c")
+		return err == nil && ok && s.Equal(cWas)
+	})
 	again := newMembersTarget()
 	runWatcher(t, WatcherOptions{Pool: "chat", Service: "chat", Target: again, Client: c, StateDir: dir, WaitTime: 5 * time.Second})
 	got := again.await(t, "restart", has("a", "b", "c"))

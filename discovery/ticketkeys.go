@@ -32,6 +32,7 @@ type TicketKeys struct {
 	key         string
 	rotateEvery time.Duration
 	keep        int
+	keyBytes    int
 	validate    func([]byte) error
 	now         func() time.Time
 }
@@ -49,13 +50,19 @@ type TicketKeysOptions struct {
 	// fails is reported and never overwritten. Nil accepts any lines. A
 	// value that is not due is returned unchecked: the caller parses it.
 	Validate func([]byte) error
+	// KeyBytes is the length of the keys generated; default 80 (the longer
+	// of the two ticket-key lengths). CookieKeys uses 32.
+	KeyBytes int
 	// Now defaults to time.Now.
 	Now func() time.Time
 }
 
 // NewTicketKeys returns a TicketKeys on c.
 func NewTicketKeys(c *api.Client, o TicketKeysOptions) *TicketKeys {
-	t := &TicketKeys{kv: c.KV(), key: o.Key, rotateEvery: o.RotateEvery, keep: o.Keep, validate: o.Validate, now: o.Now}
+	t := &TicketKeys{kv: c.KV(), key: o.Key, rotateEvery: o.RotateEvery, keep: o.Keep, keyBytes: o.KeyBytes, validate: o.Validate, now: o.Now}
+	if t.keyBytes <= 0 {
+		t.keyBytes = ticketKeyBytes
+	}
 	if t.rotateEvery <= 0 {
 		t.rotateEvery = time.Hour
 	}
@@ -75,46 +82,62 @@ const ticketKeyBytes = 80
 // Fetch returns the current value, creating the entry or rotating it when
 // due. The caller owns the returned bytes (and should clear them).
 func (t *TicketKeys) Fetch(ctx context.Context) ([]byte, error) {
+	e, err := t.fetch(ctx)
+	return e.value, err
+}
+
+// keyEntry is the entry as Fetch left it: its value, the index to block
+// on for the next change, and when the next rotation is due.
+type keyEntry struct {
+	value []byte
+	index uint64
+	due   time.Time
+}
+
+func (t *TicketKeys) fetch(ctx context.Context) (keyEntry, error) {
 	q := (&api.QueryOptions{}).WithContext(ctx)
 	w := (&api.WriteOptions{}).WithContext(ctx)
 	// Losing a check-and-set means another edge rotated meanwhile: its
 	// value is read on the next turn. Three turns cover any sane fleet;
 	// more conflicts than that are reported, and the keys in use stay.
 	for range 3 {
-		pair, _, err := t.kv.Get(t.key, q)
+		pair, meta, err := t.kv.Get(t.key, q)
 		if err != nil {
-			return nil, fmt.Errorf("ticket keys in consul kv %q: %w", t.key, err)
+			return keyEntry{}, fmt.Errorf("ticket keys in consul kv %q: %w", t.key, err)
 		}
 		var lines []string
 		var index uint64
 		if pair != nil {
 			lines, index = keyLines(pair.Value), pair.ModifyIndex
-			age := t.now().Sub(time.Unix(int64(pair.Flags), 0))
-			if len(lines) >= 2 && age < t.rotateEvery {
+			stamp := time.Unix(int64(pair.Flags), 0)
+			if len(lines) >= 2 && t.now().Sub(stamp) < t.rotateEvery {
 				// Not due: the caller parses the value anyway, so it is
 				// checked there, once.
-				return pair.Value, nil
+				return keyEntry{value: pair.Value, index: meta.LastIndex, due: stamp.Add(t.rotateEvery)}, nil
 			}
 			if t.validate != nil {
 				if err := t.validate(pair.Value); err != nil {
-					return nil, fmt.Errorf("ticket keys in consul kv %q: %w", t.key, err)
+					return keyEntry{}, fmt.Errorf("ticket keys in consul kv %q: %w", t.key, err)
 				}
 			}
 		}
 		next, err := t.rotate(lines)
 		if err != nil {
-			return nil, err
+			return keyEntry{}, err
 		}
-		ok, _, err := t.kv.CAS(&api.KVPair{Key: t.key, Value: next, Flags: uint64(t.now().Unix()), ModifyIndex: index}, w)
+		stamp := t.now()
+		ok, _, err := t.kv.CAS(&api.KVPair{Key: t.key, Value: next, Flags: uint64(stamp.Unix()), ModifyIndex: index}, w)
 		if err != nil {
-			return nil, fmt.Errorf("ticket keys in consul kv %q: write: %w", t.key, err)
+			return keyEntry{}, fmt.Errorf("ticket keys in consul kv %q: write: %w", t.key, err)
 		}
 		if ok {
-			return next, nil
+			// A watcher blocking from the index read returns at once with
+			// the entry as written: one extra read per rotation.
+			return keyEntry{value: next, index: index, due: time.Unix(stamp.Unix(), 0).Add(t.rotateEvery)}, nil
 		}
 		clear(next)
 	}
-	return nil, fmt.Errorf("ticket keys in consul kv %q: the entry kept changing while rotating", t.key)
+	return keyEntry{}, fmt.Errorf("ticket keys in consul kv %q: the entry kept changing while rotating", t.key)
 }
 
 // rotate returns the value after one rotation of lines: the staged key
@@ -124,7 +147,7 @@ func (t *TicketKeys) Fetch(ctx context.Context) ([]byte, error) {
 // not seen.
 func (t *TicketKeys) rotate(lines []string) ([]byte, error) {
 	fresh := func() (string, error) {
-		b := make([]byte, ticketKeyBytes)
+		b := make([]byte, t.keyBytes)
 		defer clear(b)
 		if _, err := rand.Read(b); err != nil {
 			return "", fmt.Errorf("ticket keys: random key: %w", err)

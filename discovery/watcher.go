@@ -234,9 +234,7 @@ func (w *Watcher) restore() {
 	w.since = map[string]time.Time{}
 	for _, m := range s.Members {
 		w.listed[m.ID] = true
-		if !m.Since.IsZero() {
-			w.since[m.ID] = m.Since
-		}
+		w.since[m.ID] = m.Since
 	}
 	w.mu.Lock()
 	w.status.Source = SourcePersisted
@@ -386,9 +384,7 @@ func (w *Watcher) stamp(members []balance.Member, now time.Time) []balance.Membe
 		if !ok && w.answered {
 			s = now.Round(0) // no monotonic reading: compared with ==, persisted
 		}
-		if !s.IsZero() {
-			next[m.ID] = s
-		}
+		next[m.ID] = s // zero too: a member from the start stays one
 		m.Since = s
 		out[i] = m
 	}

@@ -39,7 +39,7 @@ func usesConsul(cfg *conf.Config) bool {
 		}
 	}
 	for _, p := range cfg.Pools {
-		if p.Consul.Service != "" {
+		if p.Consul.Service != "" || p.Cookie.ConsulKey != "" {
 			return true
 		}
 	}

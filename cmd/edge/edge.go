@@ -42,10 +42,13 @@ type edge struct {
 	listeners []*listener
 	metrics   *metrics
 	dyn       *dynamic
-	notify    *notifier // the service manager (systemd), if any
-	gcTune    bool      // serve runs the GC tuner (gctune.go)
-	up        *upgrader // nil: no upgrades (tests building an edge in-process)
-	usr2      <-chan os.Signal
+	// cookieKeys follow the Consul KV entries of cookie pools with a
+	// consul_key, by pool name; fixed at start.
+	cookieKeys map[string]*discovery.CookieKeys
+	notify     *notifier // the service manager (systemd), if any
+	gcTune     bool      // serve runs the GC tuner (gctune.go)
+	up         *upgrader // nil: no upgrades (tests building an edge in-process)
+	usr2       <-chan os.Signal
 
 	// Drain progress for /status: when it began (unix nanoseconds, 0
 	// before) and how many connections were live then.
@@ -86,6 +89,9 @@ func newEdge(cfg *conf.Config, path string, log *slog.Logger, up *upgrader) (*ed
 		return nil, err
 	}
 	e.pools = pools
+	if err := e.newCookieKeys(cfg); err != nil {
+		return nil, err
+	}
 	e.metrics.reg.MustRegister(certCollector{e})
 	access := slog.New(slog.DiscardHandler)
 	if cfg.Log.AccessLog {
@@ -289,6 +295,7 @@ func (e *edge) serve(ctx context.Context, hup <-chan os.Signal) error {
 		g.Go(l.serve)
 	}
 	e.startDynamic(gctx, g)
+	e.runCookieKeys(gctx, g)
 	// Ready before the admin listener answers: a process an upgrade
 	// started shares that socket with its parent, and must not answer
 	// /readyz 503 to a health check while the parent serves. Until Run
@@ -396,6 +403,7 @@ func (e *edge) reload() string {
 	old := e.cfg
 	e.cfg = cfg
 	e.mu.Unlock()
+	e.reapplyCookieKeys(cfg, pools)
 	for _, d := range gone {
 		e.backendsLeft(d)
 	}
@@ -462,10 +470,12 @@ func (e *edge) status() any {
 		Pools     []poolStatus   `json:"pools"`
 		TLS       map[string]any `json:"tls,omitempty"`
 		Discovery any            `json:"discovery,omitempty"`
-		Listeners []listenerDoc  `json:"listeners"`
-		Routes    []routeDoc     `json:"routes"`
-		Drain     drainDoc       `json:"drain"`
-		Upgrade   string         `json:"upgrade,omitempty"`
+		// CookieKeys are the pools' signing keys kept in Consul KV.
+		CookieKeys []discovery.CookieKeysStatus `json:"cookie_keys,omitempty"`
+		Listeners  []listenerDoc                `json:"listeners"`
+		Routes     []routeDoc                   `json:"routes"`
+		Drain      drainDoc                     `json:"drain"`
+		Upgrade    string                       `json:"upgrade,omitempty"`
 	}{Active: e.proxy.Active(), TLS: map[string]any{}, Listeners: e.listenerDocs(), Routes: e.routeDocs(), Drain: e.drainDoc(), PID: os.Getpid()}
 	if e.up != nil {
 		out.Upgrade = e.up.state()
@@ -505,5 +515,6 @@ func (e *edge) status() any {
 		}
 	}
 	out.Discovery = e.discoveryStatus()
+	out.CookieKeys = e.cookieKeyStatus()
 	return out
 }

@@ -30,6 +30,8 @@ type poolSpec struct {
 	health *health.Options
 	leave  conf.BackendLeave // what becomes of a departed backend's connections
 	consul conf.PoolConsul
+	// cookieKV is the Consul KV entry of the cookie keys, or "".
+	cookieKV string
 	// static: the members come from the file, not from discovery.
 	static  bool
 	members []balance.Member
@@ -75,12 +77,13 @@ func poolSpecOf(pc *conf.Pool) (*poolSpec, error) {
 			Rate:          pc.Limits.ConnectionRatePerClientIP,
 			Burst:         pc.Limits.ConnectionBurstPerClientIP,
 		},
-		rate:   [2]float64{pc.Limits.ConnectionRate, float64(pc.Limits.ConnectionBurst)},
-		proxy:  proxyPoolOf(pc),
-		health: healthOf(pc),
-		leave:  pc.BackendLeave,
-		consul: pc.Consul,
-		static: pc.Consul.Service == "",
+		rate:     [2]float64{pc.Limits.ConnectionRate, float64(pc.Limits.ConnectionBurst)},
+		proxy:    proxyPoolOf(pc),
+		health:   healthOf(pc),
+		leave:    pc.BackendLeave,
+		consul:   pc.Consul,
+		cookieKV: pc.Cookie.ConsulKey,
+		static:   pc.Consul.Service == "",
 	}
 	for _, b := range pc.Backends {
 		s.members = append(s.members, balance.Member{ID: b.ID, Addr: b.Address, Weight: b.Weight})
@@ -193,7 +196,7 @@ func (e *edge) newPoolEntry(spec *poolSpec, old *poolEntry) (*poolEntry, error) 
 			e.log.Warn("balancing settings of a running pool changed; they take effect on restart", "pool", spec.name)
 		}
 		mode = old.bal.Mode()
-		if mode == balance.Cookie && ent.keys == nil {
+		if mode == balance.Cookie && ent.keys == nil && spec.cookieKV == "" {
 			e.log.Warn("cookie secret removed; the running key stays until restart", "pool", spec.name)
 		}
 		if reflect.DeepEqual(old.spec.limits, spec.limits) {
@@ -203,7 +206,7 @@ func (e *edge) newPoolEntry(spec *poolSpec, old *poolEntry) (*poolEntry, error) 
 			ent.admit = old.admit
 		}
 	} else {
-		if mode == balance.Cookie && ent.keys == nil {
+		if mode == balance.Cookie && ent.keys == nil && spec.cookieKV == "" {
 			e.log.Warn("no cookie secret: stickiness will not survive a restart nor span a fleet", "pool", spec.name)
 		}
 		opts := spec.balance
