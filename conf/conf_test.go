@@ -540,6 +540,15 @@ routes: [{default: true, pool: app}]
 				`edge.yaml:2: pools[0].websocket.max_frame_bytes: -1 must be >= 0`,
 				`edge.yaml:2: pools[0].websocket.ping_timeout: needs ping_interval`,
 			}},
+		{"deflate settings", minimalWith("", "websocket: {deflate: squeeze, deflate_max_window_bits: 8}"),
+			[]string{
+				`edge.yaml:2: pools[0].websocket.deflate: "squeeze" is not one of "", "pass", "strip", "limit"`,
+				`edge.yaml:2: pools[0].websocket.deflate_max_window_bits: 8 must be 0 (no cap) or 9..15`,
+			}},
+		{"deflate limit without a message limit", minimalWith("", "websocket: {deflate: limit}"),
+			[]string{
+				`edge.yaml:2: pools[0].websocket.deflate: limit needs max_message_bytes`,
+			}},
 		{"backend_leave settings", minimalWith("", "backend_leave: {connections: close, window: -1s}"),
 			[]string{
 				`edge.yaml:2: pools[0].backend_leave.connections: "close"`,

@@ -408,10 +408,22 @@ type WebSocket struct {
 	// whose frames' payloads (continuation frames included, control frames
 	// not) add up to more (close 1009), before the frame that crosses it
 	// reaches the backend. Wire bytes: permessage-deflate payloads count
-	// compressed, edge does not inflate. Default: 4 MiB (at least
+	// compressed unless Deflate is limit (the default with a message
+	// limit), which counts them inflated. Default: 4 MiB (at least
 	// MaxFrameBytes) when MaxFrameBytes or PingInterval is set, else 0, no
 	// limit; 0 written in the file keeps it off.
 	MaxMessageBytes int64 `yaml:"max_message_bytes"`
+	// Deflate is what edge does with permessage-deflate (RFC 7692) a
+	// client offers: pass (as today: end to end, limits count compressed
+	// bytes), strip (removed from the offer: both sides speak
+	// uncompressed, nobody holds compression state), limit (end to end,
+	// each client message counted inflated against MaxMessageBytes; needs
+	// it). Default: limit when MaxMessageBytes is set, else pass.
+	Deflate string `yaml:"deflate"`
+	// DeflateMaxWindowBits, 9 to 15, caps server_max_window_bits and
+	// client_max_window_bits in both handshakes, so backends and clients
+	// keep windows of at most 2^bits bytes. Default 0, no cap.
+	DeflateMaxWindowBits int `yaml:"deflate_max_window_bits"`
 	// Linger bounds the lingering close (every pool, frame-aware or not):
 	// after edge sent the client a close frame it shuts down its write
 	// half and reads and drops the client's input for at most this long
@@ -422,6 +434,13 @@ type WebSocket struct {
 	// 16 MiB.
 	LingerBytes int64 `yaml:"linger_bytes" default:"16777216"`
 }
+
+// Deflate policies (WebSocket.Deflate).
+const (
+	DeflatePass  = "pass"
+	DeflateStrip = "strip"
+	DeflateLimit = "limit"
+)
 
 // Backend is one static pool member.
 type Backend struct {

@@ -564,6 +564,16 @@ func (v *validator) webSocket(wp string, ws WebSocket) {
 	if ws.PingTimeout > 0 && ws.PingInterval == 0 {
 		v.errf(wp+".ping_timeout", "needs ping_interval: without pings a silent client is not a dead one")
 	}
+	v.oneOf(wp+".deflate", ws.Deflate, "", DeflatePass, DeflateStrip, DeflateLimit)
+	if ws.Deflate == DeflateLimit && ws.MaxMessageBytes <= 0 {
+		v.errf(wp+".deflate", "limit needs max_message_bytes: it counts messages inflated against it")
+	}
+	if b := ws.DeflateMaxWindowBits; b != 0 && (b < 9 || b > 15) {
+		v.errf(wp+".deflate_max_window_bits", "%d must be 0 (no cap) or 9..15 (8 is refused by zlib-based peers)", b)
+	}
+	if ws.Deflate == DeflateStrip && ws.DeflateMaxWindowBits != 0 {
+		v.warnf(wp+".deflate_max_window_bits", "ignored: deflate is strip, nothing is compressed")
+	}
 }
 
 func (v *validator) backendLeave(path string, bl BackendLeave) {

@@ -29,9 +29,18 @@ const (
 	ReasonFrameTooBig        = wsession.ReasonFrameTooBig        // a client frame over max_frame_bytes: close 1009
 	ReasonMessageTooBig      = wsession.ReasonMessageTooBig      // a client message over max_message_bytes: close 1009
 	ReasonBackendFrameTooBig = wsession.ReasonBackendFrameTooBig // a backend frame over max_frame_bytes
-	ReasonError              = wsession.ReasonError              // a socket error the splice could not attribute
-	ReasonMoved              = wsession.ReasonMoved              // handed to another edge process (Handoff), still open there
-	ReasonRestart            = wsession.ReasonRestart            // edge restarted and could not hand it over: close 1012
+	// ReasonMessageTooBigInflated: a compressed client message that would
+	// inflate past max_message_bytes (deflate policy limit): close 1009.
+	ReasonMessageTooBigInflated = wsession.ReasonMessageTooBigInflated
+	// ReasonDeflateError: a compressed client message that is no DEFLATE
+	// stream (deflate policy limit): close 1007.
+	ReasonDeflateError = wsession.ReasonDeflateError
+	// ReasonRateLimited: a client over its pool's message or byte rate:
+	// close 1008.
+	ReasonRateLimited = wsession.ReasonRateLimited
+	ReasonError       = wsession.ReasonError   // a socket error the splice could not attribute
+	ReasonMoved       = wsession.ReasonMoved   // handed to another edge process (Handoff), still open there
+	ReasonRestart     = wsession.ReasonRestart // edge restarted and could not hand it over: close 1012
 )
 
 // reasonKeep closes without recording a reason of its own: the one
@@ -70,9 +79,10 @@ const (
 )
 
 // edgeCloseCodes are the close codes edge itself sends to
-// clients: drain, a frame or message over the limit, a missed ping, a
+// clients: drain, a compressed message that is no DEFLATE, a rate over
+// its limit, a frame or message over the limit, a missed ping, a
 // backend that left.
-var edgeCloseCodes = []int{CloseGoingAway, CloseMessageTooBig, closePingTimeout, CloseServiceRestart}
+var edgeCloseCodes = []int{CloseGoingAway, wsession.CloseInvalidData, wsession.ClosePolicy, CloseMessageTooBig, closePingTimeout, CloseServiceRestart}
 
 // EdgeCloseCodes lists the close codes edge sends to clients itself.
 func EdgeCloseCodes() []int { return append([]int(nil), edgeCloseCodes...) }

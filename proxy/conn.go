@@ -56,6 +56,13 @@ func newWSConn(s *Server, x *exchange, client net.Conn, bc *backendConn) *wsConn
 	c.ctx, c.cancel = context.WithCancel(s.ctx)
 	c.touch()
 	c.sess.Init(&x.pool.settings().ws, time.Now().UnixNano())
+	if bc.deflate {
+		c.sess.DeflateOn()
+		x.deflate = deflatePassed
+		if _, counted := c.sess.Deflate(); counted {
+			x.deflate = deflateCounted
+		}
+	}
 	return c
 }
 
@@ -68,6 +75,9 @@ func (c *wsConn) start(head, clientBuffered []byte, backendBuffered []byte) {
 	// The 101 goes out next, on this goroutine or the splice's first run.
 	c.x.upgrade = c.s.now().Sub(c.x.start)
 	c.s.obs.Upgraded(c.x.routeName(), c.x.upgrade)
+	if c.x.deflate != deflateNone {
+		c.s.obs.Deflate(c.x.routeName(), c.x.deflate)
+	}
 	if c.startReady(head, clientBuffered, backendBuffered) {
 		return
 	}
@@ -152,8 +162,16 @@ func (c *wsConn) finish() {
 	x.reason = string(reason)
 	x.in, x.out = c.in.Load(), c.out.Load()
 	x.closeSide, x.closeCode = c.sess.ClosedBy(reason)
+	if _, counted := c.sess.Deflate(); counted {
+		w, z := c.sess.Inflated()
+		x.zWire, x.zInflated = w, z
+		x.deflate = deflateCounted
+	}
 	// The access line goes first: whoever waits for ConnClosed then finds it.
 	x.logAccess()
+	if x.deflate == deflateCounted {
+		c.s.obs.Inflated(x.routeName(), int64(x.zWire), int64(x.zInflated))
+	}
 	c.s.obs.ConnCloseCode(x.routeName(), x.closeSide, x.closeCode)
 	c.s.obs.ConnClosed(x.routeName(), c.be.ID(), x.reason, c.s.now().Sub(x.start), x.in, x.out)
 }

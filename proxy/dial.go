@@ -31,6 +31,7 @@ type backendConn struct {
 	release   func()
 	backend   *balance.Backend
 	setCookie bool
+	deflate   bool // the 101 negotiated permessage-deflate
 }
 
 // errHandshake marks a backend that answered something that is not a valid
@@ -72,7 +73,7 @@ func (s *Server) dialUpgrade(ctx context.Context, x *exchange) (bc *backendConn,
 			err = fmt.Errorf("backend %s: %w", b.ID(), errBackendFull)
 			continue
 		}
-		bc, err = s.handshake(ctx, p, b, head, x.r.Header.Get("Sec-WebSocket-Key"))
+		bc, err = s.handshake(ctx, p, b, head, x.r.Header.Get("Sec-WebSocket-Key"), x.r.Header["Sec-Websocket-Extensions"])
 		if err == nil {
 			b.ReportSuccess()
 			bc.backend, bc.setCookie = b, res.SetCookie
@@ -138,11 +139,22 @@ var errBackendFull = errors.New("backend at its connection limit")
 // upgradeRequest renders the request head sent to every backend tried: the
 // client's request line and Host, its headers without hop-by-hop fields
 // (RFC 7230 §6.1) plus forwarded headers, then Connection/Upgrade restored.
-// Sec-WebSocket-Key, -Version, -Protocol and -Extensions pass untouched.
+// Sec-WebSocket-Key, -Version and -Protocol pass untouched;
+// -Extensions as the pool's deflate policy says (wswire.RewriteOffer).
 func (s *Server) upgradeRequest(x *exchange) []byte {
 	r := x.r
 	h := backendHeader(r, x.lo, x.id)
 	h.Set("X-Request-Id", x.reqID)
+	if vals := h["Sec-Websocket-Extensions"]; len(vals) > 0 {
+		set := x.pool.settings()
+		offer, deflate := wswire.RewriteOffer(vals, set.deflate, set.deflateBits)
+		if offer == "" {
+			delete(h, "Sec-Websocket-Extensions")
+		} else {
+			h["Sec-Websocket-Extensions"] = []string{offer}
+		}
+		x.deflate = deflateOffer(r.Header["Sec-Websocket-Extensions"], deflate)
+	}
 	uri := r.RequestURI
 	if uri == "" || !strings.HasPrefix(uri, "/") {
 		uri = r.URL.RequestURI()
@@ -163,7 +175,7 @@ func (s *Server) upgradeRequest(x *exchange) []byte {
 // 103) are skipped. A 101 must carry the right Sec-WebSocket-Accept
 // (RFC 6455 §4.1), otherwise it is a broken handshake. Every error is a
 // *handshakeError saying whose fault it is.
-func (s *Server) handshake(ctx context.Context, p *Pool, b *balance.Backend, head []byte, key string) (*backendConn, error) {
+func (s *Server) handshake(ctx context.Context, p *Pool, b *balance.Backend, head []byte, key string, ext []string) (*backendConn, error) {
 	d := net.Dialer{
 		Timeout: p.settings().dialTimeout,
 		// A backend host that vanishes without a reset leaves an idle
@@ -215,6 +227,10 @@ func (s *Server) handshake(ctx context.Context, p *Pool, b *balance.Backend, hea
 		!httpguts.HeaderValuesContainsToken(resp.Header["Upgrade"], "websocket") {
 		conn.Close()
 		return nil, &handshakeError{fault: "bad_handshake", err: fmt.Errorf("backend %s: bad Sec-WebSocket-Accept or Upgrade: %w", b.ID(), errHandshake)}
+	}
+	if err := answerExtensions(bc, p, ext); err != nil {
+		conn.Close()
+		return nil, &handshakeError{fault: "bad_handshake", err: fmt.Errorf("backend %s: %w: %w", b.ID(), err, errHandshake)}
 	}
 	// Frames the backend sent right behind its 101 sit in br: keep them.
 	if n := br.Buffered(); n > 0 {
@@ -465,4 +481,50 @@ func readFault(err error) error {
 		return ioFault(err)
 	}
 	return &handshakeError{fault: "malformed_head", err: err}
+}
+
+// answerExtensions checks the backend's Sec-WebSocket-Extensions answer
+// against what was offered it and rewrites it for the client, per the
+// pool's deflate policy (wswire.RewriteAnswer); ext is the client's offer.
+func answerExtensions(bc *backendConn, p *Pool, ext []string) error {
+	set := p.settings()
+	vals := bc.resp.Header["Sec-Websocket-Extensions"]
+	ans, on, err := wswire.RewriteAnswer(ext, vals, set.deflate, set.deflateBits)
+	if err != nil {
+		return err
+	}
+	bc.deflate = on
+	if set.deflate == wswire.DeflatePass && set.deflateBits == 0 {
+		return nil // the backend's answer as it is
+	}
+	if ans == "" {
+		delete(bc.resp.Header, "Sec-Websocket-Extensions")
+	} else {
+		bc.resp.Header["Sec-Websocket-Extensions"] = []string{ans}
+	}
+	return nil
+}
+
+// Values of the access log's "deflate" field.
+const (
+	deflateNone     = ""         // the client offered no compression
+	deflateStripped = "stripped" // offered, and removed by the pool's policy
+	deflateOffered  = "declined" // offered, the backend did not accept it
+	deflatePassed   = "on"       // negotiated, counted compressed
+	deflateCounted  = "limit"    // negotiated, counted inflated
+)
+
+// deflateOffer is the "deflate" field for a client offer vals of which
+// the rewritten offer kept a permessage-deflate offer or not.
+func deflateOffer(vals []string, kept bool) string {
+	if kept {
+		return deflateOffered
+	}
+	es, _ := wswire.ParseExtensions(vals)
+	for _, e := range es {
+		if e.Name == wswire.PerMessageDeflate {
+			return deflateStripped
+		}
+	}
+	return deflateNone
 }

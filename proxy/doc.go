@@ -145,8 +145,14 @@
 // exhaust memory, base/base#2655); MaxMessageBytes bounds the sum of the
 // payload lengths of one client message's data frames (continuation
 // frames included, control frames excluded) and is answered the same way
-// with the access reason "message_too_big". Both count wire bytes: edge
-// never inflates, so permessage-deflate payloads count compressed. Client
+// with the access reason "message_too_big". Both count wire bytes; under
+// the deflate policy DeflateLimit (the default with MaxMessageBytes) a
+// client's permessage-deflate message is also counted inflated, by a
+// counting inflater in internal/wsession that needs no window and holds
+// nothing between messages, and the byte that would take it past
+// MaxMessageBytes never reaches the backend ("message_too_big_inflated").
+// The extension headers are rewritten by internal/wswire (RewriteOffer,
+// RewriteAnswer): strip, a single deflate offer, window caps. Client
 // frames are tracked only when one of the two is set (RFC 6455 §5.3 masked
 // frames: the tracker honours the mask bit).
 // At the header of a client frame over the limit, nothing more goes to the

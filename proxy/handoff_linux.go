@@ -218,7 +218,11 @@ func (c *wsConn) movable() (moveResult, bool) {
 		c.sess.Requested() || c.sess.CloseOut(), cs.werr != nil || bs.werr != nil:
 		// Closing, lingering or half-closed: it ends here.
 		return moveNever, false
-	case len(cs.q) > 0 || len(bs.q) > 0 || cs.finPending || bs.finPending:
+	case len(cs.q) > 0 || len(bs.q) > 0 || cs.finPending || bs.finPending,
+		c.sess.MidMessage():
+		// Queued, or a compressed client message under way whose counting
+		// inflater is mid-stream (it does not move): the message ends soon
+		// or the rounds run out and it gets a 1012.
 		return moveRetry, false
 	}
 	c.s.reg.mu.Lock()
@@ -382,6 +386,11 @@ func (s *Server) adoptPrepare(m *handoff.Message) (*wsConn, CloseReason, error) 
 		why = ReasonRestart
 	} else if err != nil {
 		return nil, "", err
+	}
+	if neg, counted := c.sess.Deflate(); counted {
+		x.deflate = deflateCounted
+	} else if neg {
+		x.deflate = deflatePassed
 	}
 	c.last.Store(st.Last)
 	c.in.Store(st.In)

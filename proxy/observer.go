@@ -36,6 +36,23 @@ type Observer interface {
 	// Retried is called for every further backend tried for one request
 	// after a dial or handshake failure; leg is LegUpgrade or LegPlain.
 	Retried(pool, leg string)
+	// Deflate is called once per spliced connection whose client offered
+	// compression, right after Upgraded, with what became of it: one of
+	// DeflateOutcomes.
+	Deflate(pool, outcome string)
+	// Inflated is called once per spliced connection that counted the
+	// client's compressed messages inflated (deflate policy limit), right
+	// before its ConnCloseCode: their wire payload bytes and what they
+	// inflated to (up to the limit).
+	Inflated(pool string, wire, inflated int64)
+}
+
+// DeflateOutcomes lists the outcomes Observer.Deflate reports and the
+// access log's "deflate" field shows: the pool's policy removed the offer
+// (stripped), the backend did not accept it (declined), or it was
+// negotiated and counted compressed (on) or inflated (limit).
+func DeflateOutcomes() []string {
+	return []string{deflateStripped, deflateOffered, deflatePassed, deflateCounted}
 }
 
 // Legs of a request, for Observer.Retried.
@@ -78,3 +95,9 @@ func (NopObserver) PingSent(string) {}
 
 // Retried implements Observer.
 func (NopObserver) Retried(string, string) {}
+
+// Deflate implements Observer.
+func (NopObserver) Deflate(string, string) {}
+
+// Inflated implements Observer.
+func (NopObserver) Inflated(string, int64, int64) {}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/edgelb/edge/balance"
+	"github.com/edgelb/edge/internal/wswire"
 	"github.com/edgelb/edge/proxy/internal/wsession"
 )
 
@@ -115,6 +116,15 @@ type Pool struct {
 	// sends nothing at all within it after a ping; 0 means none.
 	PingTimeout time.Duration
 
+	// Deflate is what edge does with permessage-deflate (RFC 7692) and
+	// the other compression extensions a client offers; "" means
+	// DeflateLimit when MaxMessageBytes is set, else DeflatePass.
+	Deflate DeflatePolicy
+	// DeflateMaxWindowBits, 9 to 15, caps server_max_window_bits and
+	// client_max_window_bits in both handshakes: the windows, hence the
+	// compression memory, of backends and clients; 0 means no cap.
+	DeflateMaxWindowBits int
+
 	// Lingering close (every pool, frame-aware or not): once the client
 	// was sent a close frame, edge shuts down its write half and reads and
 	// drops the client's input for at most LingerTimeout and LingerBytes
@@ -176,6 +186,8 @@ type settings struct {
 	maxResponseHeaderBytes int
 	cookieName, cookiePath string
 	ws                     wsession.Config
+	deflate                wswire.DeflateMode
+	deflateBits            int
 }
 
 // settings returns p's settings. SetRoutes fills them (prepare) before it
@@ -218,8 +230,39 @@ func (p *Pool) fill() *settings {
 	if p.LingerTimeout == 0 {
 		d.ws.LingerTimeout = defaultLingerTimeout
 	}
+	d.deflateBits = p.DeflateMaxWindowBits
+	switch pol := p.Deflate; {
+	case pol == DeflateStrip:
+		d.deflate = wswire.DeflateStrip
+	case pol == DeflateLimit && p.MaxMessageBytes > 0, pol == "" && p.MaxMessageBytes > 0:
+		d.deflate = wswire.DeflateOnly
+		d.ws.Inflate = new(wsession.Inflaters)
+	}
 	return d
 }
+
+// DeflatePolicy is a pool's handling of compression extensions.
+type DeflatePolicy string
+
+// Deflate policies.
+const (
+	// DeflatePass forwards the client's offer and the backend's answer as
+	// they are: compressed messages count compressed against the limits.
+	DeflatePass DeflatePolicy = "pass"
+	// DeflateStrip removes every compression extension from the client's
+	// offer: both sides speak uncompressed frames, the limits count what
+	// the backend receives, and nobody holds compression state.
+	DeflateStrip DeflatePolicy = "strip"
+	// DeflateLimit keeps permessage-deflate end to end (one offer, no
+	// other extension) and counts each client message inflated against
+	// MaxMessageBytes: a message that would inflate past it gets the
+	// client a close 1009 before the backend receives the rest of it. The
+	// count needs no LZ77 window and nothing between messages (see
+	// internal/wsession), so an idle connection holds no compression state
+	// and both sides' negotiated parameters stand as they are. Without a
+	// message limit it is DeflatePass.
+	DeflateLimit DeflatePolicy = "limit"
+)
 
 // withDefaults returns lo with its defaults applied, once per Handler.
 func (lo ListenerOptions) withDefaults() ListenerOptions {

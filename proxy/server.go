@@ -173,6 +173,10 @@ type exchange struct {
 	upgrade   time.Duration
 	closeSide CloseSide
 	closeCode int
+	// deflate: what became of a compression offer (deflateNone...), and
+	// the wire and inflated bytes of the client's compressed messages.
+	deflate          string
+	zWire, zInflated uint64
 }
 
 func (x *exchange) routeName() string {
@@ -189,7 +193,7 @@ func (x *exchange) logAccess() {
 	if x.id.client.IsValid() {
 		client = x.id.client.String()
 	}
-	attrs := [20]slog.Attr{
+	attrs := [22]slog.Attr{
 		slog.String("listener", x.lo.Name),
 		slog.String("kind", x.kind),
 		slog.String("request_id", x.reqID),
@@ -211,7 +215,13 @@ func (x *exchange) logAccess() {
 		attrs[n] = slog.Float64("upgrade_s", x.upgrade.Seconds())
 		attrs[n+1] = slog.String("close_side", string(x.closeSide))
 		attrs[n+2] = slog.Int("close_code", x.closeCode)
-		n += 3
+		attrs[n+3] = slog.String("deflate", x.deflate)
+		n += 4
+		if x.deflate == deflateCounted {
+			attrs[n] = slog.Uint64("deflate_wire_in", x.zWire)
+			attrs[n+1] = slog.Uint64("deflate_inflated_in", x.zInflated)
+			n += 2
+		}
 	}
 	x.s.access.LogAttrs(context.Background(), slog.LevelInfo, "access", attrs[:n]...)
 }

@@ -65,6 +65,9 @@ type recorder struct {
 	closes  []string // "side code" of each ConnCloseCode
 	pings   int
 	retries []string // legs
+	deflate []string // Deflate outcomes
+	// wire and inflated sum Inflated.
+	wire, inflated int64
 }
 
 func newRecorder() *recorder { return &recorder{closeCh: make(chan string, 4096)} }
@@ -104,6 +107,16 @@ func (r *recorder) ConnCloseCode(_ string, side CloseSide, code int) {
 func (r *recorder) Upgraded(string, time.Duration) {}
 func (r *recorder) PingSent(string)                { r.mu.Lock(); r.pings++; r.mu.Unlock() }
 func (r *recorder) CloseSent(string, int)          {}
+func (r *recorder) Deflate(_, outcome string) {
+	r.mu.Lock()
+	r.deflate = append(r.deflate, outcome)
+	r.mu.Unlock()
+}
+func (r *recorder) Inflated(_ string, wire, inflated int64) {
+	r.mu.Lock()
+	r.wire, r.inflated = r.wire+wire, r.inflated+inflated
+	r.mu.Unlock()
+}
 func (r *recorder) Retried(_, leg string) {
 	r.mu.Lock()
 	r.retries = append(r.retries, leg)

@@ -21,7 +21,8 @@ var upgradeBuckets = []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 
 var tlsFailureReasons = []string{"protocol_version", "no_shared_cipher", "bad_certificate", "no_certificate", "not_tls", "eof", "timeout", "other"}
 
 // frameRefusedReasons are the close reasons that refuse a frame or a message.
-var frameRefusedReasons = []proxy.CloseReason{proxy.ReasonFrameTooBig, proxy.ReasonMessageTooBig, proxy.ReasonBackendFrameTooBig}
+var frameRefusedReasons = []proxy.CloseReason{proxy.ReasonFrameTooBig, proxy.ReasonMessageTooBig, proxy.ReasonBackendFrameTooBig,
+	proxy.ReasonMessageTooBigInflated, proxy.ReasonDeflateError, proxy.ReasonRateLimited}
 
 // wsMetrics are the WebSocket-native series: closes by side and code,
 // time to 101, closes edge sent, heartbeats, retries, refused frames and
@@ -37,6 +38,8 @@ type wsMetrics struct {
 	refused     *prometheus.CounterVec
 	retries     *prometheus.CounterVec
 	tlsFail     *prometheus.CounterVec
+	deflate     *prometheus.CounterVec
+	deflateIn   *prometheus.CounterVec
 }
 
 func newWSMetrics(reg *prometheus.Registry) *wsMetrics {
@@ -61,7 +64,13 @@ func newWSMetrics(reg *prometheus.Registry) *wsMetrics {
 		tlsFail: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "edge_tls_handshake_failures_total",
 			Help: "TLS handshakes that failed, by reason."}, []string{"listener", "reason"}),
 	}
-	reg.MustRegister(w.closes, w.upgrade, w.closeSent, w.pings, w.pingTimeout, w.refused, w.retries, w.tlsFail)
+	w.deflate = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "edge_websocket_deflate_total",
+		Help: "WebSocket connections whose client offered compression, by outcome: stripped (the pool's deflate policy removed it), declined (the backend did not accept it), on (negotiated, limits count compressed bytes), limit (negotiated, messages counted inflated)."},
+		[]string{"pool", "outcome"})
+	w.deflateIn = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "edge_websocket_deflate_client_bytes_total",
+		Help: "Payload of the clients' compressed messages on connections under the deflate policy limit, by kind: wire (compressed, as received) and inflated (what it inflates to, counted up to max_message_bytes per message)."},
+		[]string{"pool", "kind"})
+	reg.MustRegister(w.closes, w.upgrade, w.closeSent, w.pings, w.pingTimeout, w.refused, w.retries, w.tlsFail, w.deflate, w.deflateIn)
 	return w
 }
 
@@ -86,12 +95,22 @@ func (w *wsMetrics) PingSent(pool string) { w.pings.WithLabelValues(pool).Inc() 
 // Retried implements proxy.Observer.
 func (w *wsMetrics) Retried(pool, leg string) { w.retries.WithLabelValues(pool, leg).Inc() }
 
+// Deflate implements proxy.Observer.
+func (w *wsMetrics) Deflate(pool, outcome string) { w.deflate.WithLabelValues(pool, outcome).Inc() }
+
+// Inflated implements proxy.Observer.
+func (w *wsMetrics) Inflated(pool string, wire, inflated int64) {
+	w.deflateIn.WithLabelValues(pool, "wire").Add(float64(wire))
+	w.deflateIn.WithLabelValues(pool, "inflated").Add(float64(inflated))
+}
+
 // closedFor counts the reasons that have a series of their own.
 func (w *wsMetrics) closedFor(pool, reason string) {
 	switch proxy.CloseReason(reason) {
 	case proxy.ReasonPingTimeout:
 		w.pingTimeout.WithLabelValues(pool).Inc()
-	case proxy.ReasonFrameTooBig, proxy.ReasonMessageTooBig, proxy.ReasonBackendFrameTooBig:
+	case proxy.ReasonFrameTooBig, proxy.ReasonMessageTooBig, proxy.ReasonBackendFrameTooBig,
+		proxy.ReasonMessageTooBigInflated, proxy.ReasonDeflateError, proxy.ReasonRateLimited:
 		w.refused.WithLabelValues(pool, reason).Inc()
 	}
 }
@@ -135,6 +154,12 @@ func (m *metrics) initSeries(pools, tlsListeners []string) {
 		for _, leg := range []string{proxy.LegUpgrade, proxy.LegPlain} {
 			w.retries.WithLabelValues(p, leg).Add(0)
 		}
+		for _, o := range proxy.DeflateOutcomes() {
+			w.deflate.WithLabelValues(p, o).Add(0)
+		}
+		for _, k := range []string{"wire", "inflated"} {
+			w.deflateIn.WithLabelValues(p, k).Add(0)
+		}
 		for _, r := range proxy.CloseReasons() {
 			m.closed.WithLabelValues(p, string(r)).Add(0)
 		}
@@ -164,7 +189,7 @@ func (m *metrics) initSeries(pools, tlsListeners []string) {
 
 // forgetPoolSeries drops the series of a pool that no longer exists.
 func (w *wsMetrics) forgetPoolSeries(pool string) {
-	for _, v := range []*prometheus.CounterVec{w.closes, w.closeSent, w.pings, w.pingTimeout, w.refused, w.retries} {
+	for _, v := range []*prometheus.CounterVec{w.closes, w.closeSent, w.pings, w.pingTimeout, w.refused, w.retries, w.deflate, w.deflateIn} {
 		v.DeletePartialMatch(prometheus.Labels{"pool": pool})
 	}
 	w.upgrade.DeletePartialMatch(prometheus.Labels{"pool": pool})

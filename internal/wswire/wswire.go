@@ -48,6 +48,7 @@ func AcceptKey(key string) string {
 // Header is the part of an RFC 6455 §5.2 frame header edge needs.
 type Header struct {
 	Fin    bool
+	Rsv1   bool // permessage-deflate's "Per-Message Compressed" bit (RFC 7692 §6)
 	Opcode byte
 	Masked bool
 	Length uint64 // payload length
@@ -66,6 +67,7 @@ func ParseHeader(b []byte) (Header, error) {
 		return h, nil
 	}
 	h.Fin = b[0]&0x80 != 0
+	h.Rsv1 = b[0]&0x40 != 0
 	h.Opcode = b[0] & 0x0f
 	h.Masked = b[1]&0x80 != 0
 	size := 2

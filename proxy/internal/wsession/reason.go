@@ -20,9 +20,17 @@ const (
 	ReasonFrameTooBig        Reason = "frame_too_big"         // a client frame over max_frame_bytes: close 1009
 	ReasonMessageTooBig      Reason = "message_too_big"       // a client message over max_message_bytes: close 1009
 	ReasonBackendFrameTooBig Reason = "backend_frame_too_big" // a backend frame over max_frame_bytes
-	ReasonError              Reason = "error"                 // a socket error the splice could not attribute
-	ReasonMoved              Reason = "moved"                 // handed to another edge process, still open there
-	ReasonRestart            Reason = "restart"               // edge restarted and could not hand it over: close 1012
+	// ReasonMessageTooBigInflated: a compressed client message that
+	// inflates past max_message_bytes (deflate policy limit): close 1009.
+	ReasonMessageTooBigInflated Reason = "message_too_big_inflated"
+	// ReasonDeflateError: a compressed client message that is no DEFLATE
+	// stream (deflate policy limit): close 1007.
+	ReasonDeflateError Reason = "deflate_error"
+	// ReasonRateLimited: a client over its message or byte rate: close 1008.
+	ReasonRateLimited Reason = "rate_limited"
+	ReasonError       Reason = "error"   // a socket error the splice could not attribute
+	ReasonMoved       Reason = "moved"   // handed to another edge process, still open there
+	ReasonRestart     Reason = "restart" // edge restarted and could not hand it over: close 1012
 )
 
 // ReasonKeep closes without recording a reason of its own: the one
@@ -36,7 +44,8 @@ func Reasons() []Reason {
 		ReasonClientClosed, ReasonBackendClosed, ReasonShutdown, ReasonDrain,
 		ReasonBackendGone, ReasonAdminDrain, ReasonIdleTimeout, ReasonWriteTimeout, ReasonFinTimeout,
 		ReasonPingTimeout, ReasonFrameTooBig, ReasonMessageTooBig,
-		ReasonBackendFrameTooBig, ReasonError, ReasonMoved, ReasonRestart,
+		ReasonBackendFrameTooBig, ReasonMessageTooBigInflated, ReasonDeflateError, ReasonRateLimited,
+		ReasonError, ReasonMoved, ReasonRestart,
 	}
 }
 
@@ -80,6 +89,8 @@ const (
 	CloseGoingAway      = 1001 // drain
 	CloseProtocolError  = 1002 // a one-byte close body
 	CloseNoStatus       = 1005 // a close frame without a status code (§7.1.5)
+	CloseInvalidData    = 1007 // a compressed message that is no DEFLATE stream
+	ClosePolicy         = 1008 // a client over its message or byte rate
 	CloseMessageTooBig  = 1009 // a client frame or message over the limit
 	ClosePingTimeout    = 1011 // a missed ping timeout, as python-websockets does
 	CloseServiceRestart = 1012 // a backend that left its pool

@@ -34,6 +34,12 @@ type Config struct {
 	PingTimeout     time.Duration // silence after a ping before the end; 0: none
 	LingerTimeout   time.Duration // lingering close; <= 0: none
 	LingerBytes     int64         // client bytes dropped while lingering, at most
+
+	// Inflate, when not nil, counts the inflated size of the client's
+	// permessage-deflate messages against MaxMessageBytes (the deflate
+	// policy "limit") on connections that negotiated it (DeflateOn), with
+	// counting inflaters from this pool.
+	Inflate *Inflaters
 }
 
 // FrameAware reports whether c asks for frame-aware mode: client frames
@@ -93,6 +99,7 @@ type aware struct {
 	c2b    tracker
 	tooBig bool
 	mask   [8]byte
+	z      zcount
 
 	// endAfterClose: end once the close frame to the client is out (a
 	// client frame was over the limit).
@@ -368,7 +375,11 @@ func (s *Session) FromClient(p []byte, now int64) Client {
 	if f.tooBig {
 		return Client{}
 	}
-	n := f.c2b.feed(p, false)
+	var z *zcount
+	if f.z.on {
+		z = &f.z
+	}
+	n := f.c2b.feedCounting(p, false, z, f.c2b.msgLimit, s.cfg.Inflate)
 	if code, ok := f.c2b.newClose(); ok {
 		s.NoteClose(SideClient, code)
 	}
@@ -382,13 +393,52 @@ func (s *Session) FromClient(p []byte, now int64) Client {
 	}
 	f.tooBig = true
 	f.endAfterClose.Store(true)
-	reason := ReasonFrameTooBig
-	if f.c2b.tooBigMsg {
+	reason, code := ReasonFrameTooBig, CloseMessageTooBig
+	switch {
+	case f.z.bad:
+		reason, code = ReasonDeflateError, CloseInvalidData
+	case f.c2b.inflated:
+		reason = ReasonMessageTooBigInflated
+	case f.c2b.tooBigMsg:
 		reason = ReasonMessageTooBig
 	}
-	c.Wake = s.Request(CloseMessageTooBig, reason)
+	c.Wake = s.Request(code, reason)
+	f.z.release(s.cfg.Inflate)
 	return c
 }
+
+// DeflateOn records that the connection negotiated permessage-deflate
+// (the backend's 101 accepted it): under a Config with Inflate, the
+// client's compressed messages are counted inflated from now on.
+func (s *Session) DeflateOn() {
+	if f := s.fw; f != nil {
+		f.z.negotiated = true
+		f.z.on = s.cfg.Inflate != nil && f.c2b.msgLimit > 0
+	}
+}
+
+// Deflate reports whether permessage-deflate was negotiated and whether
+// the client's messages are counted inflated.
+func (s *Session) Deflate() (negotiated, counted bool) {
+	if f := s.fw; f != nil {
+		return f.z.negotiated, f.z.on
+	}
+	return false, false
+}
+
+// Inflated returns the wire payload bytes of the client's compressed
+// messages and what they inflated to (up to the limit), so far.
+func (s *Session) Inflated() (wire, inflated uint64) {
+	if f := s.fw; f != nil {
+		return f.z.wire, f.z.inflated
+	}
+	return 0, 0
+}
+
+// MidMessage reports a compressed client message under way, whose
+// counting state is mid-stream: it cannot move to another process.
+// Client reader only (or with it stopped).
+func (s *Session) MidMessage() bool { return s.fw != nil && s.fw.z.inFlight() }
 
 // MaskedClose returns the masked close 1001 FromClient asked for, masked
 // with mask (the driver's random key, RFC 6455 §5.3). Client reader only.

@@ -11,8 +11,12 @@ import (
 
 // stateVersion is the version of MarshalBinary's layout. A reader rejects
 // any other version: a session restored from a layout it does not know
-// would inject control frames inside frames.
-const stateVersion = 1
+// would inject control frames inside frames. Version 2 added the
+// permessage-deflate flag (stDeflate) and the tracker's trInflated: a
+// version-1 record cannot say whether deflate was negotiated, so it is
+// refused (the connection then gets a 1012 where it was) rather than
+// resumed without counting.
+const stateVersion = 2
 
 // Flag bits of a marshalled session.
 const (
@@ -28,7 +32,8 @@ const (
 	stPingWanted
 	stPingExpired
 	stTracksClient // the client->backend tracker was followed
-	stKnown        = stTracksClient<<1 - 1
+	stDeflate      // permessage-deflate was negotiated (frame-aware only)
+	stKnown        = stDeflate<<1 - 1
 )
 
 // Flag bits of a marshalled tracker.
@@ -42,7 +47,8 @@ const (
 	trCloseDone
 	trNoted
 	trMasked
-	trKnown = trMasked<<1 - 1
+	trInflated
+	trKnown = trInflated<<1 - 1
 )
 
 // trackerSize is the marshalled size of a tracker.
@@ -53,7 +59,8 @@ const trackerSize = wswire.MaxHeader + 4 + 2 + 2 + 1 + 8 + 8 + 1 + 2
 // limit) and the client stream was not, so its position is unknown.
 var ErrIncompatible = errors.New("wsession: client frames not followed before, cannot be followed now")
 
-// MarshalBinary returns what s holds: the positions of both frame
+// MarshalBinary returns what s holds (never a compressed client message
+// under way, MidMessage: its inflater state does not move): the positions of both frame
 // trackers, the close state, the heartbeat timestamps (unix nanos, wall
 // clock: a new process resumes them against its own clock) and the
 // lingering state. The Config is not part of it: a restored session takes
@@ -83,6 +90,7 @@ func (s *Session) MarshalBinary() ([]byte, error) {
 		set(stPingWanted, f.pingWanted.Load())
 		set(stPingExpired, f.pingExpired.Load())
 		set(stTracksClient, s.cfg.tracksClient())
+		set(stDeflate, f.z.negotiated)
 	}
 	b = binary.BigEndian.AppendUint16(b, flags)
 	b = binary.BigEndian.AppendUint32(b, uint32(s.closeCode.Load()))
@@ -139,6 +147,9 @@ func (s *Session) UnmarshalBinary(b []byte) error {
 		f.lastClient.Store(st.last)
 		f.pingSent.Store(st.sent)
 		f.awaitSince.Store(st.await)
+		if flags&stDeflate != 0 {
+			s.DeflateOn()
+		}
 	}
 	return nil
 }
@@ -197,7 +208,7 @@ func (st *state) check(cfg *Config) error {
 		return fmt.Errorf("wsession: linger state %d", st.linger)
 	case st.code < 0 || st.code > 4999 || st.at < 0 || st.at > 65535:
 		return errors.New("wsession: close code out of range")
-	case flags&stAware == 0 && flags&(stTooBig|stEndAfterClose|stPingWanted|stPingExpired|stTracksClient) != 0:
+	case flags&stAware == 0 && flags&(stTooBig|stEndAfterClose|stPingWanted|stPingExpired|stTracksClient|stDeflate) != 0:
 		return errors.New("wsession: frame-aware flags on an opaque session")
 	case cfg.tracksClient() && flags&stTracksClient == 0:
 		return ErrIncompatible
@@ -211,7 +222,7 @@ func (t *tracker) appendState(b []byte) []byte {
 	b = append(b, t.closeMask[:]...)
 	b = append(b, t.closeBuf[:]...)
 	flags := uint16(0)
-	for i, v := range []bool{t.closeSeen, t.broken, t.tooBig, t.split, t.tooBigMsg, t.closing, t.closeDone, t.noted, t.masked} {
+	for i, v := range []bool{t.closeSeen, t.broken, t.tooBig, t.split, t.tooBigMsg, t.closing, t.closeDone, t.noted, t.masked, t.inflated} {
 		if v {
 			flags |= 1 << i
 		}
@@ -233,6 +244,7 @@ func (t *tracker) readState(r *reader) {
 	t.closeSeen, t.broken, t.tooBig = flags&trCloseSeen != 0, flags&trBroken != 0, flags&trTooBig != 0
 	t.split, t.tooBigMsg, t.closing = flags&trSplit != 0, flags&trTooBigMsg != 0, flags&trClosing != 0
 	t.closeDone, t.noted, t.masked = flags&trCloseDone != 0, flags&trNoted != 0, flags&trMasked != 0
+	t.inflated = flags&trInflated != 0
 	t.hn = int(r.u8())
 	t.remaining = r.u64()
 	t.msgLen = r.u64()

@@ -18,6 +18,7 @@ type tracker struct {
 	tooBig    bool // see limit
 	split     bool // see limit
 	tooBigMsg bool // see msgLimit
+	inflated  bool // tooBigMsg: inflated, counted by feedCounting's zcount
 	// The status code of the first close frame (RFC 6455 §5.5.1: its
 	// first two payload bytes, unmasked; CloseNoStatus when it has none),
 	// in code once closeDone; noted tells the session it was taken.
@@ -67,7 +68,14 @@ func (t *tracker) newClose() (int, bool) {
 // payload bytes is judged as soon as it is parsed, before any of the
 // payload arrives: feed returns the offset of that header in p (0 when it
 // began in an earlier chunk) and consumes nothing from then on.
-func (t *tracker) feed(p []byte, stop bool) int {
+func (t *tracker) feed(p []byte, stop bool) int { return t.feedCounting(p, stop, nil, 0, nil) }
+
+// feedCounting is feed that also counts the inflated size of compressed
+// messages with z (nil: none) against limit: the first payload byte that
+// could take a message past it stops the tracker like a header over the
+// limit does (tooBig and tooBigMsg, inflated, split), and feedCounting
+// returns its offset in p.
+func (t *tracker) feedCounting(p []byte, stop bool, z *zcount, limit uint64, ps *Inflaters) int {
 	if t.tooBig {
 		return 0
 	}
@@ -78,8 +86,17 @@ func (t *tracker) feed(p []byte, stop bool) int {
 			if t.closing {
 				t.closeBytes(p[i : i+int(k)])
 			}
+			if z != nil {
+				if keep, over := z.payload(p[i:i+int(k)], limit, ps); over {
+					t.tooBig, t.tooBigMsg, t.inflated, t.split = true, true, true, true
+					return i + keep
+				}
+			}
 			i += int(k)
 			t.remaining -= k
+			if t.remaining == 0 && z != nil {
+				z.frameEnd(ps)
+			}
 			if t.remaining == 0 && stop {
 				return i
 			}
@@ -107,6 +124,12 @@ func (t *tracker) feed(p []byte, stop bool) int {
 		i += h.Size - before
 		t.hn = 0
 		t.remaining = h.Length
+		if z != nil {
+			z.frame(h.Fin, h.Rsv1, h.Opcode, h.IsControl(), t.hdr[h.Size-4*b2i(h.Masked):h.Size])
+			if h.Length == 0 {
+				z.frameEnd(ps)
+			}
+		}
 		if h.Opcode == wswire.OpClose {
 			t.closeSeen = true
 			t.closeStart(h, t.hdr[:h.Size])
@@ -179,4 +202,11 @@ func (t *tracker) closeBytes(b []byte) {
 
 func (t *tracker) closeReport(code int) {
 	t.closing, t.closeDone, t.code = false, true, code
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
