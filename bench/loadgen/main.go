@@ -14,6 +14,9 @@
 //	         proxy cannot hide its queueing (no coordinated omission)
 //	connect  -workers loops of dial, TLS 1.3 handshake (full, or resumed with
 //	         -resume), WebSocket upgrade, one echo, close
+//	hold     -conns connections that each reconnect when they end (after a
+//	         random delay up to -reconnect-jitter), answer pings, and of
+//	         which -active echo -size bytes -rate times a second (hold.go)
 //
 // -client picks the WebSocket implementation, gorilla/websocket or
 // gobwas/ws (client.go says how each writes a message, and so which TLS
@@ -65,12 +68,14 @@ type config struct {
 	srcCount  int
 	maxLife   time.Duration
 	timeout   time.Duration
+	active    int
+	jitter    time.Duration
 }
 
 func main() {
 	var c config
 	var src string
-	flag.StringVar(&c.mode, "mode", "echo", "workload: idle, echo, rate or connect")
+	flag.StringVar(&c.mode, "mode", "echo", "workload: idle, echo, rate, connect or hold")
 	flag.StringVar(&c.client, "client", clientGorilla, "WebSocket client: "+clientGorilla+" or "+clientGobwas+" (see client.go for how each writes messages)")
 	flag.StringVar(&c.target, "target", "127.0.0.1:18443", "address of the proxy under test")
 	flag.StringVar(&c.host, "host", "localhost", "TLS server name and Host header")
@@ -86,6 +91,8 @@ func main() {
 	flag.StringVar(&src, "src-base", "127.0.0.2", "first source address")
 	flag.IntVar(&c.srcOffset, "src-offset", 0, "offset of this process's first source address from -src-base")
 	flag.IntVar(&c.srcCount, "src-count", 64, "number of source addresses this process uses")
+	flag.IntVar(&c.active, "active", 0, "hold: connections that echo -size bytes -rate times a second; the others only answer pings")
+	flag.DurationVar(&c.jitter, "reconnect-jitter", 10*time.Second, "hold: a connection that ends reconnects after a random delay up to this")
 	flag.DurationVar(&c.maxLife, "max-life", 10*time.Minute, "exit after this long whatever happens")
 	flag.DurationVar(&c.timeout, "timeout", 15*time.Second, "timeout of one dial, handshake, upgrade or echo")
 	flag.Parse()
@@ -340,6 +347,8 @@ func (g *gen) run(ctx context.Context, cmds <-chan string) error {
 		return g.runLoop(ctx, cmds, true)
 	case "connect":
 		return g.runConnect(ctx, cmds)
+	case "hold":
+		return g.runHold(ctx, cmds)
 	default:
 		return fmt.Errorf("unknown -mode %q", g.c.mode)
 	}

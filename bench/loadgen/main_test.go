@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -30,6 +31,8 @@ type harness struct {
 	cmds   chan string
 	done   chan error
 	cancel context.CancelFunc
+	// drop closes every connection the server accepted so far.
+	drop func()
 }
 
 func startGen(t *testing.T, c config) *harness {
@@ -41,6 +44,7 @@ func startGen(t *testing.T, c config) *harness {
 	t.Cleanup(be.Close)
 	srv := httptest.NewUnstartedServer(be)
 	cl := &countingListener{Listener: srv.Listener, accepted: new(atomic.Int64), read: new(atomic.Int64)}
+	t.Cleanup(cl.closeAll)
 	srv.Listener = cl
 	srv.StartTLS()
 	t.Cleanup(srv.Close)
@@ -57,7 +61,7 @@ func startGen(t *testing.T, c config) *harness {
 	g := newGen(c)
 	pr, pw := io.Pipe()
 	g.out = json.NewEncoder(pw)
-	h := &harness{t: t, accepted: cl.accepted, read: cl.read, events: make(chan wire.Event, 8), cmds: make(chan string), done: make(chan error, 1)}
+	h := &harness{t: t, accepted: cl.accepted, read: cl.read, events: make(chan wire.Event, 8), cmds: make(chan string), done: make(chan error, 1), drop: cl.closeAll}
 	go func() {
 		dec := json.NewDecoder(pr)
 		for {
@@ -104,10 +108,24 @@ func (h *harness) await(what string, cond func() bool) {
 	}
 }
 
-// countingListener counts accepted connections and the bytes read from them.
+// countingListener counts accepted connections and the bytes read from
+// them, and keeps them for closeAll.
 type countingListener struct {
 	net.Listener
 	accepted, read *atomic.Int64
+	mu             sync.Mutex
+	conns          []net.Conn
+}
+
+// closeAll closes every connection accepted so far, as a proxy that dies
+// does (http.Server does not track hijacked ones).
+func (l *countingListener) closeAll() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, c := range l.conns {
+		_ = c.Close()
+	}
+	l.conns = nil
 }
 
 func (l *countingListener) Accept() (net.Conn, error) {
@@ -116,6 +134,9 @@ func (l *countingListener) Accept() (net.Conn, error) {
 		return nil, err
 	}
 	l.accepted.Add(1)
+	l.mu.Lock()
+	l.conns = append(l.conns, c)
+	l.mu.Unlock()
 	return countingConn{Conn: c, read: l.read}, nil
 }
 

@@ -20,6 +20,8 @@ const (
 	// EventEchoed. It shows that connections held for a while still carry
 	// traffic end to end.
 	CmdEcho = "echo"
+	// CmdStats asks a hold-mode generator for an EventStats.
+	CmdStats = "stats"
 )
 
 // Event kinds the generator sends.
@@ -34,6 +36,11 @@ const (
 	// EventEchoed answers CmdEcho: Messages counts the connections whose
 	// echo came back, out of Conns.
 	EventEchoed = "echoed"
+	// EventStats answers CmdStats in hold mode: Conns are up now, Ops
+	// counts every upgrade so far (reconnects included), Ended the
+	// connections that ended after their upgrade, Messages the active
+	// echoes so far and Latency those since the previous CmdStats.
+	EventStats = "stats"
 )
 
 // Event is one line written by a generator.
@@ -52,6 +59,7 @@ type Event struct {
 	// window (connect phase); Resumed counts those whose TLS session was
 	// resumed (tls.ConnectionState.DidResume).
 	Ops     uint64 `json:"ops,omitempty"`
+	Ended   uint64 `json:"ended,omitempty"`
 	Resumed uint64 `json:"resumed,omitempty"`
 	// Latency holds echo round trips (rate) or connect cycles (connect).
 	Latency *stats.Histogram `json:"latency,omitempty"`
