@@ -175,16 +175,18 @@ one() { # proxy repeat
 	sleep 1
 	coproc LG { taskset -c 1 "$out/bin/loadgen" -mode connect -client "$client" -target $ip:18443 -workers ${WORKERS:-16} $r \
 		-src-base 127.0.22.2 -src-count 16 -timeout 60s -max-life 10m 2>>"$dir/loadgen.log"; }
-	local line
-	read -r line <&"${LG[0]}"
+	# The coprocess's variables vanish when it exits: keep its pipes.
+	local lgout lgin line lgpid=$LG_PID
+	exec {lgout}<&"${LG[0]}" {lgin}>&"${LG[1]}"
+	read -r line <&"$lgout"
 	local worker=$ppid # the tree sum covers nginx's worker
 	local t0 t1
 	if [ "$mode" = callgrind ]; then callgrind_control -i on "$ppid" >/dev/null; else t0=$(tree_times "$worker"); fi
-	echo start >&"${LG[1]}"
+	echo start >&"$lgin"
 	sleep "$window"
-	echo stop >&"${LG[1]}"
+	echo stop >&"$lgin"
 	if [ "$mode" = callgrind ]; then callgrind_control -i off "$ppid" >/dev/null; else t1=$(tree_times "$worker"); fi
-	read -r line <&"${LG[0]}"
+	read -r line <&"$lgout"
 	local ops res
 	ops=$(echo "$line" | sed -n 's/.*"ops":\([0-9]*\).*/\1/p')
 	res=$(echo "$line" | sed -n 's/.*"resumed":\([0-9]*\).*/\1/p')
@@ -200,7 +202,8 @@ one() { # proxy repeat
 		tck=$(getconf CLK_TCK)
 		echo "$name $rep ${ops:-0} ${res:-0} us $(((($3 - $1) * 1000000 / tck) / ${ops:-1})) $(((($4 - $2) * 1000000 / tck) / ${ops:-1}))"
 	fi
-	[ -n "${LG[1]:-}" ] && eval "exec ${LG[1]}>&-"
+	exec {lgin}>&- {lgout}<&-
+	wait "$lgpid" 2>/dev/null || true
 	cleanup
 	sleep 0.5
 }
