@@ -88,6 +88,17 @@ func (s *Server) dialUpgrade(ctx context.Context, x *exchange) (bc *backendConn,
 		}
 		var he *handshakeError
 		if errors.As(err, &he) && he.fault == "" {
+			if he.slow {
+				// The backend took the request and has not answered in
+				// time: a 504 for this client, no strike against the
+				// backend (a slow path is not a broken backend, and any
+				// client can choose one), and no retry (the request
+				// reached a backend; another try would double what a
+				// slow path costs).
+				s.log.Debug("backend answer slower than the handshake timeout; not counted against the backend",
+					"route", x.routeName(), "backend", b.ID(), "err", err)
+				return nil, fmt.Errorf("%w: %w", errSlowAnswer, err)
+			}
 			if he.local {
 				// Edge itself is short of descriptors or memory: another
 				// backend would fail the same way, and none is to blame.
@@ -413,16 +424,21 @@ func (d *deadlineWriter) Write(p []byte) (int, error) {
 }
 
 // handshakeError is a failed dial or handshake with whose fault it is.
-// fault names a failure of the backend's own, which counts towards its
-// passive ejection: the connect refused, timed out or unreachable, a reset
-// or an EOF before a complete response head, a head that is malformed, over
-// the limit or too slow (a timeout, as Envoy's outlier detection counts
-// upstream timeouts), a 101 with a wrong Sec-WebSocket-Accept. An empty
-// fault is edge's own trouble or none of the handshake's: local is set for
-// a lack of descriptors, buffers, memory or local ports on edge.
+// fault names a failure that shows the backend down or broken, which
+// counts towards its passive ejection: the connect refused, timed out or
+// unreachable, a reset or an EOF before a complete response head, a head
+// that is malformed or over the limit, a 101 with a wrong
+// Sec-WebSocket-Accept. An empty fault is no such proof: local is set for
+// a lack of descriptors, buffers, memory or local ports on edge; slow for
+// a backend that accepted the connection and took the request but did not
+// answer within the handshake timeout. A slow answer is what any client
+// can cause by choosing a slow path (a long poll, an export), so unlike
+// Envoy's gateway failures it never counts; a backend that is slow for
+// everyone fails its active health checks instead.
 type handshakeError struct {
 	fault string
 	local bool
+	slow  bool
 	err   error
 }
 
@@ -459,13 +475,13 @@ func dialFault(err error) error {
 }
 
 // ioFault classifies a failed write of the request or read of the head,
-// once connected.
+// once connected: a timeout is a slow answer, never the backend's fault.
 func ioFault(err error) error {
 	switch {
 	case isLocal(err):
 		return &handshakeError{local: true, err: err}
 	case isTimeout(err):
-		return &handshakeError{fault: "timeout", err: err}
+		return &handshakeError{slow: true, err: err}
 	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
 		return &handshakeError{fault: "eof", err: err}
 	}

@@ -8,7 +8,11 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"runtime"
+	"slices"
+	"sort"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -213,9 +217,8 @@ func TestUpgradeWithBodyRefused(t *testing.T) {
 }
 
 // TestBackendFailuresStillCount: what is the backend's own fault keeps
-// counting: a refused connect, an EOF before the head, a malformed head, a
-// 101 with a wrong Sec-WebSocket-Accept, a head slower than the handshake
-// timeout.
+// counting: a refused connect, an EOF or a reset before the head, a
+// malformed head, a 101 with a wrong Sec-WebSocket-Accept.
 func TestBackendFailuresStillCount(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
@@ -228,19 +231,19 @@ func TestBackendFailuresStillCount(t *testing.T) {
 		{"bad accept", func(t *testing.T) string {
 			return answerBackend(t, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: bad\r\n\r\n")
 		}, http.StatusBadGateway},
-		{"slow head", func(t *testing.T) string {
-			return testkit.RawBackend(t, func(c net.Conn) { io.Copy(io.Discard, c) })
-		}, http.StatusGatewayTimeout},
+		{"reset before any byte", func(t *testing.T) string {
+			return testkit.RawBackend(t, func(c net.Conn) {
+				http.ReadRequest(bufio.NewReader(c))
+				c.(*net.TCPConn).SetLinger(0) // close with a reset
+			})
+		}, http.StatusBadGateway},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := ejectingPool(t, map[string]string{"a": tc.addr(t), "b": testkit.ClosedPort(t)})
 			p.Retries = 0
-			// The fast failures must come within the timeout even on a slow
-			// machine, or they turn into 504s; only the slow head waits it out.
-			p.HandshakeTimeout = 2 * time.Second
-			if tc.status == http.StatusGatewayTimeout {
-				p.HandshakeTimeout = 300 * time.Millisecond
-			}
+			// The failures must come within the timeout even on a slow
+			// machine, or they turn into 504s.
+			p.HandshakeTimeout = 5 * time.Second
 			b := p.Balancer.Snapshot().ByID("a")
 			p.Balancer.Snapshot().ByID("b").SetHealthy(false) // every pick lands on a
 			e := startEdge(t, edgeConfig{opts: Options{Routes: []Route{{Default: true, Pool: p}}}})
@@ -258,49 +261,151 @@ func TestBackendFailuresStillCount(t *testing.T) {
 	}
 }
 
-// TestSlowPathLeavesHalfThePool: a path whose backends answer slower than
-// the handshake timeout counts as the backends' timeouts (as Envoy counts
-// upstream timeouts), but the ejection cap (default 50%) keeps the other
-// half of the pool serving every other path.
-func TestSlowPathLeavesHalfThePool(t *testing.T) {
-	slowOrOK := func(t *testing.T) string {
-		return testkit.RawBackend(t, func(c net.Conn) {
-			br := bufio.NewReader(c)
-			req, ok := testkit.ReadUpgrade(t, br)
-			if req == nil {
-				return
-			}
-			if req.URL.Path == "/slow" {
-				io.Copy(io.Discard, br) // never answers
-				return
-			}
-			io.WriteString(c, ok)
+// slowPathBackend answers an upgrade to /slow only after 30 s (a long
+// poll, an export: the backend accepted and read the request and is busy
+// answering it), every other path at once.
+func slowPathBackend(t *testing.T) string {
+	return testkit.RawBackend(t, func(c net.Conn) {
+		br := bufio.NewReader(c)
+		req, ok := testkit.ReadUpgrade(t, br)
+		if req == nil {
+			return
+		}
+		if req.URL.Path == "/slow" {
+			// Answered after 30 s, unless edge hangs up first.
+			c.SetReadDeadline(time.Now().Add(30 * time.Second))
 			io.Copy(io.Discard, br)
+			c.SetReadDeadline(time.Time{})
+		}
+		io.WriteString(c, ok)
+		io.Copy(io.Discard, br)
+	})
+}
+
+// TestSlowAnswersEjectNothing: concurrent upgrades to a path the backends
+// answer slower than the handshake timeout are 504s for those clients and
+// no strike against any backend, with the ejection settings conf gives by
+// default (5 failures in 30 s, cap 50%): 12 of them used to eject two of
+// four backends.
+func TestSlowAnswersEjectNothing(t *testing.T) {
+	for _, n := range []int{12, 100} {
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			bp, err := balance.NewPool(balance.PoolOptions{Name: "chat", Eject: balance.EjectOptions{Failures: 5, Window: 30 * time.Second, Cooldown: 30 * time.Second, MaxPercent: 50}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var ms []balance.Member
+			for i := range 4 {
+				ms = append(ms, balance.Member{ID: fmt.Sprint("b", i), Addr: slowPathBackend(t)})
+			}
+			if err := bp.Update(ms); err != nil {
+				t.Fatal(err)
+			}
+			// The edge's handshake timeout is far shorter than the slow
+			// path's 30 s, so every upgrade to it times out.
+			p := &Pool{Name: "chat", Balancer: bp, DialTimeout: 5 * time.Second, HandshakeTimeout: 300 * time.Millisecond, Retries: 1}
+			e := startEdge(t, edgeConfig{opts: Options{Routes: []Route{{Default: true, Pool: p}}}})
+			var wg sync.WaitGroup
+			statuses := make([]int, n)
+			for i := range n {
+				wg.Go(func() {
+					c := e.rawConn(t)
+					c.SetDeadline(time.Now().Add(30 * time.Second))
+					io.WriteString(c, testkit.RawUpgrade("/slow", "x"))
+					if resp, err := http.ReadResponse(bufio.NewReader(c), nil); err == nil {
+						statuses[i] = resp.StatusCode
+					}
+				})
+			}
+			wg.Wait()
+			for i, st := range statuses {
+				if st != http.StatusGatewayTimeout {
+					t.Fatalf("upgrade %d to the slow path: status %d, want 504", i, st)
+				}
+			}
+			if got := ejectedIDs(p); len(got) != 0 {
+				t.Fatalf("ejected by slow answers: %v", got)
+			}
+			if got := e.obs.dialFailures(); len(got) != 0 {
+				t.Fatalf("slow answers counted as %d backend failures: %v", len(got), got)
+			}
+			for _, b := range bp.Snapshot().Backends {
+				if got := b.EjectionsRefused(); got != 0 {
+					t.Fatalf("backend %s: %d ejections refused, want no failure counted", b.ID(), got)
+				}
+			}
+			// Every backend still answers every other path.
+			for range 8 {
+				c := e.rawConn(t)
+				io.WriteString(c, testkit.RawUpgrade("/", "x"))
+				testkit.Read101(t, c)
+				c.Close()
+			}
 		})
 	}
-	bp, err := balance.NewPool(balance.PoolOptions{Name: "chat", Eject: balance.EjectOptions{Failures: 2, Cooldown: time.Minute}})
+}
+
+// notAcceptingBackend is a backend whose process stopped calling accept:
+// its listener's accept queue (backlog 0 holds one) is full, so the kernel
+// drops further SYNs and a connect times out.
+func notAcceptingBackend(t *testing.T) string {
+	t.Helper()
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := bp.Update([]balance.Member{{ID: "a", Addr: slowOrOK(t)}, {ID: "b", Addr: slowOrOK(t)}}); err != nil {
+	t.Cleanup(func() { syscall.Close(fd) })
+	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
 		t.Fatal(err)
 	}
-	p := &Pool{Name: "chat", Balancer: bp, DialTimeout: time.Second, HandshakeTimeout: 200 * time.Millisecond, Retries: 1}
-	// Every other path goes to the same backends with a handshake timeout
-	// a healthy backend meets even on a slow machine.
-	other := &Pool{Name: "chat", Balancer: bp, DialTimeout: time.Second, HandshakeTimeout: 5 * time.Second, Retries: 1}
-	e := startEdge(t, edgeConfig{opts: Options{Routes: []Route{{PathPrefix: "/slow", Pool: p}, {Default: true, Pool: other}}}})
-	for range 5 {
-		if resp, _ := upgradeAnswer(t, e, "/slow"); resp.StatusCode != http.StatusGatewayTimeout {
-			t.Fatalf("slow path: got %d, want 504", resp.StatusCode)
+	if err := syscall.Listen(fd, 0); err != nil {
+		t.Fatal(err)
+	}
+	sa, err := syscall.Getsockname(fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", sa.(*syscall.SockaddrInet4).Port)
+	// Fill the queue: this connection is never accepted.
+	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return addr
+}
+
+// TestDownBackendsStillEjected: next to the slow answers that count
+// nothing, a backend that is down or broken still is: one that stopped
+// accepting (connect timeout), one whose process is gone (connect
+// refused), one that answers garbage.
+func TestDownBackendsStillEjected(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the full accept queue dropping SYNs is Linux behaviour")
+	}
+	p := ejectingPool(t, map[string]string{
+		"ok":           slowPathBackend(t),
+		"notaccepting": notAcceptingBackend(t),
+		"gone":         testkit.ClosedPort(t),
+		"garbage":      answerBackend(t, "SSH-2.0-OpenSSH_9.2\r\n\r\n"),
+	})
+	p.DialTimeout = 300 * time.Millisecond
+	p.Retries = 3
+	e := startEdge(t, edgeConfig{opts: Options{Routes: []Route{{Default: true, Pool: p}}}})
+	for range 20 {
+		if len(ejectedIDs(p)) == 3 {
+			break
 		}
+		c := e.rawConn(t)
+		io.WriteString(c, testkit.RawUpgrade("/", "x"))
+		testkit.Read101(t, c)
+		c.Close()
 	}
-	if got := ejectedIDs(p); len(got) != 1 {
-		t.Fatalf("ejected: %v, want exactly one of two (cap 50%%)", got)
+	got := ejectedIDs(p)
+	sort.Strings(got)
+	if want := []string{"garbage", "gone", "notaccepting"}; !slices.Equal(got, want) {
+		t.Fatalf("ejected: %v, want %v", got, want)
 	}
-	c := e.rawConn(t)
-	io.WriteString(c, testkit.RawUpgrade("/", "x"))
-	testkit.Read101(t, c)
 }
 
 // TestHeadLimitBoundary: a head of exactly the limit passes whatever

@@ -21,6 +21,9 @@ var (
 	// errAnswerBroken: the backend answered a complete head, then its
 	// body broke: nothing to retry.
 	errAnswerBroken = errors.New("backend answer broken after its head")
+	// errSlowAnswer: the backend took the request and did not answer
+	// within the handshake timeout; it wraps the timeout (504).
+	errSlowAnswer = errors.New("backend answer slower than the handshake timeout")
 )
 
 // upgradeStatus is the status a failed dial or backend handshake is

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"crypto/tls"
+	"errors"
 	"math"
 	"net/http"
 	"strconv"
@@ -163,11 +164,14 @@ func (s *Server) serveWebSocket(w http.ResponseWriter, x *exchange) {
 		x.release()
 		status, answer := upgradeStatus(err)
 		x.status, x.reason = status, "dial_failed"
+		if errors.Is(err, errSlowAnswer) {
+			x.reason = "timeout"
+		}
 		if !answer {
 			// Logged as nginx does (499): the client closed the request.
 			x.status, x.reason = statusClientClosed, "client_closed"
 		} else {
-			s.obs.Rejected(x.routeName(), status, "dial_failed")
+			s.obs.Rejected(x.routeName(), status, x.reason)
 			http.Error(w, http.StatusText(status), status)
 		}
 		x.logAccess()
