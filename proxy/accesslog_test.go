@@ -2,9 +2,11 @@ package proxy
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"log/slog"
 	"net/http"
+	"os/exec"
 	"regexp"
 	"strings"
 	"testing"
@@ -27,17 +29,21 @@ func (l *logCounter) attrs(i int) map[string]slog.Value {
 // loggedID waits for an access line of kind k whose request_id is id: the
 // line is written once the answer has gone, so the client may read the
 // answer before it exists.
-func (l *logCounter) loggedID(t *testing.T, k, id string) {
+// It returns the line's attributes.
+func (l *logCounter) loggedID(t *testing.T, k, id string) map[string]slog.Value {
 	t.Helper()
+	var line map[string]slog.Value
 	found := func() bool {
 		for i := l.count() - 1; i >= 0; i-- {
 			if a := l.attrs(i); a["kind"].String() == k && a["request_id"].String() == id {
+				line = a
 				return true
 			}
 		}
 		return false
 	}
 	testkit.WaitFor(t, "the access line with request_id "+id, found)
+	return line
 }
 
 func (l *logCounter) lastKind(t *testing.T, k string) map[string]slog.Value {
@@ -153,12 +159,15 @@ func TestAccessLogCloseSides(t *testing.T) {
 	})
 }
 
-// TestRequestIDKeptAndPassed: a valid incoming X-Request-Id reaches the
-// backend once, on the plain and the WebSocket leg, and is logged; a
-// lookalike spelling cannot smuggle a second one.
+// TestRequestIDKeptAndPassed: a valid X-Request-Id from a trusted proxy
+// reaches the backend once, on the plain and the WebSocket leg, and is
+// logged; a lookalike spelling cannot smuggle a second one.
 func TestRequestIDKeptAndPassed(t *testing.T) {
 	lc := &logCounter{}
-	e, _ := oneBackendEdge(t, spliceReadiness, false, func(_ *Pool, cfg *edgeConfig) { cfg.opts.AccessLog = slog.New(lc) })
+	e, _ := oneBackendEdge(t, spliceReadiness, false, func(_ *Pool, cfg *edgeConfig) {
+		cfg.opts.AccessLog = slog.New(lc)
+		cfg.lo.TrustedProxies = mustPrefixes("127.0.0.0/8")
+	})
 	req, _ := http.NewRequest("GET", e.httpURL("/headers"), nil)
 	req.Header["X-Request-Id"] = []string{"abc-123.XYZ"}
 	req.Header["X_Request_Id"] = []string{"smuggled"}
@@ -181,6 +190,53 @@ func TestRequestIDKeptAndPassed(t *testing.T) {
 	e.obs.waitClosed(t)
 	if got := lc.lastKind(t, "ws")["request_id"].String(); got != "ws-id-1" {
 		t.Errorf("ws logged request_id: got %q", got)
+	}
+}
+
+// TestRequestIDOfUntrustedPeerReplaced: a client that is no trusted proxy
+// does not choose its request id (it could collide with real ones or
+// confuse the logs): curl's X-Request-Id and a WebSocket client's are
+// replaced by a generated id, which is what the backend gets and the log
+// line's request_id; the client's value is logged apart, as
+// client_request_id.
+func TestRequestIDOfUntrustedPeerReplaced(t *testing.T) {
+	if _, err := exec.LookPath("curl"); err != nil {
+		t.Skip("no curl")
+	}
+	lc := &logCounter{}
+	e, _ := oneBackendEdge(t, spliceReadiness, false, func(_ *Pool, cfg *edgeConfig) {
+		cfg.opts.AccessLog = slog.New(lc)
+		cfg.lo.TrustedProxies = mustPrefixes("10.0.0.0/8") // not the test's loopback peer
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "curl", "-sS", "--fail", "-H", "X-Request-Id: chosen-by-client", e.httpURL("/headers")).Output()
+	if err != nil {
+		t.Fatalf("curl: %v", err)
+	}
+	var h map[string][]string
+	if err := json.Unmarshal(out, &h); err != nil {
+		t.Fatalf("backend headers %q: %v", out, err)
+	}
+	got := h["X-Request-Id"]
+	if len(got) != 1 || !generatedID.MatchString(got[0]) {
+		t.Fatalf("backend X-Request-Id: got %q, want one generated id instead of the client's", got)
+	}
+	a := lc.loggedID(t, "http", got[0])
+	if c := a["client_request_id"].String(); c != "chosen-by-client" {
+		t.Errorf("client_request_id: got %q, want the client's value", c)
+	}
+
+	c, _ := e.dialWS(t, "/", http.Header{"X-Request-Id": {"ws-chosen"}})
+	got = testkit.AskHeaders(t, c)["X-Request-Id"]
+	if len(got) != 1 || !generatedID.MatchString(got[0]) {
+		t.Errorf("ws backend X-Request-Id: got %q, want a generated id", got)
+	}
+	c.Close()
+	e.obs.waitClosed(t)
+	a = lc.lastKind(t, "ws")
+	if a["request_id"].String() != got[0] || a["client_request_id"].String() != "ws-chosen" {
+		t.Errorf("ws access line: request_id %v client_request_id %v, want %s and ws-chosen", a["request_id"], a["client_request_id"], got)
 	}
 }
 

@@ -38,7 +38,7 @@
 //	conns.go      live-connection registry, Drain, CloseBackend, CloseConnsOn, Connections
 //	closereason.go close reasons, close sides and codes (declared in
 //	              wsession), refusals: the lists metrics are zero-initialised from
-//	requestid.go  X-Request-Id kept or made up, for the log and backends
+//	requestid.go  X-Request-Id kept from a trusted proxy or made up, for the log and backends
 //	http.go       plain HTTP leg (long-polling transports) over net/http's
 //	              Transport: both bodies streamed, no replays
 //	proxyproto.go PROXY protocol v1/v2 listener wrapper for trusted peers

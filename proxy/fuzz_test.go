@@ -146,7 +146,7 @@ func FuzzLookalikeHeaders(f *testing.F) {
 	f.Add("X_Forwarded_For", "6.6.6.6")
 	f.Add("x_client-CERT", "admin")
 	f.Add("X_Real_IP", "1.2.3.4")
-	// X-Request-Id is edge's to write (kept from a valid client value):
+	// X-Request-Id is edge's to write (kept from a trusted proxy's valid value):
 	// its lookalikes are dropped.
 	f.Add("X_Request_Id", "abc")
 	// A header edge does not manage passes.
@@ -315,7 +315,9 @@ func FuzzBackendResponseHead(f *testing.F) {
 }
 
 // FuzzRequestID: the id edge logs and forwards is always one bounded
-// token of visible ASCII; a valid client id is kept as it is.
+// token of visible ASCII; a valid id from a trusted proxy is kept as it
+// is, any other peer's is replaced by a generated one and comes back
+// only to be logged apart.
 func FuzzRequestID(f *testing.F) {
 	f.Add("abc-123")
 	f.Add("")
@@ -323,12 +325,20 @@ func FuzzRequestID(f *testing.F) {
 	f.Add("caf\xc3\xa9")
 	f.Add(strings.Repeat("a", 129))
 	f.Fuzz(func(t *testing.T, in string) {
-		id := requestID(http.Header{"X-Request-Id": {in}})
-		if !validRequestID(id) {
-			t.Fatalf("id %q for %q is not a valid id", id, in)
+		h := http.Header{"X-Request-Id": {in}}
+		id, client := requestID(h, true)
+		if !validRequestID(id) || client != "" {
+			t.Fatalf("trusted peer: id %q, client %q for %q; want a valid id and no client value", id, client, in)
 		}
 		if validRequestID(in) && id != in {
-			t.Fatalf("valid id %q replaced by %q", in, id)
+			t.Fatalf("trusted peer: valid id %q replaced by %q", in, id)
+		}
+		id, client = requestID(h, false)
+		if !generatedID.MatchString(id) {
+			t.Fatalf("untrusted peer: id %q for %q, want a generated one", id, in)
+		}
+		if want := map[bool]string{true: in}[validRequestID(in)]; client != want {
+			t.Fatalf("untrusted peer: client value %q for %q, want %q", client, in, want)
 		}
 	})
 }

@@ -29,7 +29,7 @@ type handler struct {
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s := h.s
 	x := &exchange{s: s, lo: &h.lo, r: r, start: s.now(), kind: "http",
-		method: r.Method, host: r.Host, path: r.URL.Path, reqID: requestID(r.Header)}
+		method: r.Method, host: r.Host, path: r.URL.Path}
 	if r.TLS != nil {
 		x.tls = tls.VersionName(r.TLS.Version)
 	}
@@ -45,6 +45,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		stopHandshakeLog(r.Context())
 	}
 	x.id = decideClient(r.RemoteAddr, r.Header["X-Forwarded-For"], h.lo.TrustedProxies)
+	x.reqID, x.clientReqID = requestID(r.Header, x.id.trusted)
 
 	if r.Method == http.MethodOptions && r.RequestURI == "*" {
 		// RFC 9110 §9.3.7: OPTIONS * asks about the server itself; edge

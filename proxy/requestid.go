@@ -12,14 +12,24 @@ import (
 const maxRequestIDLen = 128
 
 // requestID returns the request's id for the access log and the
-// backends: the client's X-Request-Id when there is exactly one, 1 to
-// maxRequestIDLen bytes of visible ASCII (no space: it must be one token
-// in a log line), otherwise a new one.
-func requestID(h http.Header) string {
-	if v := h["X-Request-Id"]; len(v) == 1 && validRequestID(v[0]) {
-		return v[0]
+// backends, and the client's own value when it was not taken. The peer's
+// X-Request-Id is taken only from a trusted proxy (trusted: the peer is in
+// the listener's TrustedProxies), and only when there is exactly one, 1 to
+// maxRequestIDLen bytes of visible ASCII (no space: it must be one token in
+// a log line); otherwise the id is new. A client that is no proxy must not
+// choose the id every log line and backend trace carries (a collision with
+// a real one, log confusion), so its valid value comes back as client, to
+// be logged apart; an invalid one is dropped.
+func requestID(h http.Header, trusted bool) (id, client string) {
+	v := h["X-Request-Id"]
+	ok := len(v) == 1 && validRequestID(v[0])
+	if ok && trusted {
+		return v[0], ""
 	}
-	return newRequestID()
+	if ok {
+		client = v[0]
+	}
+	return newRequestID(), client
 }
 
 func validRequestID(s string) bool {

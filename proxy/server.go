@@ -167,7 +167,8 @@ type exchange struct {
 	// drop the request (and its header map) after the handshake.
 	method, host, path string
 	tls                string // TLS version name; "" on a plain listener
-	reqID              string // X-Request-Id, the client's or made up
+	reqID              string // X-Request-Id, a trusted proxy's or made up
+	clientReqID        string // an untrusted peer's X-Request-Id, logged apart
 	// WebSocket only: time from the request to the 101, and who closed
 	// first with which code (0: no close frame seen).
 	upgrade   time.Duration
@@ -211,6 +212,10 @@ func (x *exchange) logAccess() {
 		slog.String("reason", x.reason),
 	}
 	n := 15
+	if x.clientReqID != "" {
+		attrs[n] = slog.String("client_request_id", x.clientReqID)
+		n++
+	}
 	if x.kind == "ws" && x.status == http.StatusSwitchingProtocols {
 		attrs[n] = slog.Float64("upgrade_s", x.upgrade.Seconds())
 		attrs[n+1] = slog.String("close_side", string(x.closeSide))
