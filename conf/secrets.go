@@ -104,7 +104,7 @@ func secretBits(key []byte) float64 {
 // whitespace (the trailing newline editors add). Devices and pipes are
 // refused so that a typo such as /dev/zero cannot hang or exhaust edge.
 func readSecretFile(path string) ([]byte, error) {
-	if err := checkFile(path); err != nil {
+	if err := checkSecretFile(path); err != nil {
 		return nil, err
 	}
 	f, err := os.Open(path)
@@ -139,6 +139,26 @@ func checkFile(path string) error {
 		return err
 	case !fi.Mode().IsRegular():
 		return fmt.Errorf("%s: not a regular file", path)
+	}
+	return nil
+}
+
+// checkSecretFile is checkFile for a file that holds a secret, which must
+// not be open to group or others (mode & 0o077 == 0): any other account on
+// the host, or a group it shares, could read the token or key, or replace
+// it. ssh refuses private keys for the same reason. Only the file's own
+// bits count (after symlinks): a directory that lets others in cannot
+// expose a file they may not read.
+func checkSecretFile(path string) error {
+	if err := checkFile(path); err != nil {
+		return err
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		return err
+	}
+	if m := fi.Mode().Perm(); m&0o077 != 0 {
+		return fmt.Errorf("%s: mode %04o lets group or others at a secret; chmod 600 it (or 400)", path, m)
 	}
 	return nil
 }

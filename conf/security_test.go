@@ -1,10 +1,13 @@
 package conf
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/edgelb/edge/internal/testkit"
 )
 
 // TestAdminAddressMustBeLoopback: a non-loopback admin address without
@@ -108,6 +111,76 @@ func TestMaxConnectionsDerived(t *testing.T) {
 	for _, v := range []string{"0", "100"} {
 		if mustParse(t, minimal+"limits: {max_connections: "+v+"}\n").MaxConnectionsDerived() {
 			t.Errorf("max_connections: %s: derived, want kept", v)
+		}
+	}
+}
+
+// TestSecretFileModes: every secret the file names (the admin token, the
+// Consul token, cookie keys, session-ticket keys, certificate keys) is
+// refused when its file is open to group or others, with the setting, the
+// file and its mode; 0600 and 0400 load. ssh refuses private keys the
+// same way.
+func TestSecretFileModes(t *testing.T) {
+	dir := t.TempDir()
+	secret := "Xq3v9LmZ2pR7sT0wYb5nK8dF1gH4jC6e\n"
+	ticket := "ZGVmYXVsdCB0aWNrZXQga2V5IG1hdGVyaWFsIDQ4IGJ5dGVzIGxvbmcgcGFkcGFkcGFk\n"
+	cert := testkit.SelfSigned(t, "a.example")
+	certFile, keyFile := cert.Write(t, dir, "a.example")
+	for _, tc := range []struct {
+		setting, content string
+		config           func(path string) string
+	}{
+		{"admin.api.token_file", secret, func(p string) string {
+			return minimal + "admin:\n  api:\n    token_file: " + p + "\n"
+		}},
+		{"consul.token_file", secret, func(p string) string {
+			return minimal + "consul:\n  token_file: " + p + "\n"
+		}},
+		{"pools[0].cookie", secret, func(p string) string {
+			return `listeners: [{address: 127.0.0.1:8080}]
+pools: [{name: app, balance: cookie, backends: [{address: 127.0.0.1:9001}], cookie: {secret_file: ` + p + `}}]
+routes: [{default: true, pool: app}]
+`
+		}},
+		{"pools[0].cookie", secret, func(p string) string {
+			return `listeners: [{address: 127.0.0.1:8080}]
+pools: [{name: app, balance: cookie, backends: [{address: 127.0.0.1:9001}], cookie: {secret_env: EDGE_TEST_SECRET, previous_secret_file: ` + p + `}}]
+routes: [{default: true, pool: app}]
+`
+		}},
+		{"listeners[0].tls.session_tickets.key_file", ticket, func(p string) string {
+			return `listeners: [{address: 127.0.0.1:8443, tls: {certificates: [{cert_file: ` + certFile + `, key_file: ` + keyFile + `}], session_tickets: {key_file: ` + p + `}}}]
+pools: [{name: app, backends: [{address: 127.0.0.1:9001}]}]
+routes: [{default: true, pool: app}]
+`
+		}},
+		{"listeners[0].tls.certificates[0].key_file", string(cert.KeyPEM(t)), func(p string) string {
+			return `listeners: [{address: 127.0.0.1:8443, tls: {certificates: [{cert_file: ` + certFile + `, key_file: ` + p + `}]}}]
+pools: [{name: app, backends: [{address: 127.0.0.1:9001}]}]
+routes: [{default: true, pool: app}]
+`
+		}},
+	} {
+		t.Setenv("EDGE_TEST_SECRET", secret)
+		path := filepath.Join(t.TempDir(), "secret")
+		if err := os.WriteFile(path, []byte(tc.content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		for _, mode := range []os.FileMode{0o640, 0o604, 0o660, 0o644, 0o666} {
+			if err := os.Chmod(path, mode); err != nil {
+				t.Fatal(err)
+			}
+			got := parseErrors(t, tc.config(path)).Error()
+			want := fmt.Sprintf("%04o", mode)
+			if !strings.Contains(got, tc.setting) || !strings.Contains(got, path) || !strings.Contains(got, want) {
+				t.Errorf("%s at %s: got %q, want an error naming the setting, %s and its mode %s", tc.setting, want, got, path, want)
+			}
+		}
+		for _, mode := range []os.FileMode{0o600, 0o400} {
+			if err := os.Chmod(path, mode); err != nil {
+				t.Fatal(err)
+			}
+			mustParse(t, tc.config(path))
 		}
 	}
 }

@@ -71,7 +71,7 @@ func (c *Config) validate() (errs, warns []*Error) {
 	if c.Admin.API.TokenFile != "" && c.Admin.API.TokenEnv != "" {
 		v.errf("admin.api.token_env", "set only one of token_file and token_env")
 	}
-	v.file("admin.api.token_file", c.Admin.API.TokenFile, false)
+	v.secretFile("admin.api.token_file", c.Admin.API.TokenFile, false)
 	if c.Metrics.Address != "" && v.hostPort("metrics.address", c.Metrics.Address, true) && c.Metrics.Address == c.Admin.Address {
 		v.errf("metrics.address", "%q is the admin listener's address; leave metrics.address out to serve /metrics there", c.Metrics.Address)
 	}
@@ -218,7 +218,7 @@ func (v *validator) tls(path string, t *TLS) {
 	for i, c := range t.Certificates {
 		p := index(path+".certificates", i)
 		v.file(p+".cert_file", c.CertFile, true)
-		v.file(p+".key_file", c.KeyFile, true)
+		v.secretFile(p+".key_file", c.KeyFile, true)
 		v.file(p+".issuer_file", c.IssuerFile, false)
 	}
 	v.oneOf(path+".min_version", t.MinVersion, "1.2", "1.3")
@@ -236,7 +236,7 @@ func (v *validator) tls(path string, t *TLS) {
 	if t.SessionTickets.Keep < 1 || t.SessionTickets.Keep > 100 {
 		v.errf(st+".keep", "%d is outside 1..100", t.SessionTickets.Keep)
 	}
-	v.file(st+".key_file", t.SessionTickets.KeyFile, false)
+	v.secretFile(st+".key_file", t.SessionTickets.KeyFile, false)
 	if k := t.SessionTickets.ConsulKey; k != "" {
 		if t.SessionTickets.KeyFile != "" {
 			v.errf(st+".consul_key", "set key_file or consul_key, not both")
@@ -723,6 +723,19 @@ func (v *validator) file(path, name string, required bool) {
 		return
 	}
 	if err := checkFile(name); err != nil {
+		v.errf(path, "%v", err)
+	}
+}
+
+// secretFile is file for a file that holds a secret (checkSecretFile).
+func (v *validator) secretFile(path, name string, required bool) {
+	if name == "" {
+		if required {
+			v.errf(path, "required")
+		}
+		return
+	}
+	if err := checkSecretFile(name); err != nil {
 		v.errf(path, "%v", err)
 	}
 }

@@ -90,7 +90,7 @@ func fileContents(f CertFiles) (pairContents, error) {
 	if err != nil {
 		return pc, fmt.Errorf("certificate file %s: %w", f.CertFile, err)
 	}
-	pc.key, err = os.ReadFile(f.KeyFile)
+	pc.key, err = readSecretFile(f.KeyFile)
 	if err != nil {
 		return pc, fmt.Errorf("key file %s: %w", f.KeyFile, err)
 	}

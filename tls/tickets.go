@@ -17,7 +17,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"sync"
 	"time"
 )
@@ -42,7 +41,7 @@ func TicketKeyFile(path string) TicketKeySource { return ticketKeyFile{path: pat
 type ticketKeyFile struct{ path string }
 
 func (f ticketKeyFile) TicketKeys(context.Context) ([][]byte, error) {
-	data, err := os.ReadFile(f.path)
+	data, err := readSecretFile(f.path)
 	if err != nil {
 		return nil, fmt.Errorf("ticket key file %s: %w", f.path, err)
 	}

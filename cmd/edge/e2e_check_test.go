@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -175,5 +176,43 @@ func TestExpiredCertificateServedAround(t *testing.T) {
 		if !strings.Contains(metrics, w) {
 			t.Errorf("/metrics lacks %s", w)
 		}
+	}
+}
+
+// TestCheckRefusesOpenSecretFile: an admin token file readable by others
+// (0644, as a plain `echo > file` leaves it) is refused by `edge -check`
+// and at start, with the setting, the file and its mode; once chmod 600
+// it passes.
+func TestCheckRefusesOpenSecretFile(t *testing.T) {
+	dir := t.TempDir()
+	bs := backends(t, "b1")
+	token := filepath.Join(dir, "admin.token")
+	writeFile(t, token, "Xq3v9LmZ2pR7sT0wYb5nK8dF1gH4jC6e\n")
+	if err := os.Chmod(token, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg := checkConfig(t, dir, bs[0].Addr(), fmt.Sprintf("admin: {address: %q, api: {token_file: %q}}\nlisteners: [{name: ws, address: %q}]\n",
+		testkit.ClosedPort(t), token, testkit.ClosedPort(t)))
+	want := []string{cfg + ":1: admin.api.token_file", token, "mode 0644"}
+	code, out := runCheck(t, cfg)
+	if code == 0 {
+		t.Errorf("edge -check exited 0:\n%s", out)
+	}
+	for _, w := range want {
+		if !strings.Contains(out, w) {
+			t.Errorf("edge -check output lacks %q:\n%s", w, out)
+		}
+	}
+	out = startupFails(t, cfg)
+	for _, w := range want {
+		if !strings.Contains(out, w) {
+			t.Errorf("startup output lacks %q:\n%s", w, out)
+		}
+	}
+	if err := os.Chmod(token, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code, out := runCheck(t, cfg); code != 0 {
+		t.Errorf("edge -check with the token at 0600: exit %d\n%s", code, out)
 	}
 }
