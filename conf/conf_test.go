@@ -545,6 +545,11 @@ routes: [{default: true, pool: app}]
 				`edge.yaml:2: pools[0].websocket.deflate: "squeeze" is not one of "", "pass", "strip", "limit"`,
 				`edge.yaml:2: pools[0].websocket.deflate_max_window_bits: 8 must be 0 (no cap) or 9..15`,
 			}},
+		{"rate settings", minimalWith("", "websocket: {rate: {messages_per_second: -1, action: drop}}"),
+			[]string{
+				`edge.yaml:2: pools[0].websocket.rate.messages_per_second: -1 must be a number >= 0`,
+				`edge.yaml:2: pools[0].websocket.rate.action: "drop" is not one of "close", "slow"`,
+			}},
 		{"deflate limit without a message limit", minimalWith("", "websocket: {deflate: limit}"),
 			[]string{
 				`edge.yaml:2: pools[0].websocket.deflate: limit needs max_message_bytes`,

@@ -424,6 +424,8 @@ type WebSocket struct {
 	// client_max_window_bits in both handshakes, so backends and clients
 	// keep windows of at most 2^bits bytes. Default 0, no cap.
 	DeflateMaxWindowBits int `yaml:"deflate_max_window_bits"`
+	// Rate limits what each client sends on its connection.
+	Rate MessageRate `yaml:"rate"`
 	// Linger bounds the lingering close (every pool, frame-aware or not):
 	// after edge sent the client a close frame it shuts down its write
 	// half and reads and drops the client's input for at most this long
@@ -434,6 +436,34 @@ type WebSocket struct {
 	// 16 MiB.
 	LingerBytes int64 `yaml:"linger_bytes" default:"16777216"`
 }
+
+// MessageRate is a per-connection limit on what a client sends, each
+// rate a token bucket: 16 bytes a connection, nothing allocated per
+// message. Any rate set turns frame-aware splicing on.
+type MessageRate struct {
+	// MessagesPerSecond counts messages (at their first frame). Default
+	// 0, no limit.
+	MessagesPerSecond float64 `yaml:"messages_per_second"`
+	// MessageBurst is the bucket's size in messages. Default 0: one
+	// second's worth (at least 1).
+	MessageBurst float64 `yaml:"message_burst"`
+	// BytesPerSecond counts every byte read from the client. Default 0,
+	// no limit.
+	BytesPerSecond float64 `yaml:"bytes_per_second"`
+	// ByteBurst is the bucket's size in bytes. Default 0: one second's
+	// worth.
+	ByteBurst float64 `yaml:"byte_burst"`
+	// Action over a rate: close (close 1008, policy violation, with the
+	// reason "rate limited") or slow (the client is not read until its
+	// bucket has room: TCP pushes back). Default close.
+	Action string `yaml:"action" default:"close"`
+}
+
+// Actions of MessageRate.Action.
+const (
+	RateClose = "close"
+	RateSlow  = "slow"
+)
 
 // Deflate policies (WebSocket.Deflate).
 const (

@@ -214,7 +214,8 @@ func (p *Pool) fill(src *source, path string) {
 	// 4 MiB, the usual cap of WebSocket servers, never below the
 	// frame limit.
 	ws := &p.WebSocket
-	if !src.has(path+".websocket.max_message_bytes") && (ws.MaxFrameBytes > 0 || ws.PingInterval > 0) {
+	if !src.has(path+".websocket.max_message_bytes") && (ws.MaxFrameBytes > 0 || ws.PingInterval > 0 ||
+		ws.Rate.MessagesPerSecond > 0 || ws.Rate.BytesPerSecond > 0) {
 		ws.MaxMessageBytes = max(4<<20, ws.MaxFrameBytes)
 	}
 	l := &p.Limits

@@ -571,6 +571,16 @@ func (v *validator) webSocket(wp string, ws WebSocket) {
 	if b := ws.DeflateMaxWindowBits; b != 0 && (b < 9 || b > 15) {
 		v.errf(wp+".deflate_max_window_bits", "%d must be 0 (no cap) or 9..15 (8 is refused by zlib-based peers)", b)
 	}
+	r, rp := ws.Rate, wp+".rate"
+	for _, f := range []struct {
+		key string
+		v   float64
+	}{{"messages_per_second", r.MessagesPerSecond}, {"message_burst", r.MessageBurst}, {"bytes_per_second", r.BytesPerSecond}, {"byte_burst", r.ByteBurst}} {
+		if f.v < 0 || math.IsNaN(f.v) || math.IsInf(f.v, 0) {
+			v.errf(rp+"."+f.key, "%v must be a number >= 0", f.v)
+		}
+	}
+	v.oneOf(rp+".action", r.Action, RateClose, RateSlow)
 	if ws.Deflate == DeflateStrip && ws.DeflateMaxWindowBits != 0 {
 		v.warnf(wp+".deflate_max_window_bits", "ignored: deflate is strip, nothing is compressed")
 	}

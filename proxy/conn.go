@@ -272,6 +272,12 @@ func (c *wsConn) forward(p []byte) (int, error) {
 	v := c.sess.FromClient(p, time.Now().UnixNano())
 	if v.Wake {
 		c.wakeBackendReader()
+		if c.sess.Reason() == ReasonRateLimited {
+			c.s.obs.RateLimited(c.pool.Name, RateClose)
+		}
+	}
+	if v.Pause != 0 {
+		c.s.obs.RateLimited(c.pool.Name, RateSlow)
 	}
 	p = p[:v.N]
 	if len(p) > 0 {

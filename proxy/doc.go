@@ -152,7 +152,12 @@
 // nothing between messages, and the byte that would take it past
 // MaxMessageBytes never reaches the backend ("message_too_big_inflated").
 // The extension headers are rewritten by internal/wswire (RewriteOffer,
-// RewriteAnswer): strip, a single deflate offer, window caps. Client
+// RewriteAnswer): strip, a single deflate offer, window caps. Pool rates
+// (RateMessages, RateBytes) are token buckets in the session (16 bytes a
+// connection): a client over one gets a close 1008 "rate limited", or
+// with RateSlow is not read until the bucket refills (the goroutine
+// splice waits on a timer, the readiness splice leaves the client's
+// readiness pending until a sweep finds the bucket refilled). Client
 // frames are tracked only when one of the two is set (RFC 6455 §5.3 masked
 // frames: the tracker honours the mask bit).
 // At the header of a client frame over the limit, nothing more goes to the

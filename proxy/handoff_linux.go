@@ -377,7 +377,7 @@ func (s *Server) adoptPrepare(m *handoff.Message) (*wsConn, CloseReason, error) 
 		// The pool follows client frames now and this stream's position
 		// is unknown: resumed without client limits, then closed 1012.
 		own := *cfg
-		own.MaxFrameBytes, own.MaxMessageBytes = 0, 0
+		own.MaxFrameBytes, own.MaxMessageBytes, own.Rate = 0, 0, wsession.Rate{}
 		c.sess = wsession.Session{}
 		c.sess.Init(&own, time.Now().UnixNano())
 		if err := c.sess.UnmarshalBinary(st.Session); err != nil {

@@ -45,7 +45,17 @@ type Observer interface {
 	// before its ConnCloseCode: their wire payload bytes and what they
 	// inflated to (up to the limit).
 	Inflated(pool string, wire, inflated int64)
+	// RateLimited is called when a client goes over its pool's message or
+	// byte rate: action RateClose (it gets a close 1008) or RateSlow (its
+	// reading pauses until the bucket refills; once per pause).
+	RateLimited(pool, action string)
 }
+
+// Actions of Observer.RateLimited.
+const (
+	RateClose = "close"
+	RateSlow  = "slow"
+)
 
 // DeflateOutcomes lists the outcomes Observer.Deflate reports and the
 // access log's "deflate" field shows: the pool's policy removed the offer
@@ -101,3 +111,6 @@ func (NopObserver) Deflate(string, string) {}
 
 // Inflated implements Observer.
 func (NopObserver) Inflated(string, int64, int64) {}
+
+// RateLimited implements Observer.
+func (NopObserver) RateLimited(string, string) {}

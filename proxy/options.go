@@ -125,6 +125,19 @@ type Pool struct {
 	// compression memory, of backends and clients; 0 means no cap.
 	DeflateMaxWindowBits int
 
+	// Per-connection rates of what the client sends, each a token bucket
+	// (GCRA, 16 bytes a connection, nothing allocated per message):
+	// RateMessages messages per second (counted at a message's first
+	// frame) with a burst of RateMessageBurst, RateBytes bytes per second
+	// (every byte read) with a burst of RateByteBurst; 0 means no limit, a
+	// burst of 0 one second's worth. A client over either gets a close
+	// 1008 with the reason "rate limited" (ReasonRateLimited), or, with
+	// RateSlow, is not read until its bucket has room again, which pushes
+	// back through TCP. A rate turns frame-aware mode on.
+	RateMessages, RateMessageBurst float64
+	RateBytes, RateByteBurst       float64
+	RateSlow                       bool
+
 	// Lingering close (every pool, frame-aware or not): once the client
 	// was sent a close frame, edge shuts down its write half and reads and
 	// drops the client's input for at most LingerTimeout and LingerBytes
@@ -226,6 +239,8 @@ func (p *Pool) fill() *settings {
 		PingTimeout:     p.PingTimeout,
 		LingerTimeout:   p.LingerTimeout,
 		LingerBytes:     orDefault(p.LingerBytes, defaultLingerBytes),
+		Rate: wsession.Rate{Messages: p.RateMessages, MessageBurst: p.RateMessageBurst,
+			Bytes: p.RateBytes, ByteBurst: p.RateByteBurst, Slow: p.RateSlow},
 	}
 	if p.LingerTimeout == 0 {
 		d.ws.LingerTimeout = defaultLingerTimeout

@@ -68,6 +68,7 @@ type recorder struct {
 	deflate []string // Deflate outcomes
 	// wire and inflated sum Inflated.
 	wire, inflated int64
+	rateLimited    []string // RateLimited actions
 }
 
 func newRecorder() *recorder { return &recorder{closeCh: make(chan string, 4096)} }
@@ -110,6 +111,11 @@ func (r *recorder) CloseSent(string, int)          {}
 func (r *recorder) Deflate(_, outcome string) {
 	r.mu.Lock()
 	r.deflate = append(r.deflate, outcome)
+	r.mu.Unlock()
+}
+func (r *recorder) RateLimited(_, action string) {
+	r.mu.Lock()
+	r.rateLimited = append(r.rateLimited, action)
 	r.mu.Unlock()
 }
 func (r *recorder) Inflated(_ string, wire, inflated int64) {

@@ -154,6 +154,24 @@ func (c *wsConn) clientToBackend() (CloseReason, error) {
 			return writeReason(err, ReasonBackendClosed), err
 		}
 		c.in.Add(int64(k))
+		c.ratePause()
+	}
+}
+
+// ratePause waits, on the goroutine splice, until a client over its rate
+// under RateSlow may be read again: not reading pushes back through TCP.
+// The connection's end (its context) ends the wait.
+func (c *wsConn) ratePause() {
+	at := c.sess.ReadableAt()
+	d := time.Until(time.Unix(0, at))
+	if at == 0 || d <= 0 {
+		return
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-c.ctx.Done():
 	}
 }
 

@@ -269,7 +269,11 @@ func (c *wsConn) flushQueues() {
 // has no queue, and ends the connection once both are done.
 func (c *wsConn) pumps() {
 	r := &c.rd
-	if !r.closed.Load() && !r.c2bDone && !r.bs.queued() && r.cs.queuedBytes() <= clientQueueCap && r.c2bReady.Swap(false) {
+	// A client paused for its rate (RateSlow) keeps its readiness pending;
+	// the sweeper runs it once the bucket has room.
+	at := c.sess.ReadableAt()
+	paused := at != 0 && at > time.Now().UnixNano()
+	if !r.closed.Load() && !r.c2bDone && !paused && !r.bs.queued() && r.cs.queuedBytes() <= clientQueueCap && r.c2bReady.Swap(false) {
 		c.pumpClientToBackend()
 	}
 	if !r.closed.Load() && !r.b2cDone && !r.cs.queued() && (r.b2cReady.Swap(false) || c.sess.ClosePending() || c.sess.PingPending()) {
@@ -339,6 +343,12 @@ func (c *wsConn) pumpClientToBackend() {
 			}
 			c.in.Add(int64(k))
 			moved += n
+			if at := c.sess.ReadableAt(); at != 0 && at > time.Now().UnixNano() {
+				// Over its rate (RateSlow): not read until the sweeper
+				// finds the bucket refilled, so TCP pushes back.
+				r.c2bReady.Store(true)
+				return
+			}
 		} else if err == nil {
 			// edge's record layer read records without application
 			// data (recConn.Read): up to a buffer of KeyUpdates, each
@@ -500,7 +510,13 @@ func (c *wsConn) finishReady() {
 // noteTimeouts lowers the sweep period to a quarter of the pool's idle,
 // write and ping timeouts, so short timeouts are honoured closely.
 func (s *Server) noteTimeouts(p *Pool) {
-	for _, d := range []time.Duration{p.IdleTimeout, p.WriteTimeout, p.PingInterval, p.PingTimeout, p.settings().ws.LingerTimeout} {
+	// A client paused for its rate resumes at the next sweep: a quarter
+	// of 400 ms bounds the pause's overshoot at 100 ms.
+	rate := time.Duration(0)
+	if p.RateSlow && (p.RateMessages > 0 || p.RateBytes > 0) {
+		rate = 400 * time.Millisecond
+	}
+	for _, d := range []time.Duration{p.IdleTimeout, p.WriteTimeout, p.PingInterval, p.PingTimeout, p.settings().ws.LingerTimeout, rate} {
 		if d <= 0 {
 			continue
 		}
@@ -583,6 +599,9 @@ func (c *wsConn) sweep(now int64) {
 	}
 	if !c.sess.FrameAware() {
 		return
+	}
+	if at := c.sess.ReadableAt(); at != 0 && now >= at && c.rd.c2bReady.Load() {
+		c.kick() // a client paused for its rate may be read again
 	}
 	if due, timedOut := c.sess.PingCheck(now); timedOut {
 		// First a close 1011 at the next frame boundary (the runner's);

@@ -40,6 +40,7 @@ type wsMetrics struct {
 	tlsFail     *prometheus.CounterVec
 	deflate     *prometheus.CounterVec
 	deflateIn   *prometheus.CounterVec
+	rateLimited *prometheus.CounterVec
 }
 
 func newWSMetrics(reg *prometheus.Registry) *wsMetrics {
@@ -70,7 +71,10 @@ func newWSMetrics(reg *prometheus.Registry) *wsMetrics {
 	w.deflateIn = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "edge_websocket_deflate_client_bytes_total",
 		Help: "Payload of the clients' compressed messages on connections under the deflate policy limit, by kind: wire (compressed, as received) and inflated (what it inflates to, counted up to max_message_bytes per message)."},
 		[]string{"pool", "kind"})
-	reg.MustRegister(w.closes, w.upgrade, w.closeSent, w.pings, w.pingTimeout, w.refused, w.retries, w.tlsFail, w.deflate, w.deflateIn)
+	w.rateLimited = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "edge_websocket_rate_limited_total",
+		Help: "Clients over their pool's message or byte rate, by action: close (sent close 1008) or slow (reading paused until the bucket refilled; once per pause)."},
+		[]string{"pool", "action"})
+	reg.MustRegister(w.closes, w.upgrade, w.closeSent, w.pings, w.pingTimeout, w.refused, w.retries, w.tlsFail, w.deflate, w.deflateIn, w.rateLimited)
 	return w
 }
 
@@ -97,6 +101,11 @@ func (w *wsMetrics) Retried(pool, leg string) { w.retries.WithLabelValues(pool, 
 
 // Deflate implements proxy.Observer.
 func (w *wsMetrics) Deflate(pool, outcome string) { w.deflate.WithLabelValues(pool, outcome).Inc() }
+
+// RateLimited implements proxy.Observer.
+func (w *wsMetrics) RateLimited(pool, action string) {
+	w.rateLimited.WithLabelValues(pool, action).Inc()
+}
 
 // Inflated implements proxy.Observer.
 func (w *wsMetrics) Inflated(pool string, wire, inflated int64) {
@@ -160,6 +169,9 @@ func (m *metrics) initSeries(pools, tlsListeners []string) {
 		for _, k := range []string{"wire", "inflated"} {
 			w.deflateIn.WithLabelValues(p, k).Add(0)
 		}
+		for _, a := range []string{proxy.RateClose, proxy.RateSlow} {
+			w.rateLimited.WithLabelValues(p, a).Add(0)
+		}
 		for _, r := range proxy.CloseReasons() {
 			m.closed.WithLabelValues(p, string(r)).Add(0)
 		}
@@ -189,7 +201,7 @@ func (m *metrics) initSeries(pools, tlsListeners []string) {
 
 // forgetPoolSeries drops the series of a pool that no longer exists.
 func (w *wsMetrics) forgetPoolSeries(pool string) {
-	for _, v := range []*prometheus.CounterVec{w.closes, w.closeSent, w.pings, w.pingTimeout, w.refused, w.retries, w.deflate, w.deflateIn} {
+	for _, v := range []*prometheus.CounterVec{w.closes, w.closeSent, w.pings, w.pingTimeout, w.refused, w.retries, w.deflate, w.deflateIn, w.rateLimited} {
 		v.DeletePartialMatch(prometheus.Labels{"pool": pool})
 	}
 	w.upgrade.DeletePartialMatch(prometheus.Labels{"pool": pool})

@@ -107,6 +107,11 @@ func proxyPoolOf(pc *conf.Pool) proxy.Pool {
 		MaxMessageBytes:      pc.WebSocket.MaxMessageBytes,
 		Deflate:              proxy.DeflatePolicy(pc.WebSocket.Deflate),
 		DeflateMaxWindowBits: pc.WebSocket.DeflateMaxWindowBits,
+		RateMessages:         pc.WebSocket.Rate.MessagesPerSecond,
+		RateMessageBurst:     pc.WebSocket.Rate.MessageBurst,
+		RateBytes:            pc.WebSocket.Rate.BytesPerSecond,
+		RateByteBurst:        pc.WebSocket.Rate.ByteBurst,
+		RateSlow:             pc.WebSocket.Rate.Action == conf.RateSlow,
 		LingerTimeout:        lingerOf(pc.WebSocket.Linger.Std()),
 		LingerBytes:          pc.WebSocket.LingerBytes,
 		Cookie: proxy.CookieSettings{

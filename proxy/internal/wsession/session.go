@@ -1,7 +1,9 @@
 // Package wsession is the policy of one spliced WebSocket connection,
 // without any I/O: frame tracking in both directions, control frames only
 // at frame boundaries, pings and the ping timeout, frame and message
-// limits, close requests (drain, a departing backend, an operator), the
+// limits (a compressed client message counted inflated, deflate.go and
+// inflate.go), per-connection message and byte rates (rate.go), close
+// requests (drain, a departing backend, an operator), the
 // close code and side edge observed, the lingering close after a close
 // frame, and the close reason.
 //
@@ -40,18 +42,21 @@ type Config struct {
 	// policy "limit") on connections that negotiated it (DeflateOn), with
 	// counting inflaters from this pool.
 	Inflate *Inflaters
+
+	// Rate limits what the client sends per second (rate.go).
+	Rate Rate
 }
 
 // FrameAware reports whether c asks for frame-aware mode: client frames
 // or the heartbeat followed. Without it the splice is opaque.
 func (c *Config) FrameAware() bool {
-	return c.MaxFrameBytes > 0 || c.MaxMessageBytes > 0 || c.PingInterval > 0
+	return c.MaxFrameBytes > 0 || c.MaxMessageBytes > 0 || c.PingInterval > 0 || c.Rate.On()
 }
 
 // tracksClient reports whether client frames are followed (a frame or a
-// message limit).
+// message limit, or a rate: messages are counted at their first frame).
 func (c *Config) tracksClient() bool {
-	return c.MaxFrameBytes > 0 || c.MaxMessageBytes > 0
+	return c.MaxFrameBytes > 0 || c.MaxMessageBytes > 0 || c.Rate.On()
 }
 
 // Linger states.
@@ -100,6 +105,7 @@ type aware struct {
 	tooBig bool
 	mask   [8]byte
 	z      zcount
+	rate   buckets
 
 	// endAfterClose: end once the close frame to the client is out (a
 	// client frame was over the limit).
@@ -296,6 +302,9 @@ func (s *Session) closeControl(code int) Control {
 	case t.atBoundary():
 		s.closeSent = true
 		c.Frame, c.Code = wswire.CloseFrame(&s.ctl, code), code
+		if code == ClosePolicy {
+			c.Frame = rateLimitedClose
+		}
 	default:
 		return c
 	}
@@ -353,6 +362,9 @@ type Client struct {
 	// Wake: a close to the client was just requested; the driver wakes
 	// the backend reader.
 	Wake bool
+	// Pause, when not 0, is the unix nano time before which the client
+	// must not be read: it is over its rate under Rate.Slow.
+	Pause int64
 }
 
 // FromClient consumes the client bytes p read at now. At the header of a
@@ -379,7 +391,9 @@ func (s *Session) FromClient(p []byte, now int64) Client {
 	if f.z.on {
 		z = &f.z
 	}
-	n := f.c2b.feedCounting(p, false, z, f.c2b.msgLimit, s.cfg.Inflate)
+	boundary := f.c2b.atBoundary()
+	starts := 0
+	n := f.c2b.feedCounting(p, false, z, f.c2b.msgLimit, s.cfg.Inflate, &starts)
 	if code, ok := f.c2b.newClose(); ok {
 		s.NoteClose(SideClient, code)
 	}
@@ -389,6 +403,9 @@ func (s *Session) FromClient(p []byte, now int64) Client {
 		c.N, c.CloseBackend = n, !f.c2b.split
 	case f.c2b.broken:
 	default:
+		if r := &s.cfg.Rate; r.On() {
+			return s.charge(p, starts, boundary, now)
+		}
 		return Client{N: len(p)}
 	}
 	f.tooBig = true

@@ -68,14 +68,15 @@ func (t *tracker) newClose() (int, bool) {
 // payload bytes is judged as soon as it is parsed, before any of the
 // payload arrives: feed returns the offset of that header in p (0 when it
 // began in an earlier chunk) and consumes nothing from then on.
-func (t *tracker) feed(p []byte, stop bool) int { return t.feedCounting(p, stop, nil, 0, nil) }
+func (t *tracker) feed(p []byte, stop bool) int { return t.feedCounting(p, stop, nil, 0, nil, nil) }
 
 // feedCounting is feed that also counts the inflated size of compressed
 // messages with z (nil: none) against limit: the first payload byte that
 // could take a message past it stops the tracker like a header over the
 // limit does (tooBig and tooBigMsg, inflated, split), and feedCounting
-// returns its offset in p.
-func (t *tracker) feedCounting(p []byte, stop bool, z *zcount, limit uint64, ps *Inflaters) int {
+// returns its offset in p. starts, when not nil, is incremented at the
+// header of every data frame that starts a message (RFC 6455 §5.4).
+func (t *tracker) feedCounting(p []byte, stop bool, z *zcount, limit uint64, ps *Inflaters, starts *int) int {
 	if t.tooBig {
 		return 0
 	}
@@ -124,6 +125,9 @@ func (t *tracker) feedCounting(p []byte, stop bool, z *zcount, limit uint64, ps 
 		i += h.Size - before
 		t.hn = 0
 		t.remaining = h.Length
+		if starts != nil && !h.IsControl() && h.Opcode != wswire.OpContinuation {
+			*starts++
+		}
 		if z != nil {
 			z.frame(h.Fin, h.Rsv1, h.Opcode, h.IsControl(), t.hdr[h.Size-4*b2i(h.Masked):h.Size])
 			if h.Length == 0 {

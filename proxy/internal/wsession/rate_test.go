@@ -1,0 +1,70 @@
+package wsession
+
+import (
+	"testing"
+	"time"
+
+	"github.com/edgelb/edge/internal/testkit"
+	"github.com/edgelb/edge/internal/wswire"
+)
+
+func msg(n int) []byte { return testkit.MaskedFrame(wswire.OpText, make([]byte, n)) }
+
+func TestRateClosesAClientOverItsMessageRate(t *testing.T) {
+	var s Session
+	s.Init(&Config{Rate: Rate{Messages: 10, MessageBurst: 5}}, 0)
+	for i := range 5 {
+		if c := s.FromClient(msg(3), 0); c.N != len(msg(3)) || s.Requested() {
+			t.Fatalf("message %d of a burst of 5: forwarded %d, close requested %v", i+1, c.N, s.Requested())
+		}
+	}
+	c := s.FromClient(msg(3), 0)
+	if c.N != 0 || !c.CloseBackend || !c.Wake || s.Reason() != ReasonRateLimited || s.closeCode.Load() != ClosePolicy {
+		t.Fatalf("6th message at once: %+v reason %q code %d; want nothing forwarded, close 1008 rate_limited", c, s.Reason(), s.closeCode.Load())
+	}
+	ctl := s.BackendControl()
+	if string(ctl.Frame) != string(rateLimitedClose) || !ctl.End {
+		t.Fatalf("close frame % x, want % x ending the connection", ctl.Frame, rateLimitedClose)
+	}
+	// The bucket refills at the rate: one message 100 ms later passes.
+	var r Session
+	r.Init(&Config{Rate: Rate{Messages: 10, MessageBurst: 5}}, 0)
+	for range 5 {
+		r.FromClient(msg(3), 0)
+	}
+	if c := r.FromClient(msg(3), int64(100*time.Millisecond)); c.N == 0 || r.Requested() {
+		t.Fatal("a message after one token refilled was refused")
+	}
+}
+
+func TestRateSlowPausesReading(t *testing.T) {
+	var s Session
+	s.Init(&Config{Rate: Rate{Bytes: 1000, ByteBurst: 1000, Slow: true}}, 0)
+	p := msg(1500 - 8)
+	if len(p) != 1500 {
+		t.Fatalf("frame of %d bytes", len(p))
+	}
+	c := s.FromClient(p, 0)
+	if c.N != len(p) || s.Requested() {
+		t.Fatalf("slow: forwarded %d of %d, close requested %v", c.N, len(p), s.Requested())
+	}
+	want := int64(500 * time.Millisecond) // 1.5 s of bytes, 1 s of burst
+	if c.Pause != want || s.ReadableAt() != want {
+		t.Fatalf("pause until %d (ReadableAt %d), want %d", c.Pause, s.ReadableAt(), want)
+	}
+	if c := s.FromClient(msg(10), want); c.Pause == 0 {
+		t.Fatal("bytes right at the end of the pause did not pause again")
+	}
+}
+
+// A rate needs frames followed (messages are counted at their first
+// frame); the buckets are 16 bytes.
+func TestRateStateIsSmall(t *testing.T) {
+	if n := unsafeSizeof(buckets{}); n != 16 {
+		t.Fatalf("rate state %d bytes, want 16", n)
+	}
+	c := &Config{Rate: Rate{Bytes: 1}}
+	if !c.FrameAware() || !c.tracksClient() {
+		t.Fatal("a rate without frame tracking")
+	}
+}
