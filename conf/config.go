@@ -291,6 +291,13 @@ type OCSP struct {
 	// MustStaple says what to do with a must-staple certificate that has
 	// no valid staple: refuse (do not serve it) or serve. Default refuse.
 	MustStaple string `yaml:"must_staple" default:"refuse"`
+	// ConsulPrefix, when set, is a Consul KV prefix where the fleet shares
+	// its OCSP responses (PREFIX/ocsp/<certificate id>): one edge at a
+	// time, holding a Consul lock, asks the responder and stores the
+	// answer; the others staple it, and ask themselves only when it is
+	// missing, invalid or past half its validity. Default "": every edge
+	// asks for itself.
+	ConsulPrefix string `yaml:"consul_prefix"`
 }
 
 // ProxyProtocol configures the PROXY protocol on a listener.

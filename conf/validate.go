@@ -244,6 +244,9 @@ func (v *validator) tls(path string, t *TLS) {
 		v.consulKey(st+".consul_key", k)
 	}
 	v.oneOf(path+".ocsp.must_staple", t.OCSP.MustStaple, MustStapleRefuse, MustStapleServe)
+	if p := t.OCSP.ConsulPrefix; p != "" {
+		v.consulKey(path+".ocsp.consul_prefix", p)
+	}
 }
 
 // routes checks the routes and returns the names of the pools they use.

@@ -115,6 +115,10 @@ type OCSPOptions struct {
 	// (responders are contacted rarely, and some, like `openssl ocsp`,
 	// serve one connection at a time).
 	HTTPClient *http.Client
+	// Share, when set, shares responses with the other edges of a fleet
+	// (see StapleShare): a response another edge stored is stapled
+	// without asking the responder, and one edge at a time asks it.
+	Share StapleShare
 }
 
 // Observer receives the Terminator's events; implementations must be safe

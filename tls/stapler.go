@@ -127,6 +127,12 @@ func (s *stapler) ask(ctx context.Context, lc *loadedCert, issuer *x509.Certific
 		}
 		issuer = fetched
 	}
+	if s.opts.Share != nil {
+		if r, ok := s.askFleet(ctx, lc, issuer, now); ok {
+			r.issuer = fetched
+			return r
+		}
+	}
 	raw, resp, err := fetchOCSP(ctx, s.opts.HTTPClient, s.opts.Timeout, lc, issuer, now)
 	return ocspResult{raw, resp, err, fetched}
 }

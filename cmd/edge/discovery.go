@@ -34,7 +34,7 @@ func usesConsul(cfg *conf.Config) bool {
 		return true
 	}
 	for _, l := range cfg.Listeners {
-		if l.TLS != nil && l.TLS.SessionTickets.ConsulKey != "" {
+		if l.TLS != nil && (l.TLS.SessionTickets.ConsulKey != "" || l.TLS.OCSP.ConsulPrefix != "") {
 			return true
 		}
 	}

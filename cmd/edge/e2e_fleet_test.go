@@ -1,9 +1,15 @@
 package main
 
 import (
+	"context"
+	"crypto/x509"
 	"encoding/json"
+	"encoding/pem"
 	"fmt"
+	"net"
 	"net/http"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -115,5 +121,150 @@ func TestFleetCookieKeysFromConsul(t *testing.T) {
 	}
 	if len(st.CookieKeys) != 1 || st.CookieKeys[0].Keys != 3 || st.CookieKeys[0].Key != key {
 		t.Fatalf("/status cookie_keys: %+v", st.CookieKeys)
+	}
+}
+
+// ocspResponder is `openssl ocsp` answering "good" for one leaf, counting
+// the requests it answers (-text prints each one).
+type ocspResponder struct {
+	out *testkit.Buffer
+	url string
+}
+
+func (r *ocspResponder) requests() int { return strings.Count(r.out.String(), "OCSP Request Data:") }
+
+// startOCSPResponder writes ca and leaf's index for openssl and runs its
+// responder on a free loopback port (answers valid for an hour).
+func startOCSPResponder(t *testing.T, dir string, ca *testkit.CA, port string, leaf *x509.Certificate) *ocspResponder {
+	t.Helper()
+	bin, err := exec.LookPath("openssl")
+	if err != nil {
+		t.Skip("openssl not installed")
+	}
+	caFile, keyFile := filepath.Join(dir, "ca.pem"), filepath.Join(dir, "ca.key")
+	testkit.WriteFile(t, caFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ca.Cert.Raw}))
+	der, err := x509.MarshalPKCS8PrivateKey(ca.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testkit.WriteFile(t, keyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}))
+	serial := fmt.Sprintf("%X", leaf.SerialNumber)
+	if len(serial)%2 == 1 {
+		serial = "0" + serial
+	}
+	idx := filepath.Join(dir, "index.txt")
+	testkit.WriteFile(t, idx, fmt.Appendf(nil, "V\t%s\t\t%s\tunknown\t/CN=%s\n", leaf.NotAfter.UTC().Format("060102150405Z"), serial, leaf.Subject.CommonName))
+	testkit.WriteFile(t, idx+".attr", []byte("unique_subject = no\n"))
+	_, p, _ := net.SplitHostPort(port)
+	r := &ocspResponder{out: &testkit.Buffer{}, url: "http://" + port}
+	// Line-buffered: openssl writes its -text through stdio, which a pipe
+	// would otherwise hold until exit.
+	cmd := exec.Command("stdbuf", "-oL", bin, "ocsp", "-index", idx, "-CA", caFile, "-rsigner", caFile, "-rkey", keyFile,
+		"-port", p, "-nmin", "60", "-text", "-ignore_err")
+	cmd.Stdout, cmd.Stderr = r.out, r.out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	// Listening is asked of the kernel: a probe connection can wedge
+	// openssl 3.0's single-threaded responder.
+	testkit.WaitFor(t, "openssl ocsp listening", func() bool {
+		out, _ := exec.Command("ss", "-ltnH").Output()
+		return strings.Contains(string(out), ":"+p+" ")
+	})
+	return r
+}
+
+// stapleOf runs `openssl s_client -status` against s's TLS listener and
+// returns its output.
+func stapleOf(t *testing.T, s *setup, caFile string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "openssl", "s_client", "-connect", s.wss, "-servername", "localhost", "-status", "-CAfile", caFile)
+	cmd.Stdin = strings.NewReader("")
+	out, _ := cmd.CombinedOutput()
+	return string(out)
+}
+
+// TestFleetSharesOCSPStaples: three edges start together with one Consul
+// and an `openssl ocsp` responder: one of them (holding the Consul lock)
+// asks the responder, stores the answer in KV, and all three staple it.
+// A fourth edge started later staples the stored answer from its first
+// handshake. The responder answers one request in all.
+func TestFleetSharesOCSPStaples(t *testing.T) {
+	agent := consultest.Start(t)
+	bs := backends(t, "b1", "b2")
+	dir := t.TempDir()
+	ca := testkit.NewCA(t, "edge fleet test CA")
+	port := testkit.ClosedPort(t)
+	leaf := ca.Issue(t, testkit.CertOptions{Hosts: []string{"localhost", "127.0.0.1"}, OCSPServer: "http://" + port})
+	certFile, keyFile := leaf.Write(t, dir, "leaf")
+	r := startOCSPResponder(t, dir, ca, port, leaf.Cert)
+
+	mk := func() *setup {
+		s := &setup{dir: t.TempDir(), wss: testkit.ClosedPort(t), ws: testkit.ClosedPort(t), admin: testkit.ClosedPort(t), roots: ca.Pool()}
+		s.cfg = filepath.Join(s.dir, "edge.yaml")
+		s.write(t, bs, "least_conn", fmt.Sprintf("consul: {address: %q}\n", agent.Addr), certFile, keyFile)
+		body := strings.Replace(readFile(t, s.cfg), "}]\n", "}]\n      ocsp: {consul_prefix: edge}\n", 1)
+		writeFile(t, s.cfg, body)
+		return s
+	}
+	edges := []*setup{mk(), mk(), mk()}
+	var procs []*proc
+	for _, s := range edges {
+		p := &proc{cmd: exec.Command(edgeBin, "-config", s.cfg), done: make(chan error, 1), seen: make(chan struct{}, 1)}
+		p.cmd.Stdout, p.cmd.Stderr = p, p
+		if err := p.cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		go func() { p.done <- p.cmd.Wait() }()
+		t.Cleanup(func() {
+			_ = p.cmd.Process.Kill()
+			<-p.done
+			if t.Failed() {
+				t.Logf("edge log:\n%s", p.logs())
+			}
+		})
+		procs = append(procs, p)
+	}
+	for _, p := range procs {
+		p.waitLog(t, `"msg":"edge started"`)
+	}
+	caFile := filepath.Join(dir, "ca.pem")
+	for i, s := range edges {
+		if out := stapleOf(t, s, caFile); !strings.Contains(out, "OCSP Response Status: successful") || !strings.Contains(out, "Cert Status: good") {
+			t.Fatalf("edge %c staples no good response:\n%s", 'A'+i, out)
+		}
+	}
+	if n := r.requests(); n != 1 {
+		t.Fatalf("responder answered %d requests for three edges, want 1:\n%s", n, r.out.String())
+	}
+	pairs, _, err := agent.Client.KV().List("edge/ocsp/", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	staples := 0
+	for _, p := range pairs {
+		switch {
+		case strings.HasSuffix(p.Key, ".lock"):
+			if p.Session != "" {
+				t.Errorf("lock %s still held by session %s", p.Key, p.Session)
+			}
+		default:
+			staples++
+		}
+	}
+	if staples != 1 {
+		t.Fatalf("shared staples in KV: %d, want 1", staples)
+	}
+
+	d := mk()
+	startEdge(t, d.cfg)
+	if out := stapleOf(t, d, caFile); !strings.Contains(out, "Cert Status: good") {
+		t.Fatalf("edge D's first handshake staples no good response:\n%s", out)
+	}
+	if n := r.requests(); n != 1 {
+		t.Fatalf("responder answered %d requests after edge D joined, want still 1", n)
 	}
 }

@@ -203,6 +203,9 @@ func (e *edge) buildListener(cfg *conf.Config, lc conf.Listener) (*listener, err
 		if st := lc.TLS.SessionTickets; st.ConsulKey != "" && st.Enabled {
 			opts.Tickets.Source = newConsulTicketKeys(e.dyn.client, st)
 		}
+		if p := lc.TLS.OCSP.ConsulPrefix; p != "" {
+			opts.OCSP.Share = discovery.NewStaples(e.dyn.client, p)
+		}
 		opts.Logger = e.log.With("listener", lc.Name)
 		opts.Observer = e.metrics.tlsObserver(lc.Name)
 		term, err := edgetls.New(opts)
