@@ -31,6 +31,8 @@ func TestImportRules(t *testing.T) {
 		{pkg: "tls/record", noStdNet: true, noNet: true, external: []string{"golang.org/x/crypto/", "golang.org/x/sys/cpu"}},
 		{pkg: "proxy", ours: []string{"balance", "internal/hostname", "internal/wswire", "proxy/internal/wsession", "proxy/internal/handoff", "tls/record"}},
 		{pkg: "proxy/internal/handoff"},
+		// The session is pure policy: no I/O, no clock of its own.
+		{pkg: "proxy/internal/wsession", ours: []string{"internal/wswire"}, noStdNet: true, noNet: true},
 		{pkg: "discovery", ours: []string{"balance", "internal/hostname"}},
 		{pkg: "health", ours: []string{"balance", "internal/wswire"}},
 		{pkg: "internal/wswire", noStdNet: true},

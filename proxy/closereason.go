@@ -8,20 +8,18 @@ import (
 )
 
 // CloseReason says why a WebSocket connection ended: the access log's
-// "reason" and Observer.ConnClosed's reason. The reasons are declared
-// with the session policy that records them (internal/wsession); these
-// names are the package's API for them. The first reason recorded for a
-// connection wins.
+// "reason" and Observer.ConnClosed's reason. The reasons a stream's end,
+// a timeout or a limit gives are declared with the session policy that
+// records them (internal/wsession); why edge itself asks a connection to
+// close (a drain, a backend that left, an operator, a restart, a
+// shutdown) is declared here. The first reason recorded for a connection
+// wins.
 type CloseReason = wsession.Reason
 
 // Close reasons of spliced connections.
 const (
 	ReasonClientClosed       = wsession.ReasonClientClosed       // the client ended its stream (FIN, reset, failed write)
 	ReasonBackendClosed      = wsession.ReasonBackendClosed      // the backend ended its stream
-	ReasonShutdown           = wsession.ReasonShutdown           // edge stopped, or a drain ran out of time
-	ReasonDrain              = wsession.ReasonDrain              // edge drained: close 1001 to the client
-	ReasonBackendGone        = wsession.ReasonBackendGone        // the backend left its pool: close 1012
-	ReasonAdminDrain         = wsession.ReasonAdminDrain         // an operator drained the backend: close 1012
 	ReasonIdleTimeout        = wsession.ReasonIdleTimeout        // nothing moved for the pool's idle timeout
 	ReasonWriteTimeout       = wsession.ReasonWriteTimeout       // a write did not complete in the write timeout
 	ReasonFinTimeout         = wsession.ReasonFinTimeout         // one side closed, the other did not within 10 s
@@ -38,9 +36,17 @@ const (
 	// ReasonRateLimited: a client over its pool's message or byte rate:
 	// close 1008.
 	ReasonRateLimited = wsession.ReasonRateLimited
-	ReasonError       = wsession.ReasonError   // a socket error the splice could not attribute
-	ReasonMoved       = wsession.ReasonMoved   // handed to another edge process (Handoff), still open there
-	ReasonRestart     = wsession.ReasonRestart // edge restarted and could not hand it over: close 1012
+	ReasonError       = wsession.ReasonError // a socket error the splice could not attribute
+)
+
+// Close reasons of edge's own: why the proxy asked a connection to close.
+const (
+	ReasonShutdown    CloseReason = "shutdown"     // edge stopped, or a drain ran out of time
+	ReasonDrain       CloseReason = "drain"        // edge drained: close 1001 to the client
+	ReasonBackendGone CloseReason = "backend_gone" // the backend left its pool: close 1012
+	ReasonAdminDrain  CloseReason = "admin_drain"  // an operator drained the backend: close 1012
+	ReasonMoved       CloseReason = "moved"        // handed to another edge process (Handoff), still open there
+	ReasonRestart     CloseReason = "restart"      // edge restarted and could not hand it over: close 1012
 )
 
 // reasonKeep closes without recording a reason of its own: the one
@@ -49,7 +55,9 @@ const reasonKeep = wsession.ReasonKeep
 
 // CloseReasons lists every CloseReason, for metrics that must exist at
 // zero before the first connection ends.
-func CloseReasons() []CloseReason { return wsession.Reasons() }
+func CloseReasons() []CloseReason {
+	return append(wsession.Reasons(), ReasonShutdown, ReasonDrain, ReasonBackendGone, ReasonAdminDrain, ReasonMoved, ReasonRestart)
+}
 
 // CloseSide says who closed a WebSocket first: the side whose close frame
 // edge saw first or, with no close frame seen, whose stream ended first.

@@ -31,7 +31,7 @@ func TestCloseReasonsListed(t *testing.T) {
 	files = append(files, sess...)
 	declared := map[string]bool{}
 	takesReason := map[string]int{ // function -> index of its reason argument
-		"setReason": 0, "SetReason": 0, "closeBoth": 0, "requestClose": 1, "Request": 1, "scheduleCloseLocked": 2,
+		"setReason": 0, "SetReason": 0, "Finish": 0, "closeBoth": 0, "requestClose": 1, "Request": 1, "scheduleCloseLocked": 2,
 		"writeReason": 1, "readReason": 1,
 	}
 	for _, name := range files {

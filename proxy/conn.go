@@ -1,11 +1,9 @@
 package proxy
 
 import (
-	"context"
 	"crypto/rand"
 	"errors"
 	"net"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -13,19 +11,13 @@ import (
 	"github.com/edgelb/edge/proxy/internal/wsession"
 )
 
-// finTimeout bounds how long one half stays open after the other closed.
-const finTimeout = 10 * time.Second
-
-// errEnd ends a direction on the session's word (a close at a boundary
-// that ends the connection, lost framing).
-var errEnd = errors.New("session ended the connection")
-
 // errBackendFrameTooBig reports a backend frame over Pool.MaxFrameBytes.
 var errBackendFrameTooBig = errors.New("backend frame over the pool's MaxFrameBytes")
 
-// wsConn is one live upgraded connection: its sockets, its session (the
-// WebSocket policy, internal/wsession) and the state of whichever driver
-// splices it (splice.go or splice_ready_linux.go).
+// wsConn is one live upgraded connection: its exchange, its sockets, its
+// session (the WebSocket policy and the decisions about its end,
+// internal/wsession), its counters and the driver that splices it
+// (splice.go or splice_ready_linux.go).
 type wsConn struct {
 	s       *Server
 	x       *exchange
@@ -34,27 +26,42 @@ type wsConn struct {
 	be      *balance.Backend
 	pool    *Pool
 
-	ctx    context.Context
-	cancel context.CancelFunc
-
 	timer *time.Timer // jittered close request; guarded by the registry lock
 
-	sess wsession.Session
-
-	closeOnce sync.Once
-	// c2bGone: the goroutine splice's client reader returned. (Beside
-	// closeOnce, whose 12 bytes it pads to 16: no padding in the struct.)
-	c2bGone atomic.Bool
-	last    atomic.Int64 // unix nanos of the last byte read either way
+	sess    wsession.Session
 	in, out atomic.Int64
 
-	rd readyState // readiness-driven splice only
+	d driver // nil until start picks one
+}
+
+// driver is the splice that runs a connection. It reads the sockets its
+// own way and hands the bytes to the bridge below; it carries out the
+// session's decisions (act) and holds no WebSocket policy of its own.
+type driver interface {
+	// sendClient and sendBackend write p to one side: under the pool's
+	// write timeout on the goroutine splice (a timed-out write poisons a
+	// tls.Conn and the connection is closed: that is how a half-open
+	// client is reaped, traefik#10627); queued, never blocking, on the
+	// readiness splice.
+	sendClient(p []byte) error
+	sendBackend(p []byte) error
+	// wake makes the backend reader look at the session (BackendControl)
+	// without losing the wake-up.
+	wake()
+	// halfClose shuts side's write half down and gives the other half
+	// wsession.FinTimeout to end.
+	halfClose(side CloseSide)
+	// linger begins the lingering close (linger.go).
+	linger()
+	// endFlushed ends the connection once what is queued to the client
+	// went out.
+	endFlushed()
+	// closeNow closes both sockets once, lingering or not.
+	closeNow()
 }
 
 func newWSConn(s *Server, x *exchange, client net.Conn, bc *backendConn) *wsConn {
 	c := &wsConn{s: s, x: x, client: client, backend: bc.conn, be: bc.backend, pool: x.pool}
-	c.ctx, c.cancel = context.WithCancel(s.ctx)
-	c.touch()
 	c.sess.Init(&x.pool.settings().ws, time.Now().UnixNano())
 	if bc.deflate {
 		c.sess.DeflateOn()
@@ -81,79 +88,92 @@ func (c *wsConn) start(head, clientBuffered []byte, backendBuffered []byte) {
 	if c.startReady(head, clientBuffered, backendBuffered) {
 		return
 	}
-	if !c.s.reg.add(c) {
-		c.closeBoth(ReasonShutdown)
-		c.finish()
-		return
-	}
-	go c.run(head, clientBuffered, backendBuffered)
+	c.startGoroutines(head, clientBuffered, backendBuffered)
 }
 
-// setReason records why the connection ends; the first reason wins.
-func (c *wsConn) setReason(r CloseReason) { c.sess.SetReason(r) }
+// act carries out a decision of the session: the one switch on it.
+func (c *wsConn) act(a wsession.Action) {
+	switch a.Kind {
+	case wsession.Ping, wsession.Close:
+		c.d.wake()
+	case wsession.HalfClose:
+		c.d.halfClose(a.Side)
+	case wsession.Linger:
+		c.d.linger()
+	case wsession.End:
+		if a.Flush {
+			c.d.endFlushed()
+			return
+		}
+		c.d.closeNow()
+	}
+}
 
-// closeBoth closes both sockets once; every parked read and write returns.
-// A connection whose client was sent a close frame closes lingering
-// instead, unless reason calls for an immediate close.
+// closeBoth ends the connection for reason: lingering when the client was
+// sent a close frame (the session decides, Finish), at once otherwise or
+// when edge shuts down.
 func (c *wsConn) closeBoth(reason CloseReason) {
-	c.setReason(reason)
-	if !reason.Forced() && c.lingerStart() {
-		return
-	}
-	c.closeNow()
+	c.act(c.sess.Finish(reason, reason == ReasonShutdown, time.Now().UnixNano()))
 }
 
-// closeNow closes both sockets once, lingering or not.
-func (c *wsConn) closeNow() {
-	if c.rd.on {
-		c.closeReady()
-		return
-	}
-	c.closeOnce.Do(func() {
-		c.client.Close()
-		c.backend.Close()
-	})
+// stop ends the connection now, lingering included, keeping the reason
+// already recorded.
+func (c *wsConn) stop() {
+	c.act(c.sess.Finish(reasonKeep, true, time.Now().UnixNano()))
 }
 
 // requestClose asks for a close frame with code to the client at the next
 // backend->client frame boundary, and wakes whoever reads the backend.
 func (c *wsConn) requestClose(code int, reason CloseReason) {
 	if c.sess.Request(code, reason) {
-		c.wakeBackendReader()
+		c.d.wake()
 	}
 }
 
-// wakeBackendReader makes the backend reader look at the session: a run
-// of the readiness splice, or a past read deadline for the goroutine
-// splice, which re-checks the session after re-arming its own deadline,
-// so the wake-up cannot be lost.
-func (c *wsConn) wakeBackendReader() {
-	if c.rd.on {
-		c.kick()
-		return
-	}
-	c.backend.SetReadDeadline(aLongTimeAgo)
+// touch records a byte read either way (the idle timeout's clock).
+func (c *wsConn) touch() { c.sess.Touch(time.Now().UnixNano()) }
+
+// tick asks the session what the clock calls for now (queuedSince: the
+// driver's oldest unsent bytes, 0 for none) and carries it out.
+func (c *wsConn) tick(now, queuedSince int64) wsession.Action {
+	a := c.sess.Tick(now, queuedSince)
+	c.act(a)
+	return a
 }
 
-func (c *wsConn) touch() { c.last.Store(time.Now().UnixNano()) }
-
-// idleDeadline is when the connection becomes idle if nothing moves.
-func (c *wsConn) idleDeadline() time.Time {
-	if c.pool.IdleTimeout <= 0 {
-		return time.Time{}
-	}
-	return time.Unix(0, c.last.Load()).Add(c.pool.IdleTimeout)
+// eof reports a clean end of side's stream and carries out what follows.
+func (c *wsConn) eof(side CloseSide) wsession.Action {
+	a := c.sess.EOF(side)
+	c.act(a)
+	return a
 }
 
-func (c *wsConn) idleExpired() bool {
-	return c.pool.IdleTimeout > 0 && time.Now().UnixNano()-c.last.Load() >= int64(c.pool.IdleTimeout)
+// writeFailed reports a failed write to side and carries out what follows.
+func (c *wsConn) writeFailed(side CloseSide, err error) wsession.Action {
+	a := c.sess.WriteFailed(side, err, time.Now().UnixNano())
+	c.act(a)
+	return a
+}
+
+// discard accounts for n client bytes dropped while lingering and
+// reports whether lingering ended (then the sockets are closed).
+func (c *wsConn) discard(n int) bool {
+	a := c.sess.Discard(n)
+	c.act(a)
+	return a.Kind == wsession.End
+}
+
+// deadline is when side's reader must look at the session again; zero:
+// no bound.
+func (c *wsConn) deadline(side CloseSide) time.Time {
+	if d := c.sess.Deadline(side); d != 0 {
+		return time.Unix(0, d)
+	}
+	return time.Time{}
 }
 
 // finish releases everything the connection held and writes its log line.
 func (c *wsConn) finish() {
-	if c.cancel != nil {
-		c.cancel()
-	}
 	c.s.reg.remove(c)
 	c.be.Release()
 	x := c.x
@@ -181,50 +201,18 @@ func (c *wsConn) finish() {
 // these carry it out through the driver's writes (sendClient,
 // sendBackend), so neither driver holds any WebSocket policy.
 
-// outcome is how a direction ends: ok false means it goes on.
-type outcome struct {
-	end    bool
-	reason CloseReason
-	err    error
-	flush  bool // end once what is queued to the client went out
-}
+// controlDue writes the control frame the session wants at this point
+// of the backend->client stream, if any, and reports whether the
+// direction ends (the session's decision carried out).
+func (c *wsConn) controlDue() bool { return c.control(c.sess.BackendControl()) }
 
-// sendClient writes p to the client: under the pool's write timeout on
-// the goroutine splice (a timed-out write poisons a tls.Conn and the
-// connection is closed: that is how a half-open client is reaped,
-// traefik#10627); queued, never blocking, on the readiness splice.
-func (c *wsConn) sendClient(p []byte) error {
-	if !c.rd.on {
-		return c.write(c.client, p)
-	}
-	_, err := c.client.Write(p)
-	return err
-}
-
-// sendBackend writes p to the backend, like sendClient.
-func (c *wsConn) sendBackend(p []byte) error {
-	if !c.rd.on {
-		return c.write(c.backend, p)
-	}
-	_, err := c.rd.bs.write(p)
-	return err
-}
-
-// write writes p to dst under the pool's write timeout.
-func (c *wsConn) write(dst net.Conn, p []byte) error {
-	if wt := c.pool.WriteTimeout; wt > 0 {
-		dst.SetWriteDeadline(time.Now().Add(wt))
-	}
-	_, err := dst.Write(p)
-	return err
-}
-
-// control writes the control frame the session wants at this point of
-// the backend->client stream, if any.
-func (c *wsConn) control(ctl wsession.Control) outcome {
+// control writes ctl's frame, if any, and carries out what follows it;
+// it reports whether the direction ends.
+func (c *wsConn) control(ctl wsession.Control) bool {
 	if ctl.Frame != nil {
-		if err := c.sendClient(ctl.Frame); err != nil {
-			return outcome{end: true, reason: writeReason(err, ReasonClientClosed), err: err}
+		if err := c.d.sendClient(ctl.Frame); err != nil {
+			c.writeFailed(SideClient, err)
+			return true
 		}
 		c.sess.ControlWritten(ctl, time.Now().UnixNano())
 		if ctl.Code != 0 {
@@ -233,45 +221,55 @@ func (c *wsConn) control(ctl wsession.Control) outcome {
 			c.s.obs.PingSent(c.x.routeName())
 		}
 	}
-	if ctl.End {
-		return outcome{end: true, reason: reasonKeep, err: errEnd, flush: ctl.Flush}
+	if !ctl.End {
+		return false
 	}
-	return outcome{}
+	if ctl.Flush {
+		c.act(wsession.Action{Kind: wsession.End, Flush: true})
+	} else {
+		c.closeBoth(ctl.Reason)
+	}
+	return true
 }
 
 // relay carries backend bytes p to the client as the session says:
 // forwarded, with control frames between two frames, dropped after a
-// close, or the end at a frame over the limit.
-func (c *wsConn) relay(p []byte) outcome {
+// close, or the end at a frame over the limit. It reports whether the
+// direction ends.
+func (c *wsConn) relay(p []byte) bool {
 	for len(p) > 0 {
 		n, v := c.sess.FromBackend(p)
 		if v == wsession.Drop {
-			return outcome{}
+			return false
 		}
 		if n > 0 {
 			// Whole frames before one over the limit still go out.
-			if err := c.sendClient(p[:n]); err != nil {
-				return outcome{end: true, reason: writeReason(err, ReasonClientClosed), err: err}
+			if err := c.d.sendClient(p[:n]); err != nil {
+				c.writeFailed(SideClient, err)
+				return true
 			}
 			c.out.Add(int64(n))
 		}
 		if v == wsession.TooBig {
-			return outcome{end: true, reason: ReasonBackendFrameTooBig, err: c.backendTooBig()}
+			c.backendTooBig()
+			c.closeBoth(ReasonBackendFrameTooBig)
+			return true
 		}
 		p = p[n:]
-		if o := c.control(c.sess.BackendControl()); o.end {
-			return o
+		if c.controlDue() {
+			return true
 		}
 	}
-	return outcome{}
+	return false
 }
 
 // forward carries client bytes p to the backend as the session says, and
-// reports how many went and the write error.
-func (c *wsConn) forward(p []byte) (int, error) {
+// reports how many went; ok false: a write failed and the session's
+// decision about it (a) was carried out.
+func (c *wsConn) forward(p []byte) (n int, a wsession.Action, ok bool) {
 	v := c.sess.FromClient(p, time.Now().UnixNano())
 	if v.Wake {
-		c.wakeBackendReader()
+		c.d.wake()
 		if c.sess.Reason() == ReasonRateLimited {
 			c.s.obs.RateLimited(c.pool.Name, RateClose)
 		}
@@ -281,20 +279,20 @@ func (c *wsConn) forward(p []byte) (int, error) {
 	}
 	p = p[:v.N]
 	if len(p) > 0 {
-		if err := c.sendBackend(p); err != nil {
-			return 0, err
+		if err := c.d.sendBackend(p); err != nil {
+			return 0, c.writeFailed(SideBackend, err), false
 		}
 	}
 	if v.CloseBackend {
 		var k [4]byte
 		rand.Read(k[:])
 		mc := c.sess.MaskedClose(k)
-		if err := c.sendBackend(mc); err != nil {
-			return len(p), err
+		if err := c.d.sendBackend(mc); err != nil {
+			return len(p), c.writeFailed(SideBackend, err), false
 		}
-		return len(p) + len(mc), nil
+		return len(p) + len(mc), a, true
 	}
-	return len(p), nil
+	return len(p), a, true
 }
 
 // head renders the 101 and the frames the backend sent behind it, and
@@ -311,14 +309,6 @@ func (c *wsConn) backendTooBig() error {
 	c.s.log.Warn("backend frame over the limit; closing the connection",
 		"pool", c.pool.Name, "backend", c.be.ID(), "max_frame_bytes", c.pool.MaxFrameBytes)
 	return errBackendFrameTooBig
-}
-
-// writeReason names a failed write.
-func writeReason(err error, closed CloseReason) CloseReason {
-	if isTimeout(err) {
-		return ReasonWriteTimeout
-	}
-	return closed
 }
 
 // readReason names a failed read.

@@ -19,11 +19,14 @@
 //	forwarded.go  client identity and X-Forwarded-*/Forwarded headers
 //	dial.go       pick, dial, backend handshake, retries, non-101 relay
 //	errors.go     the one mapping from upgrade errors to the client's status
-//	conn.go       wsConn: one live WebSocket, and the bridge both splices
-//	              use to carry out what its session decides
+//	conn.go       wsConn: one live WebSocket, the driver interface, and the
+//	              bridge both splices use to carry out what its session
+//	              decides (act: the one switch on its Actions)
 //	internal/wsession  the session: frame tracking both ways, limits, pings,
-//	              close requests, close code and side, linger, close reason;
-//	              no I/O, no clock, no allocation per message
+//	              close requests, close code and side, linger, close reason,
+//	              and the decisions that end a connection (Tick, EOF,
+//	              WriteFailed, Finish); no I/O, no clock, no allocation per
+//	              message
 //	splice.go     the goroutine splice: two directions, readiness waits
 //	              without buffers, half-close
 //	listener.go   WrapListener: accepted conns the splice can take over later
@@ -32,7 +35,6 @@
 //	acceptlimit.go the cap on open client sockets, accept-error warnings
 //	splice_ready_linux.go, sock_linux.go, poll_linux.go, rawio_linux.go
 //	              the readiness-driven splice: no goroutine per idle connection
-//	linger.go     lingering close after a close frame to the client
 //	handoff_linux.go  Handoff and Adopt: live connections moved to another
 //	              edge process; internal/handoff is their wire
 //	conns.go      live-connection registry, Drain, CloseBackend, CloseConnsOn, Connections
@@ -186,11 +188,24 @@
 // traefik#8668). The client's pong is forwarded to the backend like any
 // other frame: unsolicited pongs are allowed (§5.5.3).
 //
-// Timers: the readiness-driven splice keeps the last client byte and the
-// last ping as per-connection timestamps that the sweeper reads, and its
-// period also honours PingInterval and PingTimeout (a quarter of the
-// smallest, at most a second); the goroutine splice bounds its backend
-// read deadline by the next ping or ping timeout instead.
+// Timers: the session keeps the last byte either way, the last client
+// byte and the last ping as timestamps, and decides on the clock
+// (wsession.Session.Tick): idle, a queue a peer does not take, a ping
+// due, the ping timeout, the end of a lingering close. The readiness
+// splice's sweeper asks it every period (a quarter of the smallest of the
+// pool's timeouts, at most a second); the goroutine splice sets each
+// reader's read deadline to the session's next moment (Session.Deadline)
+// and asks it when the deadline passes.
+//
+// # The end of a connection
+//
+// conn.go. The session decides how a connection ends and hands each
+// driver an Action (nothing, ping, close, half-close, linger, end) for
+// what it reported: a stream's end (EOF), a failed write (WriteFailed),
+// the clock (Tick), a close edge asks for (Finish). wsConn.act is the
+// one switch that carries them out through the driver (the driver
+// interface: write either side, wake the backend reader, half-close,
+// linger, close); neither driver combines the session's state itself.
 //
 // # Close side and code
 //
@@ -267,7 +282,7 @@
 //
 // # Lingering close
 //
-// linger.go. Once the client was sent a close frame (edge's 1009, 1011,
+// Once the client was sent a close frame (edge's 1009, 1011,
 // 1001, 1012, or the backend's own) the end of the connection is a
 // lingering close, as RFC 6455 §7.1.1 asks and nginx does: closing a
 // socket whose input is unread makes the kernel answer with a reset, and

@@ -7,8 +7,8 @@ import "golang.org/x/sys/unix"
 func (s *Server) maxClientQueue() int64 {
 	var m int64
 	s.reg.each(func(c *wsConn) {
-		if c.rd.on && c.rd.cs != nil {
-			m = max(m, c.rd.cs.queuedBytes())
+		if r, ok := c.d.(*readyState); ok && r.cs != nil {
+			m = max(m, r.cs.queuedBytes())
 		}
 	})
 	return m
@@ -19,7 +19,7 @@ func (s *Server) maxClientQueue() int64 {
 func (s *Server) recordConns() int {
 	n := 0
 	s.reg.each(func(c *wsConn) {
-		if c.rd.rec != nil {
+		if r, ok := c.d.(*readyState); ok && r.rec != nil {
 			n++
 		}
 	})
@@ -31,7 +31,7 @@ func (s *Server) recordConns() int {
 func (s *Server) restedConns() int {
 	n := 0
 	s.reg.each(func(c *wsConn) {
-		if c.rd.rec != nil && !c.rd.hot.Load() && !c.rd.rest.Load() {
+		if r, ok := c.d.(*readyState); ok && r.rec != nil && !r.hot.Load() && !r.rest.Load() {
 			n++
 		}
 	})
@@ -61,7 +61,8 @@ func (s *sock) unread() int {
 func (s *Server) recordTails() int {
 	n := 0
 	s.reg.each(func(c *wsConn) {
-		if rc := c.rd.rec; rc != nil {
+		if r, ok := c.d.(*readyState); ok && r.rec != nil {
+			rc := r.rec
 			rc.mu.Lock()
 			n += len(rc.tail)
 			rc.mu.Unlock()

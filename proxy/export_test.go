@@ -15,7 +15,7 @@ func (s *Server) closeRequested() int {
 func (s *Server) readyConns() int {
 	n := 0
 	s.reg.each(func(c *wsConn) {
-		if c.rd.on {
+		if _, ok := c.d.(*goDriver); !ok {
 			n++
 		}
 	})

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/edgelb/edge/balance"
@@ -101,9 +102,9 @@ func (s *Server) Handoff(ctx context.Context, to *net.UnixConn, window time.Dura
 
 // moveOne tries to move c once.
 func (s *Server) moveOne(c *wsConn, to *net.UnixConn) (moveResult, error) {
-	r := &c.rd
+	r, ready := c.d.(*readyState)
 	ec := movableConn(c)
-	if !r.on || ec == nil || len(ec.pre) > 0 {
+	if !ready || ec == nil || len(ec.pre) > 0 {
 		// The goroutine splice, TLS on crypto/tls (1.2), bytes a PROXY
 		// reader still holds.
 		return moveNever, nil
@@ -121,16 +122,16 @@ func (s *Server) moveOne(c *wsConn, to *net.UnixConn) (moveResult, error) {
 	if r.rec != nil {
 		r.rec.mu.Lock()
 	}
-	res, err := s.moveHeld(c, to)
+	res, err := s.moveHeld(r, to)
 	if r.rec != nil {
 		r.rec.mu.Unlock()
 	}
 	if res == moveDone {
-		s.forgetMoved(c, ec)
+		s.forgetMoved(r, ec)
 		return res, nil
 	}
 	// Give it back: a run does whatever was asked for meanwhile.
-	c.runReady()
+	r.runReady()
 	return res, err
 }
 
@@ -152,17 +153,16 @@ func movableConn(c *wsConn) *edgeConn {
 // moveHeld moves c, whose runner state the caller holds. Both sockets'
 // locks are held throughout, so a close from another goroutine (the
 // sweeper, a timer) waits and then finds the descriptors gone.
-func (s *Server) moveHeld(c *wsConn, to *net.UnixConn) (moveResult, error) {
-	r := &c.rd
+func (s *Server) moveHeld(r *readyState, to *net.UnixConn) (moveResult, error) {
 	cs, bs := r.cs, r.bs
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
 	bs.mu.Lock()
 	defer bs.mu.Unlock()
-	if res, ok := c.movable(); !ok {
+	if res, ok := r.movable(); !ok {
 		return res, nil
 	}
-	st, err := c.handoffState()
+	st, err := r.handoffState()
 	if err != nil {
 		return moveNever, nil
 	}
@@ -174,11 +174,11 @@ func (s *Server) moveHeld(c *wsConn, to *net.UnixConn) (moveResult, error) {
 	// Out of this process's epoll first (poller.unwatch): the peer's
 	// duplicates keep the files open.
 	if r.p.unwatch(cs.fd) != nil || r.p.unwatch(bs.fd) != nil {
-		s.rewatch(c, id)
+		s.rewatch(r, id)
 		return moveNever, nil
 	}
 	if err := handoff.Send(to, msg, cs.fd, bs.fd); err != nil {
-		s.rewatch(c, id)
+		s.rewatch(r, id)
 		return moveBroken, err
 	}
 	ok, err := handoff.ReadAck(to)
@@ -190,11 +190,11 @@ func (s *Server) moveHeld(c *wsConn, to *net.UnixConn) (moveResult, error) {
 	}
 	if err != nil {
 		// No answer: a peer that died closed its duplicates with it.
-		s.rewatch(c, id)
+		s.rewatch(r, id)
 		return moveBroken, err
 	}
 	if !ok {
-		s.rewatch(c, id)
+		s.rewatch(r, id)
 		return moveNever, nil
 	}
 	// Closed without shutdown(2) or a write: close(2) of one duplicate
@@ -208,14 +208,14 @@ func (s *Server) moveHeld(c *wsConn, to *net.UnixConn) (moveResult, error) {
 
 // movable reports whether c can move now, or what to do with it; the
 // caller holds its runner state and both socket locks.
-func (c *wsConn) movable() (moveResult, bool) {
-	r := &c.rd
+func (r *readyState) movable() (moveResult, bool) {
+	c := r.c
 	cs, bs := r.cs, r.bs
 	switch {
 	case r.closed.Load() || r.finished || cs.fd < 0 || bs.fd < 0:
 		return moveGone, false
-	case c.sess.Lingering() || r.ending || r.c2bDone || r.b2cDone || r.fin != nil,
-		c.sess.Requested() || c.sess.CloseOut(), cs.werr != nil || bs.werr != nil:
+	case r.lingering.Load() || r.ending || r.c2bDone || r.b2cDone || r.fin != nil,
+		c.sess.Closing(), cs.werr != nil || bs.werr != nil:
 		// Closing, lingering or half-closed: it ends here.
 		return moveNever, false
 	case len(cs.q) > 0 || len(bs.q) > 0 || cs.finPending || bs.finPending,
@@ -236,8 +236,7 @@ func (c *wsConn) movable() (moveResult, bool) {
 
 // rewatch puts c's sockets back into its poller after a failed move;
 // the caller holds both socket locks.
-func (s *Server) rewatch(c *wsConn, id uint64) {
-	r := &c.rd
+func (s *Server) rewatch(r *readyState, id uint64) {
 	// EEXIST for a socket that was never taken out is fine.
 	r.p.watch(r.cs.fd, id)
 	r.p.watch(r.bs.fd, id|1)
@@ -249,7 +248,8 @@ func (s *Server) rewatch(c *wsConn, id uint64) {
 // handoffState is c's state record; a TLS 1.3 client's record state
 // (keys, IVs, sequence numbers, a KeyUpdate answer owed) and the start of
 // a record it already read go with it.
-func (c *wsConn) handoffState() (*handoff.State, error) {
+func (r *readyState) handoffState() (*handoff.State, error) {
+	c := r.c
 	x := c.x
 	sess, _ := c.sess.MarshalBinary()
 	st := &handoff.State{
@@ -257,13 +257,13 @@ func (c *wsConn) handoffState() (*handoff.State, error) {
 		Method: x.method, Host: x.host, Path: x.path, RequestID: x.reqID, TLS: x.tls,
 		Client: x.id.client, Peer: x.id.peer,
 		Start: x.start.UnixNano(), Upgrade: int64(x.upgrade),
-		In: c.in.Load(), Out: c.out.Load(), Last: c.last.Load(),
+		In: c.in.Load(), Out: c.out.Load(), Last: c.sess.LastActivity(),
 		Session: sess,
 	}
 	if x.lo != nil {
 		st.Listener = x.lo.Name
 	}
-	if rc := c.rd.rec; rc != nil {
+	if rc := r.rec; rc != nil {
 		rec, err := rc.st.MarshalBinary()
 		if err != nil {
 			return nil, err
@@ -276,8 +276,8 @@ func (c *wsConn) handoffState() (*handoff.State, error) {
 // forgetMoved drops a connection the peer took: its counts are given
 // back here (the peer counts it now), with no access line; the Observer
 // sees it close as ReasonMoved, so every ConnOpened keeps its ConnClosed.
-func (s *Server) forgetMoved(c *wsConn, ec *edgeConn) {
-	r := &c.rd
+func (s *Server) forgetMoved(r *readyState, ec *edgeConn) {
+	c := r.c
 	if id := r.id.Load(); id != 0 {
 		r.p.forget(id)
 	}
@@ -324,8 +324,8 @@ func (s *Server) Adopt(ctx context.Context, from *net.UnixConn) (adopted int, er
 			if c != nil {
 				// The sender did not hear it and keeps the connection:
 				// close ours without a write.
-				unix.Close(c.rd.cs.fd)
-				unix.Close(c.rd.bs.fd)
+				unix.Close(c.cs.fd)
+				unix.Close(c.bs.fd)
 			}
 			return adopted, err
 		}
@@ -338,7 +338,7 @@ func (s *Server) Adopt(ctx context.Context, from *net.UnixConn) (adopted int, er
 
 // adoptPrepare builds the connection of one message; nothing is counted
 // yet. why, when not empty, is the reason of the 1012 it gets at once.
-func (s *Server) adoptPrepare(m *handoff.Message) (*wsConn, CloseReason, error) {
+func (s *Server) adoptPrepare(m *handoff.Message) (*readyState, CloseReason, error) {
 	if len(m.FDs) != handoff.FDs {
 		return nil, "", fmt.Errorf("%d descriptors, want %d", len(m.FDs), handoff.FDs)
 	}
@@ -392,21 +392,25 @@ func (s *Server) adoptPrepare(m *handoff.Message) (*wsConn, CloseReason, error) 
 	} else if neg {
 		x.deflate = deflatePassed
 	}
-	c.last.Store(st.Last)
+	if r := c.sess.Reason(); r != reasonKeep && !slices.Contains(CloseReasons(), r) {
+		return nil, "", fmt.Errorf("session: unknown close reason %q", r)
+	}
+	c.sess.Touch(st.Last)
 	c.in.Store(st.In)
 	c.out.Store(st.Out)
 	cs, bs := newSock(m.FDs[0]), newSock(m.FDs[1])
 	ec := &edgeConn{s: cs, raddr: peerOf(m.FDs[0])}
 	cs.closed = ec.release
 	c.client = ec
+	r := &readyState{c: c, cs: cs, bs: bs}
+	c.d = r
 	if rs != nil {
 		rc := &recConn{srv: s, sock: cs, ec: ec, st: rs}
 		rc.setTail(st.TLS13.Pending)
-		c.client, c.rd.rec = rc, rc
+		c.client, r.rec = rc, rc
 	}
-	c.rd.on, c.rd.cs, c.rd.bs = true, cs, bs
 	m.FDs = nil
-	return c, why, nil
+	return r, why, nil
 }
 
 // adoptTarget finds the pool and backend a record names. A pool or a
@@ -439,8 +443,9 @@ func (s *Server) adoptTarget(st *handoff.State) (*Pool, *balance.Backend, CloseR
 // adoptStart counts an adopted connection and resumes its splice: both
 // directions run once at once, since bytes that arrived during the move
 // raise no new edge in this process's epoll.
-func (s *Server) adoptStart(c *wsConn, why CloseReason) {
-	r, x := &c.rd, c.x
+func (s *Server) adoptStart(r *readyState, why CloseReason) {
+	c := r.c
+	x := c.x
 	c.be.Acquire()
 	x.admitted = s.poolCounter(c.pool.Name)
 	x.admitted.Add(1)
@@ -452,13 +457,13 @@ func (s *Server) adoptStart(c *wsConn, why CloseReason) {
 	if p == nil || !s.reg.add(c) {
 		r.p = p
 		c.closeBoth(ReasonShutdown)
-		c.finishReady()
+		r.finishReady()
 		return
 	}
 	r.p = p
 	s.noteTimeouts(c.pool)
 	s.readyAdds.Add(1)
-	id := p.add(c)
+	id := p.add(r)
 	r.id.Store(id)
 	if r.closed.Load() {
 		p.forget(id)
@@ -472,7 +477,7 @@ func (s *Server) adoptStart(c *wsConn, why CloseReason) {
 	}
 	r.c2bReady.Store(true)
 	r.b2cReady.Store(true)
-	c.runReady()
+	r.runReady()
 }
 
 // peerOf is the peer address of a socket, for logs.

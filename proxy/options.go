@@ -241,6 +241,8 @@ func (p *Pool) fill() *settings {
 		LingerBytes:     orDefault(p.LingerBytes, defaultLingerBytes),
 		Rate: wsession.Rate{Messages: p.RateMessages, MessageBurst: p.RateMessageBurst,
 			Bytes: p.RateBytes, ByteBurst: p.RateByteBurst, Slow: p.RateSlow},
+		IdleTimeout:  p.IdleTimeout,
+		WriteTimeout: d.writeTimeout,
 	}
 	if p.LingerTimeout == 0 {
 		d.ws.LingerTimeout = defaultLingerTimeout

@@ -52,13 +52,13 @@ type poller struct {
 	rc   syscall.RawConn
 
 	mu    sync.RWMutex
-	conns map[uint64]*wsConn
+	conns map[uint64]*readyState
 	next  uint64
 
 	// Connections that used up their budget (fairness, see pumpBudget)
 	// and still have bytes: run again after the current batch of events.
 	pendMu   sync.Mutex
-	pend     []*wsConn
+	pend     []*readyState
 	stopping atomic.Bool
 
 	// batches counts the non-empty batches of events run has handled: the
@@ -96,15 +96,15 @@ func newPoller() (*poller, error) {
 		f.Close()
 		return nil, fmt.Errorf("epoll descriptor: %w", err)
 	}
-	return &poller{epfd: epfd, wake: wake, file: f, rc: rc, conns: map[uint64]*wsConn{}, done: make(chan struct{})}, nil
+	return &poller{epfd: epfd, wake: wake, file: f, rc: rc, conns: map[uint64]*readyState{}, done: make(chan struct{})}, nil
 }
 
-// add gives c an id; its client socket is watched as id, its backend as id|1.
-func (p *poller) add(c *wsConn) uint64 {
+// add gives r an id; its client socket is watched as id, its backend as id|1.
+func (p *poller) add(r *readyState) uint64 {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.next += 2
-	p.conns[p.next] = c
+	p.conns[p.next] = r
 	return p.next
 }
 
@@ -143,7 +143,7 @@ func (p *poller) unwatch(fd int) error {
 func (p *poller) run(log *slog.Logger) {
 	defer close(p.done)
 	evs := make([]unix.EpollEvent, 128)
-	var pend []*wsConn
+	var pend []*readyState
 	for {
 		// Collect ready events without blocking; when there are none, park
 		// in Go's poller until the epoll descriptor becomes readable. The
@@ -206,11 +206,11 @@ func (p *poller) run(log *slog.Logger) {
 	}
 }
 
-// again runs c once more after the current batch of events.
-func (p *poller) again(c *wsConn) {
+// again runs r once more after the current batch of events.
+func (p *poller) again(r *readyState) {
 	p.pendMu.Lock()
 	first := len(p.pend) == 0
-	p.pend = append(p.pend, c)
+	p.pend = append(p.pend, r)
 	p.pendMu.Unlock()
 	if first {
 		p.signal()

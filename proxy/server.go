@@ -120,11 +120,10 @@ func (s *Server) Close() error {
 	s.reg.closed = true
 	s.reg.mu.Unlock()
 	s.cancel()
-	// Readiness-driven connections have no goroutine watching s.ctx.
+	// Readiness-driven connections have no goroutine watching s.ctx (the
+	// others' close twice, harmlessly).
 	for _, c := range s.reg.appendAll(nil) {
-		if c.rd.on {
-			c.closeBoth(ReasonShutdown)
-		}
+		c.closeBoth(ReasonShutdown)
 	}
 	s.reg.wait(context.Background())
 	s.stopPoller()

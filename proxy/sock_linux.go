@@ -185,12 +185,6 @@ func (s *sock) queued() bool { return s.qSince.Load() != 0 }
 // queuedBytes is the length of the queue.
 func (s *sock) queuedBytes() int64 { return s.qLen.Load() }
 
-// stuck reports a queue older than d.
-func (s *sock) stuck(now int64, d time.Duration) bool {
-	t := s.qSince.Load()
-	return t != 0 && now-t >= int64(d)
-}
-
 // flush writes the queue; once it is empty the queue is dropped and a
 // pending FIN goes out.
 func (s *sock) flush() error {

@@ -6,10 +6,12 @@ import (
 	"errors"
 	"io"
 	"net"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
 
+	"github.com/edgelb/edge/proxy/internal/wsession"
 	"github.com/pires/go-proxyproto"
 )
 
@@ -29,34 +31,58 @@ const (
 // already holds, and a parked wait returns at once.
 var aLongTimeAgo = time.Unix(1, 0)
 
-// errWake reports a close request noticed before parking.
-var errWake = errors.New("close requested")
-
 // The goroutine splice: two goroutines per connection, one per direction,
 // each parked in a read of its source without a buffer. It serves every
-// connection the readiness splice cannot take over. What goes where is
-// the session's (conn.go); this file only reads, writes and waits.
+// connection the readiness splice cannot take over. What goes where, and
+// how the connection ends, is the session's (conn.go); this file only
+// reads, writes, waits and carries out the session's actions.
+type goDriver struct {
+	c *wsConn
+	// ctx ends with the Server: the connection is then closed.
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	once      sync.Once // closes both sockets
+	lingering atomic.Bool
+	fin       atomic.Pointer[time.Timer]
+}
+
+// startGoroutines registers c and splices it on two goroutines of its own.
+func (c *wsConn) startGoroutines(head, clientBuffered, backendBuffered []byte) {
+	g := &goDriver{c: c}
+	g.ctx, g.cancel = context.WithCancel(c.s.ctx)
+	c.d = g
+	if !c.s.reg.add(c) {
+		c.closeBoth(ReasonShutdown)
+		g.cancel()
+		c.finish()
+		return
+	}
+	go g.run(head, clientBuffered, backendBuffered)
+}
 
 // run writes the 101, forwards what both sides had already sent, then
 // splices until both directions end.
-func (c *wsConn) run(head, clientBuffered, backendBuffered []byte) {
-	defer c.finish()
-	stop := context.AfterFunc(c.ctx, func() { c.closeBoth(ReasonShutdown) })
+func (g *goDriver) run(head, clientBuffered, backendBuffered []byte) {
+	defer g.c.finish()
+	defer g.cancel()
+	stop := context.AfterFunc(g.ctx, func() { g.c.closeBoth(ReasonShutdown) })
 	defer stop()
-	if c.runStart(head, clientBuffered, backendBuffered) {
-		c.splice()
+	if g.runStart(head, clientBuffered, backendBuffered) {
+		g.splice()
 	}
 }
 
 // runStart writes the 101 and any frames the backend sent behind it in one
 // write, then what the client sent behind its request; it reports whether
 // the splice goes on.
-func (c *wsConn) runStart(head, clientBuffered, backendBuffered []byte) bool {
+func (g *goDriver) runStart(head, clientBuffered, backendBuffered []byte) bool {
+	c := g.c
 	wt := c.pool.settings().writeTimeout
 	out, n, tooBig := c.head(head, backendBuffered)
 	c.client.SetWriteDeadline(time.Now().Add(wt))
 	if _, err := c.client.Write(out); err != nil {
-		c.closeBoth(writeReason(err, ReasonClientClosed))
+		c.writeFailed(SideClient, err)
 		return false
 	}
 	c.out.Add(int64(n))
@@ -68,9 +94,8 @@ func (c *wsConn) runStart(head, clientBuffered, backendBuffered []byte) bool {
 	}
 	if len(clientBuffered) > 0 {
 		c.backend.SetWriteDeadline(time.Now().Add(wt))
-		k, err := c.forward(clientBuffered)
-		if err != nil {
-			c.closeBoth(writeReason(err, ReasonBackendClosed))
+		k, _, ok := c.forward(clientBuffered)
+		if !ok {
 			return false
 		}
 		c.in.Add(int64(k))
@@ -83,86 +108,70 @@ func (c *wsConn) runStart(head, clientBuffered, backendBuffered []byte) bool {
 }
 
 // splice runs both directions until both ended, lingering included.
-func (c *wsConn) splice() {
-	errc := make(chan struct{}, 2) // room for both: neither sender blocks
-	var fin atomic.Pointer[time.Timer]
+func (g *goDriver) splice() {
 	defer func() {
-		if t := fin.Load(); t != nil {
+		if t := g.fin.Load(); t != nil {
 			t.Stop()
 		}
 	}()
-	end := func(reason CloseReason, err error) {
-		if err != nil {
-			c.closeBoth(reason)
-			return
-		}
-		c.setReason(reason)
-		// One side finished cleanly and its FIN went on; the other side
-		// gets finTimeout to finish too, so a peer that never closes its
-		// half cannot pin the connection (HAProxy's "timeout client-fin").
-		fin.CompareAndSwap(nil, time.AfterFunc(finTimeout, func() { c.closeBoth(ReasonFinTimeout) }))
-	}
+	done := make(chan struct{})
 	go func() {
-		reason, err := c.clientToBackend()
-		c.c2bGone.Store(true)
-		end(reason, err)
-		errc <- struct{}{}
+		g.clientToBackend()
+		close(done)
 	}()
-	reason, err := c.backendToClient()
-	if err == nil && c.sess.CloseSent() {
-		// Close handshake done on our side: the server closes TCP first
-		// (RFC 6455 §7.1.1).
-		err = io.EOF
-	}
-	end(reason, err)
-	<-errc
+	g.backendToClient()
+	<-done
 	// Both directions ended, lingering included.
-	c.sess.LingerEnd()
-	c.closeNow()
+	g.c.stop()
 }
 
 // clientToBackend copies client bytes to the backend.
-func (c *wsConn) clientToBackend() (CloseReason, error) {
-	d := newDirection(c, c.client, false)
+func (g *goDriver) clientToBackend() {
+	c := g.c
+	d := newDirection(c, c.client, SideClient)
 	for {
 		bp, n, err := d.read()
-		if c.sess.Lingering() {
+		if g.lingering.Load() {
 			// Lingering close: the client's input is read and dropped.
 			if bp != nil {
 				d.put(bp)
 			}
-			if c.lingerDiscard(n, err) {
-				return "", errLingerDone
+			if g.discard(n, err) {
+				return
 			}
 			continue
 		}
 		if err != nil {
-			if isTimeout(err) && !c.idleExpired() {
+			if isTimeout(err) {
+				if c.tick(time.Now().UnixNano(), 0).Kind == wsession.End {
+					return
+				}
 				continue
 			}
-			return c.clientReadEnd(err)
+			g.readEnd(SideClient, err)
+			return
 		}
 		c.touch()
-		k, err := c.forward((*bp)[:n])
+		k, a, ok := c.forward((*bp)[:n])
 		d.put(bp)
-		if err != nil {
-			if c.sess.Lingering() || (c.sess.CloseOut() && !isTimeout(err) && c.lingerStart()) {
-				// The backend is gone after the client was sent a close
-				// frame (a departing backend): linger, do not reset.
-				continue
+		if !ok {
+			if a.Kind == wsession.End {
+				return
 			}
-			return writeReason(err, ReasonBackendClosed), err
+			// The backend is gone after the client was sent a close
+			// frame (a departing backend): lingering, not a reset.
+			continue
 		}
 		c.in.Add(int64(k))
-		c.ratePause()
+		g.ratePause()
 	}
 }
 
 // ratePause waits, on the goroutine splice, until a client over its rate
 // under RateSlow may be read again: not reading pushes back through TCP.
 // The connection's end (its context) ends the wait.
-func (c *wsConn) ratePause() {
-	at := c.sess.ReadableAt()
+func (g *goDriver) ratePause() {
+	at := g.c.sess.ReadableAt()
 	d := time.Until(time.Unix(0, at))
 	if at == 0 || d <= 0 {
 		return
@@ -171,92 +180,132 @@ func (c *wsConn) ratePause() {
 	defer t.Stop()
 	select {
 	case <-t.C:
-	case <-c.ctx.Done():
+	case <-g.ctx.Done():
 	}
 }
 
-// clientReadEnd names the end of the client's stream.
-func (c *wsConn) clientReadEnd(err error) (CloseReason, error) {
+// discard handles a read while lingering and reports whether lingering
+// is over: past LingerBytes, the client's end, an error, or the clock.
+func (g *goDriver) discard(n int, err error) bool {
+	c := g.c
 	switch {
-	case isTimeout(err):
-		return ReasonIdleTimeout, err
-	case errors.Is(err, io.EOF):
-		// Propagate the half-close; the other direction goes on. The
-		// reason is recorded first: the FIN may make the other side end
-		// at once.
-		c.setReason(ReasonClientClosed)
-		c.sess.ClientEOF()
-		closeWrite(c.backend)
-		return ReasonClientClosed, nil
+	case c.discard(n):
+		return true
+	case err == nil:
+		return false
+	case !isTimeout(err):
+		return true
 	}
-	return readReason(err, ReasonClientClosed), err
+	return c.tick(time.Now().UnixNano(), 0).Kind == wsession.End
+}
+
+// readEnd handles a read of side that failed or reached its end.
+func (g *goDriver) readEnd(side CloseSide, err error) {
+	closed := ReasonClientClosed
+	if side == SideBackend {
+		if g.lingering.Load() {
+			// Lingering closed the backend: not a shutdown.
+			return
+		}
+		closed = ReasonBackendClosed
+	}
+	if errors.Is(err, io.EOF) {
+		// Propagate the half-close; the other direction goes on.
+		g.c.eof(side)
+		return
+	}
+	g.c.closeBoth(readReason(err, closed))
 }
 
 // backendToClient copies backend frames to the client; the session puts
 // control frames between two frames.
-func (c *wsConn) backendToClient() (CloseReason, error) {
-	d := newDirection(c, c.backend, true)
+func (g *goDriver) backendToClient() {
+	c := g.c
+	d := newDirection(c, c.backend, SideBackend)
 	for {
-		if o := c.control(c.sess.BackendControl()); o.end {
-			return o.reason, o.err
+		if c.controlDue() {
+			return
 		}
 		bp, n, err := d.read()
 		if err != nil {
-			if o := c.backendReadError(err); o.end {
-				return o.reason, o.err
+			if isTimeout(err) {
+				// A close request, the idle timeout or the heartbeat.
+				if c.tick(time.Now().UnixNano(), 0).Kind == wsession.End {
+					return
+				}
+				continue
 			}
-			continue
+			g.readEnd(SideBackend, err)
+			return
 		}
 		c.touch()
-		o := c.relay((*bp)[:n])
+		end := c.relay((*bp)[:n])
 		d.put(bp)
-		if o.end {
-			return o.reason, o.err
+		if end {
+			return
 		}
 	}
 }
 
-// backendReadError handles a failed or woken backend read: a close
-// request, the idle timeout and the heartbeat wake it; anything else ends
-// the direction.
-func (c *wsConn) backendReadError(err error) outcome {
-	if isTimeout(err) || err == errWake {
-		switch {
-		case c.sess.Requested():
-			return outcome{}
-		case c.idleExpired():
-			return outcome{end: true, reason: ReasonIdleTimeout, err: err}
-		}
-		return c.heartbeat(err)
+// sendClient writes p to the client under the pool's write timeout.
+func (g *goDriver) sendClient(p []byte) error { return g.write(g.c.client, p) }
+
+// sendBackend writes p to the backend under the pool's write timeout.
+func (g *goDriver) sendBackend(p []byte) error { return g.write(g.c.backend, p) }
+
+// write writes p to dst under the pool's write timeout.
+func (g *goDriver) write(dst net.Conn, p []byte) error {
+	if wt := g.c.pool.WriteTimeout; wt > 0 {
+		dst.SetWriteDeadline(time.Now().Add(wt))
 	}
-	switch {
-	case c.sess.Lingering():
-		// Lingering closed the backend: not a shutdown.
-		return outcome{end: true, err: err}
-	case errors.Is(err, io.EOF):
-		c.setReason(ReasonBackendClosed)
-		closeWrite(c.client)
-		return outcome{end: true, reason: ReasonBackendClosed}
-	}
-	return outcome{end: true, reason: readReason(err, ReasonBackendClosed), err: err}
+	_, err := dst.Write(p)
+	return err
 }
 
-// heartbeat asks the session what the ping interval and timeout call for
-// now: a ping at the next boundary, or a close 1011 after a missed ping
-// (closed at once when no boundary is known).
-func (c *wsConn) heartbeat(err error) outcome {
-	due, timedOut := c.sess.PingCheck(time.Now().UnixNano())
-	if timedOut {
-		ctl, ok := c.sess.PingTimeoutClose()
-		if !ok {
-			return outcome{end: true, reason: ReasonPingTimeout, err: err}
-		}
-		return c.control(ctl)
+// wake gives the backend reader a read deadline in the past; it looks at
+// the session again after re-arming its own deadline (direction.arm), so
+// the wake-up cannot be lost.
+func (g *goDriver) wake() { g.c.backend.SetReadDeadline(aLongTimeAgo) }
+
+// halfClose passes a clean end of stream on to side, and gives the other
+// half wsession.FinTimeout to finish too.
+func (g *goDriver) halfClose(side CloseSide) {
+	if side == SideBackend {
+		closeWrite(g.c.backend)
+	} else {
+		closeWrite(g.c.client)
 	}
-	if due {
-		c.sess.WantPing()
+	if g.fin.Load() != nil {
+		return
 	}
-	return outcome{}
+	t := time.AfterFunc(wsession.FinTimeout, func() { g.c.closeBoth(ReasonFinTimeout) })
+	if !g.fin.CompareAndSwap(nil, t) {
+		t.Stop()
+	}
+}
+
+// linger begins a lingering close: the backend->client goroutine returns
+// once the backend is closed, the client's write half shuts down, and the
+// client reader drops what it reads until the session ends it.
+func (g *goDriver) linger() {
+	c := g.c
+	g.lingering.Store(true)
+	c.backend.Close()
+	closeWrite(c.client)
+	// Wakes a parked client read at the bound; the reader re-checks the
+	// deadline after arming its own, so the wake-up is not lost.
+	c.client.SetReadDeadline(c.deadline(SideClient))
+}
+
+// endFlushed ends at once: writes here are never queued.
+func (g *goDriver) endFlushed() { g.c.closeBoth(reasonKeep) }
+
+// closeNow closes both sockets once; every parked read and write returns.
+func (g *goDriver) closeNow() {
+	g.once.Do(func() {
+		g.c.client.Close()
+		g.c.backend.Close()
+	})
 }
 
 // direction reads one source without parking a buffer on it.
@@ -266,17 +315,17 @@ type direction struct {
 	raw     syscall.RawConn // nil: no socket reachable, blocking reads
 	layered bool            // src may hold bytes above the socket (TLS, PROXY reader)
 	pending bool            // a layer may hold bytes: drain before waiting
-	wake    bool            // honour close requests (backend->client)
+	side    CloseSide       // whose reader: the session's deadline for it
 }
 
-func newDirection(c *wsConn, src net.Conn, wake bool) *direction {
+func newDirection(c *wsConn, src net.Conn, side CloseSide) *direction {
 	raw, layered := rawConnOf(src)
 	if !canPeek {
 		raw = nil
 	}
 	// A layered source may hold bytes read during the handshake (crypto/tls
 	// often does): drain once before the first wait.
-	return &direction{c: c, src: src, raw: raw, layered: layered, pending: layered, wake: wake}
+	return &direction{c: c, src: src, raw: raw, layered: layered, pending: layered, side: side}
 }
 
 // read returns the next bytes of the source in a pooled buffer the caller
@@ -348,34 +397,18 @@ func (d *direction) drainLayers() (*[]byte, int, error) {
 	}
 }
 
-// arm sets the read deadline for the next wait: the idle timeout, the
-// heartbeat (backend->client), the end of a lingering close
-// (client->backend). again: something changed while arming, look again;
-// errWake: a close request came first.
+// arm sets the read deadline for the next wait: when the session must be
+// asked again (Deadline: the idle timeout, the heartbeat or a close
+// request for the backend reader, the end of a lingering close for the
+// client reader). again: the session's deadline moved earlier while
+// arming (lingering began, a close was requested): arm again.
 func (d *direction) arm() (again bool, err error) {
-	c := d.c
-	dl := c.idleDeadline()
-	if d.wake {
-		// The backend->client direction also keeps the heartbeat.
-		if nd := c.sess.PingDeadline(); nd != 0 {
-			if t := time.Unix(0, nd); dl.IsZero() || t.Before(dl) {
-				dl = t
-			}
-		}
-	}
-	lu := c.lingerDeadline()
-	if !d.wake && !lu.IsZero() && (dl.IsZero() || lu.Before(dl)) {
-		dl = lu
-	}
+	dl := d.c.deadline(d.side)
 	if err := d.src.SetReadDeadline(dl); err != nil {
 		return false, err
 	}
-	if !d.wake && lu.IsZero() && !c.lingerDeadline().IsZero() {
-		// Lingering began while the deadline was armed: arm again.
+	if nd := d.c.deadline(d.side); !nd.IsZero() && (dl.IsZero() || nd.Before(dl)) {
 		return true, nil
-	}
-	if d.wake && c.sess.CloseUnnoticed() {
-		return false, errWake
 	}
 	return false, nil
 }

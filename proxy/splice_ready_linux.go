@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/edgelb/edge/proxy/internal/wsession"
 	"golang.org/x/sys/unix"
 )
 
@@ -25,7 +26,7 @@ const (
 // just asks for one more run, so there is one drain at a time per
 // connection, writes are never reordered and no wake-up is lost.
 type readyState struct {
-	on     bool // this connection is readiness-driven
+	c      *wsConn
 	cs, bs *sock
 	p      *poller
 	id     atomic.Uint64 // poller id; 0 until registered
@@ -34,6 +35,7 @@ type readyState struct {
 	c2bReady, b2cReady atomic.Bool // the source may hold bytes: drain it
 	cHup, bHup         atomic.Bool // hang-up or error reported: read to EOF
 	closed             atomic.Bool
+	lingering          atomic.Bool // the runner discards what the client sends
 
 	// TLS 1.3 clients whose records the splice owns (tlsrecord_linux.go):
 	// hot while the record state may hold ciphers, rest asks the runner
@@ -72,27 +74,25 @@ func (c *wsConn) startReady(head, clientBuffered, backendBuffered []byte) bool {
 		c.s.log.Debug("readiness splice: keeping goroutines", "err", err)
 		return false
 	}
-	r := &c.rd
-	r.on, r.cs, r.bs, r.p = true, cs, bs, p
-	clientBuffered, _ = c.ownRecords(ec, clientBuffered)
+	r := &readyState{c: c, cs: cs, bs: bs, p: p}
+	c.d = r
+	clientBuffered, _ = r.ownRecords(ec, clientBuffered)
 	c.backend = nil
-	c.cancel() // the per-connection context only serves the goroutine splice
-	c.ctx, c.cancel = nil, nil
 	r.state.Store(runBusy)
 	if !c.s.reg.add(c) {
 		c.closeBoth(ReasonShutdown)
-		c.finishReady()
+		r.finishReady()
 		return true
 	}
 	c.s.noteTimeouts(c.pool)
 	c.s.readyAdds.Add(1)
 
-	if !c.readyStart(head, clientBuffered, backendBuffered) {
-		c.runReady()
+	if !r.readyStart(head, clientBuffered, backendBuffered) {
+		r.runReady()
 		return true
 	}
 
-	id := p.add(c)
+	id := p.add(r)
 	r.id.Store(id)
 	if r.closed.Load() {
 		// Closed meanwhile (drain, shutdown): closeBoth may have run
@@ -108,17 +108,18 @@ func (c *wsConn) startReady(head, clientBuffered, backendBuffered []byte) bool {
 	// drain both directions once now.
 	r.c2bReady.Store(true)
 	r.b2cReady.Store(true)
-	c.runReady()
+	r.runReady()
 	return true
 }
 
 // readyStart writes the 101 and any frames the backend sent behind it,
 // then what the client sent behind its request; neither write blocks. It
 // reports whether the splice goes on.
-func (c *wsConn) readyStart(head, clientBuffered, backendBuffered []byte) bool {
+func (r *readyState) readyStart(head, clientBuffered, backendBuffered []byte) bool {
+	c := r.c
 	out, n, tooBig := c.head(head, backendBuffered)
 	if _, err := c.client.Write(out); err != nil {
-		c.closeBoth(ReasonClientClosed)
+		c.writeFailed(SideClient, err)
 		return false
 	}
 	c.out.Add(int64(n))
@@ -129,9 +130,8 @@ func (c *wsConn) readyStart(head, clientBuffered, backendBuffered []byte) bool {
 		return false
 	}
 	if len(clientBuffered) > 0 {
-		k, err := c.forward(clientBuffered)
-		if err != nil {
-			c.closeBoth(ReasonBackendClosed)
+		k, _, ok := c.forward(clientBuffered)
+		if !ok {
 			return false
 		}
 		c.in.Add(int64(k))
@@ -140,8 +140,7 @@ func (c *wsConn) readyStart(head, clientBuffered, backendBuffered []byte) bool {
 }
 
 // readyEvent handles one epoll event for the client or backend socket.
-func (c *wsConn) readyEvent(backend bool, ev uint32) {
-	r := &c.rd
+func (r *readyState) readyEvent(backend bool, ev uint32) {
 	hup := ev&(unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) != 0
 	readable := hup || ev&unix.EPOLLIN != 0
 	ready, hupFlag := &r.c2bReady, &r.cHup
@@ -164,19 +163,18 @@ func (c *wsConn) readyEvent(backend bool, ev uint32) {
 		kick = true
 	}
 	if kick {
-		c.kick()
+		r.kick()
 	}
 }
 
 // kick runs the connection on this goroutine, or asks the goroutine that
 // is running it for one more run.
-func (c *wsConn) kick() {
-	r := &c.rd
+func (r *readyState) kick() {
 	for {
 		switch r.state.Load() {
 		case runIdle:
 			if r.state.CompareAndSwap(runIdle, runBusy) {
-				c.runReady()
+				r.runReady()
 				return
 			}
 		case runBusy:
@@ -191,8 +189,8 @@ func (c *wsConn) kick() {
 
 // runReady runs steps until nobody asked for another; the caller holds the
 // runner state (runBusy).
-func (c *wsConn) runReady() {
-	r := &c.rd
+func (r *readyState) runReady() {
+	c := r.c
 	defer func() {
 		// A panic here would otherwise take down the poller goroutine (and
 		// with it every connection), or leave this one busy forever with
@@ -201,18 +199,18 @@ func (c *wsConn) runReady() {
 			c.s.log.Error("splice panicked; closing the connection", "panic", v, "stack", string(debug.Stack()))
 			c.closeBoth(ReasonError)
 			if !r.finished {
-				c.finishReady()
+				r.finishReady()
 			}
 			r.state.Store(runIdle)
 		}
 	}()
 	for {
-		c.step()
+		r.step()
 		yield := r.yield
 		r.yield = false
 		if r.state.CompareAndSwap(runBusy, runIdle) {
 			if yield {
-				r.p.again(c)
+				r.p.again(r)
 			}
 			return
 		}
@@ -223,22 +221,21 @@ func (c *wsConn) runReady() {
 // step flushes what the sockets did not take, drains the directions that
 // may have bytes and whose destination has no queue (backpressure), and
 // ends the connection when both directions are done.
-func (c *wsConn) step() {
-	r := &c.rd
+func (r *readyState) step() {
 	switch {
 	case r.finished:
 		return
 	case r.closed.Load():
-		c.finishReady()
+		r.finishReady()
 		return
-	case c.sess.Lingering():
-		c.lingerStep()
+	case r.lingering.Load():
+		r.lingerStep()
 	default:
-		c.flushQueues()
-		c.pumps()
+		r.flushQueues()
+		r.pumps()
 	}
 	if r.closed.Load() {
-		c.finishReady()
+		r.finishReady()
 		return
 	}
 	if r.rec != nil {
@@ -251,36 +248,37 @@ func (c *wsConn) step() {
 }
 
 // flushQueues writes what the sockets did not take before.
-func (c *wsConn) flushQueues() {
-	r := &c.rd
+func (r *readyState) flushQueues() {
 	if r.bs.queued() {
 		if err := r.bs.flush(); err != nil {
-			c.closeBoth(ReasonBackendClosed)
+			r.c.writeFailed(SideBackend, err)
 		}
 	}
 	if r.cs.queued() {
 		if err := r.cs.flush(); err != nil {
-			c.closeBoth(ReasonClientClosed)
+			r.c.writeFailed(SideClient, err)
 		}
 	}
 }
 
 // pumps drains each direction that may have bytes and whose destination
 // has no queue, and ends the connection once both are done.
-func (c *wsConn) pumps() {
-	r := &c.rd
+// A control frame the session wants (wake) marks the backend readable, so
+// the backend->client pump runs for it like for bytes.
+func (r *readyState) pumps() {
+	c := r.c
 	// A client paused for its rate (RateSlow) keeps its readiness pending;
 	// the sweeper runs it once the bucket has room.
 	at := c.sess.ReadableAt()
 	paused := at != 0 && at > time.Now().UnixNano()
 	if !r.closed.Load() && !r.c2bDone && !paused && !r.bs.queued() && r.cs.queuedBytes() <= clientQueueCap && r.c2bReady.Swap(false) {
-		c.pumpClientToBackend()
+		r.pumpClientToBackend()
 	}
-	if !r.closed.Load() && !r.b2cDone && !r.cs.queued() && (r.b2cReady.Swap(false) || c.sess.ClosePending() || c.sess.PingPending()) {
-		c.pumpBackendToClient()
+	if !r.closed.Load() && !r.b2cDone && !r.cs.queued() && r.b2cReady.Swap(false) {
+		r.pumpBackendToClient()
 	}
 	if !r.closed.Load() && (r.ending || r.c2bDone && r.b2cDone) && !r.cs.queued() && !r.bs.queued() {
-		c.closeBoth(reasonKeep)
+		r.c.closeBoth(reasonKeep)
 	}
 }
 
@@ -318,8 +316,8 @@ const clientQueueCap = 64 << 10
 // pumpClientToBackend copies client bytes to the backend (opaque) until
 // the client would block, the backend's queue asks for a pause, or the
 // client's own queue is over clientQueueCap.
-func (c *wsConn) pumpClientToBackend() {
-	r := &c.rd
+func (r *readyState) pumpClientToBackend() {
+	c := r.c
 	r.cs.startDrain(r.cHup.Load())
 	bp := c.s.getBuf()
 	defer c.s.putBuf(bp)
@@ -336,9 +334,8 @@ func (c *wsConn) pumpClientToBackend() {
 		n, err := c.client.Read(*bp)
 		if n > 0 {
 			c.touch()
-			k, werr := c.forward((*bp)[:n])
-			if werr != nil {
-				c.closeBoth(ReasonBackendClosed)
+			k, _, ok := c.forward((*bp)[:n])
+			if !ok {
 				return
 			}
 			c.in.Add(int64(k))
@@ -363,11 +360,8 @@ func (c *wsConn) pumpClientToBackend() {
 			return
 		case errors.Is(err, io.EOF):
 			// Propagate the half-close; the other direction goes on.
-			c.setReason(ReasonClientClosed)
-			c.sess.ClientEOF()
-			r.bs.closeWrite()
 			r.c2bDone = true
-			c.armFin()
+			c.eof(SideClient)
 			return
 		default:
 			c.closeBoth(readReason(err, ReasonClientClosed))
@@ -382,15 +376,9 @@ func (c *wsConn) pumpClientToBackend() {
 
 // pumpBackendToClient copies backend frames to the client; the session
 // puts control frames between two frames.
-func (c *wsConn) pumpBackendToClient() {
-	r := &c.rd
+func (r *readyState) pumpBackendToClient() {
+	c := r.c
 	r.bs.startDrain(r.bHup.Load())
-	if c.sess.PingExpired() {
-		// The sweeper found the ping timeout passed: a close 1011 at this
-		// boundary and a lingering close, or the end at once.
-		c.pingTimeoutReady()
-		return
-	}
 	var bp *[]byte
 	defer func() {
 		if bp != nil {
@@ -399,8 +387,7 @@ func (c *wsConn) pumpBackendToClient() {
 	}()
 	moved := 0
 	for {
-		if o := c.control(c.sess.BackendControl()); o.end {
-			c.endReady(o)
+		if c.controlDue() {
 			return
 		}
 		if r.cs.queued() {
@@ -417,86 +404,89 @@ func (c *wsConn) pumpBackendToClient() {
 		}
 		n, err := r.bs.read(*bp)
 		if err != nil {
-			c.backendReadEnd(err)
+			r.backendReadEnd(err)
 			return
 		}
 		c.touch()
 		moved += n
-		if o := c.relay((*bp)[:n]); o.end {
-			c.endReady(o)
+		if c.relay((*bp)[:n]) {
 			return
 		}
 	}
 }
 
-// endReady ends the connection as a direction's outcome says: at once,
-// or once the client's queue (a close frame) is out.
-func (c *wsConn) endReady(o outcome) {
-	if o.flush {
-		c.rd.ending = true
-		return
-	}
-	c.closeBoth(o.reason)
-}
-
-// pingTimeoutReady sends the close 1011 of a missed ping timeout at this
-// boundary, or closes at once when there is none.
-func (c *wsConn) pingTimeoutReady() {
-	ctl, ok := c.sess.PingTimeoutClose()
-	if ok && c.control(ctl).err == errEnd {
-		c.rd.ending = true
-		return
-	}
-	c.closeBoth(ReasonPingTimeout)
-}
-
 // backendReadEnd handles a backend read that returned no bytes.
-func (c *wsConn) backendReadEnd(err error) {
-	r := &c.rd
+func (r *readyState) backendReadEnd(err error) {
 	switch {
 	case errors.Is(err, errWouldBlock):
 	case errors.Is(err, io.EOF):
-		c.setReason(ReasonBackendClosed)
 		r.b2cDone = true
-		if c.sess.CloseSent() {
-			// Close handshake done on our side: the server closes TCP
-			// first (RFC 6455 §7.1.1), once the queues are out.
-			r.ending = true
-		} else {
-			closeWrite(c.client)
-		}
-		c.armFin()
+		r.c.eof(SideBackend)
 	default:
-		c.closeBoth(readReason(err, ReasonBackendClosed))
+		r.c.closeBoth(readReason(err, ReasonBackendClosed))
 	}
 }
 
-// armFin gives the other half finTimeout to finish once one half closed
-// cleanly (HAProxy's "timeout client-fin").
-func (c *wsConn) armFin() {
-	if c.rd.fin == nil {
-		c.rd.fin = time.AfterFunc(finTimeout, func() { c.closeBoth(ReasonFinTimeout) })
+// The driver's side of the session's actions (conn.go's act).
+
+func (r *readyState) sendClient(p []byte) error {
+	_, err := r.c.client.Write(p)
+	return err
+}
+
+func (r *readyState) sendBackend(p []byte) error {
+	_, err := r.bs.write(p)
+	return err
+}
+
+// wake has the runner pump the backend->client direction, where the
+// session's control frames go out.
+func (r *readyState) wake() {
+	r.b2cReady.Store(true)
+	r.kick()
+}
+
+// halfClose passes a clean end of stream on to side (after its queue)
+// and gives the other half wsession.FinTimeout.
+func (r *readyState) halfClose(side CloseSide) {
+	if side == SideBackend {
+		r.bs.closeWrite()
+	} else {
+		closeWrite(r.c.client)
+	}
+	r.armFin()
+}
+
+// endFlushed ends the connection once the queues are out (pumps).
+func (r *readyState) endFlushed() {
+	r.ending = true
+	r.armFin()
+}
+
+// armFin gives the other half wsession.FinTimeout to finish once one half
+// closed cleanly (HAProxy's "timeout client-fin"). Runner only.
+func (r *readyState) armFin() {
+	if r.fin == nil {
+		r.fin = time.AfterFunc(wsession.FinTimeout, func() { r.c.closeBoth(ReasonFinTimeout) })
 	}
 }
 
 // closeReady closes both sockets once, from any goroutine, and has the
 // runner finish the connection.
-func (c *wsConn) closeReady() {
-	r := &c.rd
+func (r *readyState) closeNow() {
 	if !r.closed.CompareAndSwap(false, true) {
 		return
 	}
 	if id := r.id.Load(); id != 0 {
 		r.p.forget(id)
 	}
-	c.client.Close() // a tls.Conn tries a close_notify first; never blocks
+	r.c.client.Close() // a tls.Conn tries a close_notify first; never blocks
 	r.bs.close()
-	c.kick()
+	r.kick()
 }
 
 // finishReady ends the connection on its runner.
-func (c *wsConn) finishReady() {
-	r := &c.rd
+func (r *readyState) finishReady() {
 	if r.finished {
 		return
 	}
@@ -504,7 +494,7 @@ func (c *wsConn) finishReady() {
 	if r.fin != nil {
 		r.fin.Stop()
 	}
-	c.finish()
+	r.c.finish()
 }
 
 // noteTimeouts lowers the sweep period to a quarter of the pool's idle,
@@ -559,8 +549,8 @@ func (s *Server) sweeper(ctx context.Context, done chan struct{}) {
 		}
 		buf = s.reg.appendAll(buf[:0])
 		for _, c := range buf {
-			if c.rd.on {
-				c.sweep(now)
+			if r, ok := c.d.(*readyState); ok {
+				r.sweep(now)
 			}
 		}
 		clear(buf)
@@ -574,49 +564,31 @@ func (s *Server) sweeper(ctx context.Context, done chan struct{}) {
 // as sealing a few small records.
 const restAfter = time.Second
 
-// sweep is one sweeper visit of a readiness-driven connection at now.
-func (c *wsConn) sweep(now int64) {
-	if c.sess.Lingering() {
-		if now >= c.sess.LingerDeadline() {
-			c.lingerEnd()
-		}
+// sweep is one sweeper visit of a readiness-driven connection at now:
+// the session's clock (idle, lingering, a queue a peer does not take,
+// the heartbeat), then the record layer's rest.
+func (r *readyState) sweep(now int64) {
+	c := r.c
+	if c.tick(now, r.queuedSince()).Kind == wsession.End || r.lingering.Load() {
 		return
 	}
-	if it := c.pool.IdleTimeout; it > 0 && now-c.last.Load() >= int64(it) {
-		c.closeBoth(ReasonIdleTimeout)
-		return
+	if r.rec != nil && now-c.sess.LastActivity() >= int64(restAfter) && r.hot.CompareAndSwap(true, false) {
+		r.rest.Store(true)
+		r.kick()
 	}
-	// Without a write timeout a peer that never reads would hold its
-	// queue (the 101 to a half-open client, say) forever: bounded like
-	// the handshake (settings.writeTimeout).
-	if wt := c.pool.settings().writeTimeout; c.rd.cs.stuck(now, wt) || c.rd.bs.stuck(now, wt) {
-		c.closeBoth(ReasonWriteTimeout)
-		return
+	if at := c.sess.ReadableAt(); at != 0 && now >= at && r.c2bReady.Load() {
+		r.kick() // a client paused for its rate may be read again
 	}
-	if c.rd.rec != nil && now-c.last.Load() >= int64(restAfter) && c.rd.hot.CompareAndSwap(true, false) {
-		c.rd.rest.Store(true)
-		c.kick()
+}
+
+// queuedSince is since when the older of the two queues holds bytes; 0:
+// neither does.
+func (r *readyState) queuedSince() int64 {
+	a, b := r.cs.qSince.Load(), r.bs.qSince.Load()
+	if a == 0 || b != 0 && b < a {
+		return b
 	}
-	if !c.sess.FrameAware() {
-		return
-	}
-	if at := c.sess.ReadableAt(); at != 0 && now >= at && c.rd.c2bReady.Load() {
-		c.kick() // a client paused for its rate may be read again
-	}
-	if due, timedOut := c.sess.PingCheck(now); timedOut {
-		// First a close 1011 at the next frame boundary (the runner's);
-		// still open one sweep later: closed at once.
-		if c.sess.ExpirePing() {
-			c.closeBoth(ReasonPingTimeout)
-		} else {
-			c.kick()
-		}
-	} else if due {
-		// Injected by the runner at the next frame boundary, the way
-		// Drain's close frames are.
-		c.sess.WantPing()
-		c.kick()
-	}
+	return a
 }
 
 // lingerReady begins a lingering close (linger.go) on the readiness
@@ -624,23 +596,23 @@ func (c *wsConn) sweep(now int64) {
 // its queue (the close frame, a TLS close_notify), and the runner then
 // discards what the client sends; the sweeper ends it at LingerTimeout.
 // No goroutine and no buffer is held meanwhile.
-func (c *wsConn) lingerReady() {
-	r := &c.rd
+func (r *readyState) linger() {
+	r.lingering.Store(true)
 	r.bs.close()
-	closeWrite(c.client)
+	closeWrite(r.c.client)
 	// The client may have sent bytes that epoll reported before.
 	r.c2bReady.Store(true)
-	c.kick()
+	r.kick()
 }
 
 // lingerStep is a run of a lingering connection: flush the client's
 // queue, read and drop what the client sent, and end at its end of file,
 // an error, or past LingerBytes.
-func (c *wsConn) lingerStep() {
-	r := &c.rd
+func (r *readyState) lingerStep() {
+	c := r.c
 	if r.cs.queued() {
 		if err := r.cs.flush(); err != nil {
-			c.lingerEnd()
+			c.stop()
 			return
 		}
 	}
@@ -662,8 +634,8 @@ func (c *wsConn) lingerStep() {
 		if errors.Is(err, errWouldBlock) {
 			return
 		}
-		if c.lingerDiscard(n, err) || err != nil {
-			c.lingerEnd()
+		if c.discard(n) || err != nil {
+			c.stop()
 			return
 		}
 	}

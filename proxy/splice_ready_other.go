@@ -10,12 +10,6 @@ import (
 // errNoSocket reports that sockets cannot be taken over on this platform.
 var errNoSocket = errors.New("readiness splice not available on this platform")
 
-// readyState is empty here: every connection is spliced by two goroutines.
-type readyState struct {
-	on     bool
-	cs, bs *sock
-}
-
 // poller does not exist here.
 type poller struct{}
 
@@ -29,9 +23,6 @@ func (*sock) closeWrite() error         { return errNoSocket }
 func (*sock) localAddr() net.Addr       { return &net.TCPAddr{} }
 
 func (c *wsConn) startReady(_, _, _ []byte) bool { return false }
-func (c *wsConn) closeReady()                    {}
-func (c *wsConn) kick()                          {}
-func (c *wsConn) lingerReady()                   {}
 func (s *Server) stopPoller()                    {}
 
 // recordLayerOn: without the readiness-driven splice crypto/tls keeps

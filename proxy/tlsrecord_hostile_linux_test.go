@@ -669,7 +669,7 @@ func noDataRun(t *testing.T, keyUpdates bool) {
 	br := testkit.Read101(t, c)
 	testkit.WaitFor(t, "the record layer to take the connection", func() bool { return e.srv.recordConns() == 1 })
 	wc := e.srv.oneConn()
-	testkit.WaitFor(t, "the runner state", func() bool { return wc.rd.state.CompareAndSwap(runIdle, runBusy) })
+	testkit.WaitFor(t, "the runner state", func() bool { return wc.d.(*readyState).state.CompareAndSwap(runIdle, runBusy) })
 
 	var flood []byte
 	for len(flood) < 1<<20 {
@@ -683,13 +683,14 @@ func noDataRun(t *testing.T, keyUpdates bool) {
 	if _, err := h.Conn.Write(flood); err != nil {
 		t.Fatal(err)
 	}
-	testkit.WaitFor(t, "the records in edge's socket", func() bool { return wc.rd.cs.unread() == len(flood) })
-	wc.pumpClientToBackend()
-	left, yielded := wc.rd.cs.unread(), wc.rd.yield
+	r := wc.d.(*readyState)
+	testkit.WaitFor(t, "the records in edge's socket", func() bool { return r.cs.unread() == len(flood) })
+	r.pumpClientToBackend()
+	left, yielded := r.cs.unread(), r.yield
 	// Give the connection back to the poller, and check it still works.
-	wc.rd.yield = false
-	wc.rd.c2bReady.Store(true)
-	wc.runReady()
+	r.yield = false
+	r.c2bReady.Store(true)
+	r.runReady()
 	if left == 0 || !yielded {
 		t.Fatalf("one run read all %d bytes of records without data (left %d, yielded %v)", len(flood), left, yielded)
 	}

@@ -42,12 +42,13 @@ type recConn struct {
 // the connection stays on crypto/tls (TLS 1.2, a suite the record layer
 // lacks, a log over its bound, anything unexpected); the returned bytes
 // are then still what the client sent.
-func (c *wsConn) ownRecords(ec *edgeConn, clientBuffered []byte) ([]byte, bool) {
+func (r *readyState) ownRecords(ec *edgeConn, clientBuffered []byte) ([]byte, bool) {
+	c := r.c
 	tc, isTLS := c.client.(*tls.Conn)
 	if !isTLS {
 		return clientBuffered, false
 	}
-	p, owned := c.takeRecords(tc, ec, clientBuffered)
+	p, owned := r.takeRecords(tc, ec, clientBuffered)
 	if owned {
 		c.s.recOwned.Add(1)
 	} else {
@@ -56,7 +57,8 @@ func (c *wsConn) ownRecords(ec *edgeConn, clientBuffered []byte) ([]byte, bool) 
 	return p, owned
 }
 
-func (c *wsConn) takeRecords(tc *tls.Conn, ec *edgeConn, clientBuffered []byte) ([]byte, bool) {
+func (r *readyState) takeRecords(tc *tls.Conn, ec *edgeConn, clientBuffered []byte) ([]byte, bool) {
+	c := r.c
 	if ec.log == nil {
 		return clientBuffered, false
 	}
@@ -97,7 +99,7 @@ func (c *wsConn) takeRecords(tc *tls.Conn, ec *edgeConn, clientBuffered []byte) 
 	rc := &recConn{srv: c.s, sock: ec.s, ec: ec, st: st}
 	rc.setTail(tail)
 	c.client = rc
-	c.rd.rec = rc
+	r.rec = rc
 	return drained, true
 }
 

@@ -2,17 +2,17 @@ package wsession
 
 // Reason says why a WebSocket connection ended: the access log's "reason"
 // and the Observer's close reason (proxy.CloseReason is this type). The
-// first reason recorded for a connection wins.
+// first reason recorded for a connection wins. The reasons declared here
+// are the session's own: a stream that ended, a timeout, a limit. Why edge
+// itself asks a connection to close (a drain, a departing backend, a
+// restart, a shutdown) is the proxy's vocabulary, passed in to Request
+// and Finish as opaque names.
 type Reason string
 
-// Close reasons of spliced connections.
+// Close reasons the session decides or the streams give.
 const (
 	ReasonClientClosed       Reason = "client_closed"         // the client ended its stream (FIN, reset, failed write)
 	ReasonBackendClosed      Reason = "backend_closed"        // the backend ended its stream
-	ReasonShutdown           Reason = "shutdown"              // edge stopped, or a drain ran out of time
-	ReasonDrain              Reason = "drain"                 // edge drained: close 1001 to the client
-	ReasonBackendGone        Reason = "backend_gone"          // the backend left its pool: close 1012
-	ReasonAdminDrain         Reason = "admin_drain"           // an operator drained the backend: close 1012
 	ReasonIdleTimeout        Reason = "idle_timeout"          // nothing moved for the pool's idle timeout
 	ReasonWriteTimeout       Reason = "write_timeout"         // a write did not complete in the write timeout
 	ReasonFinTimeout         Reason = "fin_timeout"           // one side closed, the other did not within 10 s
@@ -28,33 +28,45 @@ const (
 	ReasonDeflateError Reason = "deflate_error"
 	// ReasonRateLimited: a client over its message or byte rate: close 1008.
 	ReasonRateLimited Reason = "rate_limited"
-	ReasonError       Reason = "error"   // a socket error the splice could not attribute
-	ReasonMoved       Reason = "moved"   // handed to another edge process, still open there
-	ReasonRestart     Reason = "restart" // edge restarted and could not hand it over: close 1012
+	ReasonError       Reason = "error" // a socket error the splice could not attribute
 )
 
 // ReasonKeep closes without recording a reason of its own: the one
 // already recorded stands.
 const ReasonKeep Reason = ""
 
-// Reasons lists every Reason, for metrics that must exist at zero before
-// the first connection ends.
+// Reasons lists every Reason declared here; the proxy adds its own.
 func Reasons() []Reason {
 	return []Reason{
-		ReasonClientClosed, ReasonBackendClosed, ReasonShutdown, ReasonDrain,
-		ReasonBackendGone, ReasonAdminDrain, ReasonIdleTimeout, ReasonWriteTimeout, ReasonFinTimeout,
+		ReasonClientClosed, ReasonBackendClosed, ReasonIdleTimeout, ReasonWriteTimeout, ReasonFinTimeout,
 		ReasonPingTimeout, ReasonFrameTooBig, ReasonMessageTooBig,
 		ReasonBackendFrameTooBig, ReasonMessageTooBigInflated, ReasonDeflateError, ReasonRateLimited,
-		ReasonError, ReasonMoved, ReasonRestart,
+		ReasonError,
 	}
 }
 
-// Forced reports reasons that close both sockets at once: the server
-// stopping, a timeout, a dead client. Every other close of a connection
-// whose client was sent a close frame lingers.
+// validName reports whether r can be a reason at all: a short name of
+// lower-case letters and underscores, as every reason of the session and
+// the proxy is. A restored session checks it; which names are known is
+// its caller's to check.
+func validName(r Reason) bool {
+	if len(r) == 0 || len(r) > 32 {
+		return false
+	}
+	for _, b := range []byte(r) {
+		if (b < 'a' || b > 'z') && b != '_' {
+			return false
+		}
+	}
+	return true
+}
+
+// Forced reports the session's reasons that close both sockets at once: a
+// timeout, a dead client. Every other close of a connection whose client
+// was sent a close frame lingers (the caller forces its own, Finish).
 func (r Reason) Forced() bool {
 	switch r {
-	case ReasonShutdown, ReasonIdleTimeout, ReasonWriteTimeout, ReasonFinTimeout, ReasonPingTimeout, ReasonClientClosed, ReasonError:
+	case ReasonIdleTimeout, ReasonWriteTimeout, ReasonFinTimeout, ReasonPingTimeout, ReasonClientClosed, ReasonError:
 		return true
 	}
 	return false

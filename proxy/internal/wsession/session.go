@@ -13,10 +13,15 @@
 // connection. Time is passed in as unix nanoseconds; the session keeps no
 // clock, starts nothing and allocates nothing per message.
 //
+// The session also decides how a connection ends (ending.go): a driver
+// reports what happened (Tick, EOF, WriteFailed, Finish) and carries out
+// the Action it gets back, one switch on its Kind, so both drivers end a
+// connection the same way.
+//
 // Ownership: the backend->client half (FromBackend, BackendControl,
-// ControlWritten, PingTimeoutClose) belongs to whoever reads the backend,
-// the client->backend half (FromClient, Discard) to whoever reads the
-// client; everything else may be called from any goroutine.
+// ControlWritten) belongs to whoever reads the backend, the
+// client->backend half (FromClient, Discard) to whoever reads the client;
+// everything else may be called from any goroutine.
 package wsession
 
 import (
@@ -36,6 +41,8 @@ type Config struct {
 	PingTimeout     time.Duration // silence after a ping before the end; 0: none
 	LingerTimeout   time.Duration // lingering close; <= 0: none
 	LingerBytes     int64         // client bytes dropped while lingering, at most
+	IdleTimeout     time.Duration // nothing read either way; 0: none
+	WriteTimeout    time.Duration // bytes a peer does not take (Tick's queuedSince); 0: none
 
 	// Inflate, when not nil, counts the inflated size of the client's
 	// permessage-deflate messages against MaxMessageBytes (the deflate
@@ -78,6 +85,11 @@ type Session struct {
 	ctl          [4]byte
 
 	closeCode atomic.Int32 // requested close code; 0: none
+	// backendEOF: the backend's stream ended, so no ping can go out any
+	// more and the heartbeat stops (both drivers alike: the goroutine
+	// splice has no backend reader left to keep it).
+	backendEOF atomic.Bool
+	last       atomic.Int64 // unix nanos of the last byte read either way (Touch)
 
 	mu sync.Mutex
 	// reason is the first reason recorded; closeBy and closeAt the first
@@ -89,7 +101,7 @@ type Session struct {
 
 	fw *aware // frame-aware mode; nil: opaque
 
-	// Lingering close. closeOut: the client has a close frame; clientEOF:
+	// lingering close. closeOut: the client has a close frame; clientEOF:
 	// the client's input ended. lingered is the client reader's.
 	closeOut, clientEOF atomic.Bool
 	linger              atomic.Int32
@@ -126,6 +138,7 @@ type aware struct {
 // Init readies s for a connection of a pool with cfg, opened at now.
 func (s *Session) Init(cfg *Config, now int64) {
 	s.cfg = cfg
+	s.last.Store(now)
 	if !cfg.FrameAware() {
 		return
 	}
@@ -196,22 +209,8 @@ func (s *Session) Request(code int, reason Reason) bool {
 // Requested reports whether a close was requested.
 func (s *Session) Requested() bool { return s.closeCode.Load() != 0 }
 
-// ClosePending reports a requested close frame not yet sent.
-func (s *Session) ClosePending() bool { return s.Requested() && !s.closeSent }
-
-// CloseUnnoticed reports a close request the backend reader has not yet
-// acted on: a reader about to wait must not.
-func (s *Session) CloseUnnoticed() bool { return !s.closeNoticed && s.Requested() }
-
 // CloseOut reports that the client was sent a close frame.
 func (s *Session) CloseOut() bool { return s.closeOut.Load() }
-
-// CloseSent reports, to the backend reader, that the client has or is
-// about to get a close frame: the close handshake is done on edge's side.
-func (s *Session) CloseSent() bool { return s.closeSent }
-
-// ClientEOF records the end of the client's input.
-func (s *Session) ClientEOF() { s.clientEOF.Store(true) }
 
 // Verdict says what to do with bytes the session consumed.
 type Verdict uint8
@@ -265,15 +264,22 @@ type Control struct {
 	// End: end the connection now (after Frame), with the reason already
 	// recorded; Flush: once what is queued to the client went out.
 	End, Flush bool
+	// Reason, with End and without Flush: the reason to Finish with
+	// (ReasonKeep: the one recorded stands).
+	Reason Reason
 }
 
 // BackendControl says, between two reads of the backend or at a frame
 // boundary FromBackend stopped at, whether a control frame goes to the
-// client now: a requested close (or none when the backend's own close
-// already went through), else a wanted ping. Control frames never land
-// inside a frame (RFC 6455 §5.4); without a known boundary the connection
-// ends. After writing Frame, the driver calls ControlWritten.
+// client now: the close 1011 of a missed ping timeout, a requested close
+// (or none when the backend's own close already went through), else a
+// wanted ping. Control frames never land inside a frame (RFC 6455 §5.4);
+// without a known boundary the connection ends. After writing Frame, the
+// driver calls ControlWritten.
 func (s *Session) BackendControl() Control {
+	if s.fw != nil && s.fw.pingExpired.Load() {
+		return s.pingTimeoutControl()
+	}
 	if code := s.closeCode.Load(); code != 0 && !s.closeSent {
 		return s.closeControl(int(code))
 	}
@@ -339,17 +345,19 @@ func (s *Session) ControlWritten(c Control, now int64) {
 	}
 }
 
-// PingTimeoutClose returns a close 1011 for a client that missed its ping
+// pingTimeoutControl is a close 1011 for a client that missed its ping
 // timeout when the backend->client stream is between two frames (the
-// connection then ends lingering once it is out, End); otherwise ok is
-// false and the driver closes at once.
-func (s *Session) PingTimeoutClose() (c Control, ok bool) {
+// connection then ends lingering once it is out); otherwise the end at
+// once. Once the 1011 is out, the next Tick that finds the timeout still
+// passed ends the connection.
+func (s *Session) pingTimeoutControl() Control {
 	if s.closeSent || s.b2c.closeSeen || !s.b2c.atBoundary() {
-		return c, false
+		return Control{End: true, Reason: ReasonPingTimeout}
 	}
 	s.SetReason(ReasonPingTimeout)
 	s.closeSent = true
-	return Control{Frame: wswire.CloseFrame(&s.ctl, ClosePingTimeout), Code: ClosePingTimeout, End: true, Flush: true}, true
+	s.fw.pingExpired.Store(false)
+	return Control{Frame: wswire.CloseFrame(&s.ctl, ClosePingTimeout), Code: ClosePingTimeout, End: true, Flush: true}
 }
 
 // Client is what to do with client bytes.
@@ -463,29 +471,13 @@ func (s *Session) MaskedClose(mask [4]byte) []byte {
 	return wswire.MaskedCloseFrame(&s.fw.mask, CloseGoingAway, mask)
 }
 
-// PingPending reports a wanted ping or an expired ping timeout the
-// backend reader has not acted on.
-func (s *Session) PingPending() bool {
-	return s.fw != nil && (s.fw.pingWanted.Load() || s.fw.pingExpired.Load())
-}
-
-// WantPing asks for a ping at the next backend->client frame boundary.
-func (s *Session) WantPing() { s.fw.pingWanted.Store(true) }
-
-// ExpirePing marks the ping timeout passed and reports whether it was
-// already marked (the close 1011 did not get out in time).
-func (s *Session) ExpirePing() (already bool) { return s.fw.pingExpired.Swap(true) }
-
-// PingExpired reports an expired ping timeout.
-func (s *Session) PingExpired() bool { return s.fw != nil && s.fw.pingExpired.Load() }
-
-// PingCheck says what the heartbeat calls for at now: a ping (the client
+// pingCheck says what the heartbeat calls for at now: a ping (the client
 // has sent nothing for PingInterval since its last byte or our last ping),
 // or the end (nothing at all from the client within PingTimeout of the
 // first unanswered ping: a half-open socket, traefik#10627, traefik#8668).
-func (s *Session) PingCheck(now int64) (due, timedOut bool) {
+func (s *Session) pingCheck(now int64) (due, timedOut bool) {
 	f, iv := s.fw, s.cfg.PingInterval
-	if f == nil || iv <= 0 {
+	if f == nil || iv <= 0 || s.backendEOF.Load() {
 		return false, false
 	}
 	last := f.lastClient.Load()
@@ -497,11 +489,11 @@ func (s *Session) PingCheck(now int64) (due, timedOut bool) {
 	return !f.pingWanted.Load() && now-max(last, f.pingSent.Load()) >= int64(iv), false
 }
 
-// PingDeadline is the next moment PingCheck may have something to say, in
+// pingDeadline is the next moment the heartbeat may have something to say, in
 // unix nanos; 0: none.
-func (s *Session) PingDeadline() int64 {
+func (s *Session) pingDeadline() int64 {
 	f, iv := s.fw, s.cfg.PingInterval
-	if f == nil || iv <= 0 {
+	if f == nil || iv <= 0 || s.backendEOF.Load() {
 		return 0
 	}
 	last := f.lastClient.Load()
@@ -517,9 +509,10 @@ func (s *Session) PingDeadline() int64 {
 	return next
 }
 
-// LingerStart begins a lingering close at now, and reports whether the
-// connection lingers and whether it began just now (the driver then
-// closes the backend and shuts the client's write half down).
+// lingerStart begins a lingering close at now, and reports whether the
+// connection lingers and whether it began just now (Finish then says
+// Linger: the driver closes the backend and shuts the client's write half
+// down).
 //
 // Once edge has sent the client a close frame, the client may still be
 // sending (the rest of a frame over the limit, messages queued before it
@@ -530,8 +523,7 @@ func (s *Session) PingDeadline() int64 {
 // do: the backend is closed, the client's write half is shut down after
 // the queued close frame, and the client's input is read and discarded
 // until it closes, LingerBytes were discarded or LingerTimeout passed.
-// readerGone: nobody reads the client any more.
-func (s *Session) LingerStart(now int64, readerGone bool) (lingering, started bool) {
+func (s *Session) lingerStart(now int64) (lingering, started bool) {
 	switch s.linger.Load() {
 	case lingerOn:
 		return true, false
@@ -539,7 +531,7 @@ func (s *Session) LingerStart(now int64, readerGone bool) (lingering, started bo
 		return false, false
 	}
 	d := s.cfg.LingerTimeout
-	if !s.closeOut.Load() || s.clientEOF.Load() || d <= 0 || readerGone {
+	if !s.closeOut.Load() || s.clientEOF.Load() || d <= 0 {
 		return false, false
 	}
 	s.lingerUntil.Store(now + int64(d))
@@ -549,23 +541,16 @@ func (s *Session) LingerStart(now int64, readerGone bool) (lingering, started bo
 	return true, true
 }
 
-// Lingering reports a lingering close under way.
-func (s *Session) Lingering() bool { return s.linger.Load() == lingerOn }
+// lingering reports a lingering close under way.
+func (s *Session) lingering() bool { return s.linger.Load() == lingerOn }
 
-// LingerEnd ends lingering: the client socket closes now.
-func (s *Session) LingerEnd() { s.linger.Store(lingerOver) }
+// lingerEnd ends lingering: the client socket closes now.
+func (s *Session) lingerEnd() { s.linger.Store(lingerOver) }
 
-// LingerDeadline is when lingering ends, in unix nanos; 0 when not lingering.
-func (s *Session) LingerDeadline() int64 {
-	if !s.Lingering() {
+// lingerDeadline is when lingering ends, in unix nanos; 0 when not lingering.
+func (s *Session) lingerDeadline() int64 {
+	if !s.lingering() {
 		return 0
 	}
 	return s.lingerUntil.Load()
-}
-
-// Discard accounts for n client bytes dropped while lingering and
-// reports whether LingerBytes are used up. Client reader only.
-func (s *Session) Discard(n int) (over bool) {
-	s.lingered += int64(n)
-	return s.lingered > s.cfg.LingerBytes
 }

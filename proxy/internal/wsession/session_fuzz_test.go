@@ -27,10 +27,10 @@ func drive(t *testing.T, cfg *Config, data, cuts []byte, ping, closeAt int) (out
 	}
 	for pos, i := 0, 0; pos < len(data); i++ {
 		if pos == ping && s.fw != nil {
-			s.WantPing()
+			s.fw.pingWanted.Store(true)
 		}
 		if pos == closeAt {
-			s.Request(CloseGoingAway, ReasonDrain)
+			s.Request(CloseGoingAway, Reason("drain"))
 		}
 		if carry(s.BackendControl()) {
 			return out, inj, true

@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"slices"
 
 	"github.com/edgelb/edge/internal/wswire"
 )
@@ -202,7 +201,7 @@ func (st *state) check(cfg *Config) error {
 		return fmt.Errorf("wsession: unknown state flags %#x", flags)
 	case !st.sideOK:
 		return errors.New("wsession: unknown close side")
-	case st.reason != ReasonKeep && !slices.Contains(Reasons(), st.reason):
+	case st.reason != ReasonKeep && !validName(st.reason):
 		return fmt.Errorf("wsession: unknown close reason %q", st.reason)
 	case st.linger < lingerNone || st.linger > lingerOver:
 		return fmt.Errorf("wsession: linger state %d", st.linger)

@@ -31,7 +31,7 @@ func TestStateResumesMidFrame(t *testing.T) {
 		if err := b.UnmarshalBinary(st); err != nil {
 			t.Fatalf("cut %d: %v", cut, err)
 		}
-		b.Request(CloseGoingAway, ReasonDrain)
+		b.Request(CloseGoingAway, Reason("drain"))
 		if c := b.BackendControl(); c.Frame != nil {
 			t.Fatalf("cut %d: close injected inside the frame", cut)
 		}
