@@ -62,11 +62,18 @@ func (c *zcount) payload(p []byte, limit uint64, ps *Inflaters) (keep int, over 
 }
 
 // frameEnd ends the current frame; the message ends with a final one.
-func (c *zcount) frameEnd(ps *Inflaters) {
-	if c.data && c.fin {
-		c.comp = false
-		c.release(ps)
+// It reports a compressed message that ended where the next one cannot
+// start (inflater.finish): the connection must not go on.
+func (c *zcount) frameEnd(ps *Inflaters, limit uint64) (bad bool) {
+	if !c.data || !c.fin {
+		return false
 	}
+	c.comp = false
+	if c.z != nil && !c.z.finish(limit) {
+		c.bad = true
+	}
+	c.release(ps)
+	return c.bad
 }
 
 // inFlight reports a compressed message under way, whose inflater state

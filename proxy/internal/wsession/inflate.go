@@ -146,6 +146,8 @@ type inflater struct {
 	out    uint64 // bytes the message inflated to so far
 	state  uint8
 	stored uint32 // bytes left in a stored block
+	final  bool   // the current block has BFINAL set
+	ended  bool   // a block with BFINAL set has ended
 
 	hlit, hdist, hclen, n int
 	lens                  [maxLit + maxDist]uint8
@@ -154,6 +156,28 @@ type inflater struct {
 
 func (z *inflater) reset() {
 	z.acc, z.nb, z.loaded, z.mark, z.out, z.state, z.stored = 0, 0, 0, 0, 0, zHeader, 0
+	z.final, z.ended = false, false
+}
+
+// emptyBlockTail is what a permessage-deflate receiver appends to every
+// message before inflating it (RFC 7692 §7.2.2).
+var emptyBlockTail = [4]byte{0x00, 0x00, 0xff, 0xff}
+
+// finish feeds the tail a receiver appends at the end of a message and
+// reports whether the stream then stands where the next message must
+// start: at a block boundary on a byte, or past a final block. A message
+// that stops inside a block (a sender that did not flush) leaves a
+// receiver with context takeover in that block, decoding the next
+// message's bytes with its codes, while this counter would start the next
+// message from a block header: the two would no longer agree on what the
+// bytes mean, and a few bytes that count as a stored block here can be
+// thousands of 258-byte matches there.
+func (z *inflater) finish(limit uint64) bool {
+	tail := emptyBlockTail
+	if _, r := z.feed(tail[:], [4]byte{}, 0, limit); r != feedMore {
+		return z.ended && r != feedOver
+	}
+	return z.ended || z.state == zHeader && z.nb == 0
 }
 
 // feedResult is what one feed came to.
@@ -241,9 +265,15 @@ func (z *inflater) storedBytes(p []byte, i *int, limit uint64) (keep int, over b
 		z.out += k
 	}
 	if z.stored == 0 {
-		z.state = zHeader
+		z.blockEnd()
 	}
 	return 0, false
+}
+
+// blockEnd ends the current block.
+func (z *inflater) blockEnd() {
+	z.state = zHeader
+	z.ended = z.ended || z.final
 }
 
 func (z *inflater) drop(n uint) {
@@ -271,7 +301,7 @@ func (z *inflater) step() bool {
 		z.drop(32)
 		z.stored, z.state = n, zStored
 		if n == 0 {
-			z.state = zHeader
+			z.blockEnd()
 		}
 		return true
 	case zTable:
@@ -305,6 +335,7 @@ func (z *inflater) header() bool {
 	// is counted too, so the count never falls short of a decoder that
 	// carries on.
 	typ := z.acc >> 1 & 3
+	z.final = z.acc&1 == 1
 	z.drop(3)
 	switch typ {
 	case 0:
@@ -428,7 +459,7 @@ func (z *inflater) symbol() bool {
 		return true
 	case sym == 256:
 		z.drop(n)
-		z.state = zHeader
+		z.blockEnd()
 		return true
 	}
 	i := sym - 257

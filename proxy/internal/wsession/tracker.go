@@ -95,8 +95,10 @@ func (t *tracker) feedCounting(p []byte, stop bool, z *zcount, limit uint64, ps 
 			}
 			i += int(k)
 			t.remaining -= k
-			if t.remaining == 0 && z != nil {
-				z.frameEnd(ps)
+			if t.remaining == 0 && z != nil && z.frameEnd(ps, limit) {
+				// Between two frames: the backend's stream can end with a close.
+				t.tooBig, t.tooBigMsg, t.inflated = true, true, true
+				return i
 			}
 			if t.remaining == 0 && stop {
 				return i
@@ -130,8 +132,10 @@ func (t *tracker) feedCounting(p []byte, stop bool, z *zcount, limit uint64, ps 
 		}
 		if z != nil {
 			z.frame(h.Fin, h.Rsv1, h.Opcode, h.IsControl(), t.hdr[h.Size-4*b2i(h.Masked):h.Size])
-			if h.Length == 0 {
-				z.frameEnd(ps)
+			if h.Length == 0 && z.frameEnd(ps, limit) {
+				// Between two frames: the backend's stream can end with a close.
+				t.tooBig, t.tooBigMsg, t.inflated = true, true, true
+				return i
 			}
 		}
 		if h.Opcode == wswire.OpClose {
