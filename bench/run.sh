@@ -37,6 +37,7 @@ log "building"
 # its echo backend come from the parent module.
 (cd bench && go build -o "$root/$out/bin/loadgen" ./loadgen)
 (cd bench && go build -o "$root/$out/bin/benchrun" ./cmd/benchrun)
+(cd bench && go build -o "$root/$out/bin/windowbits" ./cmd/windowbits)
 # The repository's echo backend, the same one the tests and the demo use.
 go build -o "$out/bin/edge-backend" ./cmd/edge-backend
 backend="$out/bin/edge-backend"

@@ -42,8 +42,9 @@ import (
 //	         connection (crypto/tls already buffers one record), answering
 //	         control frames with wsutil.ControlFrameHandler.
 const (
-	clientGorilla = "gorilla"
-	clientGobwas  = "gobwas"
+	clientGorilla        = "gorilla"
+	clientGorillaDeflate = "gorilla-deflate" // gorilla with permessage-deflate
+	clientGobwas         = "gobwas"
 
 	gorillaBufSize = 1024
 	// gobwasBufSize holds a 16 KiB message with the largest frame header.
@@ -73,19 +74,24 @@ type wsConn interface {
 func upgrade(ctx context.Context, client string, tc *tls.Conn, host, path string, writers *sync.Pool) (wsConn, error) {
 	switch client {
 	case clientGorilla:
-		return upgradeGorilla(ctx, tc, host, path)
+		return upgradeGorilla(ctx, tc, host, path, false)
+	case clientGorillaDeflate:
+		return upgradeGorilla(ctx, tc, host, path, true)
 	case clientGobwas:
 		return upgradeGobwas(ctx, tc, host, path, writers)
 	default:
-		return nil, fmt.Errorf("unknown -client %q (want %s or %s)", client, clientGorilla, clientGobwas)
+		return nil, fmt.Errorf("unknown -client %q (want %s, %s or %s)", client, clientGorilla, clientGorillaDeflate, clientGobwas)
 	}
 }
 
 // gorillaConn is a gorilla/websocket connection.
 type gorillaConn struct{ ws *websocket.Conn }
 
-func upgradeGorilla(ctx context.Context, tc *tls.Conn, host, path string) (wsConn, error) {
+func upgradeGorilla(ctx context.Context, tc *tls.Conn, host, path string, deflate bool) (wsConn, error) {
 	d := websocket.Dialer{
+		// gorilla-deflate offers permessage-deflate (gorilla asks for no
+		// context takeover both ways) and compresses every message.
+		EnableCompression: deflate,
 		// The TLS connection is already established: hand it over.
 		NetDialTLSContext: func(context.Context, string, string) (net.Conn, error) { return tc, nil },
 		ReadBufferSize:    gorillaBufSize,

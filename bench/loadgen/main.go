@@ -76,7 +76,7 @@ func main() {
 	var c config
 	var src string
 	flag.StringVar(&c.mode, "mode", "echo", "workload: idle, echo, rate, connect or hold")
-	flag.StringVar(&c.client, "client", clientGorilla, "WebSocket client: "+clientGorilla+" or "+clientGobwas+" (see client.go for how each writes messages)")
+	flag.StringVar(&c.client, "client", clientGorilla, "WebSocket client: "+clientGorilla+", "+clientGorillaDeflate+" or "+clientGobwas+" (see client.go for how each writes messages)")
 	flag.StringVar(&c.target, "target", "127.0.0.1:18443", "address of the proxy under test")
 	flag.StringVar(&c.host, "host", "localhost", "TLS server name and Host header")
 	flag.StringVar(&c.path, "path", "/echo", "request path of the upgrade")
@@ -108,8 +108,8 @@ func main() {
 	if c.srcCount < 1 || c.conns < 1 || c.workers < 1 || c.dialConc < 1 || c.size < 1 || c.bigConc < 1 || c.big < 0 {
 		fatal(log, errors.New("-src-count, -conns, -workers, -dial-concurrency, -size and -big-concurrency must be positive, -big not negative"))
 	}
-	if c.client != clientGorilla && c.client != clientGobwas {
-		fatal(log, fmt.Errorf("unknown -client %q (want %s or %s)", c.client, clientGorilla, clientGobwas))
+	if c.client != clientGorilla && c.client != clientGorillaDeflate && c.client != clientGobwas {
+		fatal(log, fmt.Errorf("unknown -client %q (want %s, %s or %s)", c.client, clientGorilla, clientGorillaDeflate, clientGobwas))
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)

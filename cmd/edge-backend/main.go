@@ -57,12 +57,13 @@ func main() {
 	id := flag.String("id", "", "backend id (default: the listen address)")
 	consul := flag.String("consul", "", "Consul agent address to register in (host:port); empty: do not register")
 	service := flag.String("service", "demo", "Consul service name to register under")
+	deflate := flag.Bool("deflate", false, "accept permessage-deflate (gorilla/websocket: no context takeover) and compress the echoes")
 	flag.Parse()
 	if *id == "" {
 		*id = *listen
 	}
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
-	s, err := testbackend.Listen(*id, *listen, log)
+	s, err := testbackend.ListenWith(*id, *listen, log, testbackend.Options{Deflate: *deflate})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)

@@ -37,6 +37,18 @@ func Start(id string) (*Server, error) {
 
 // Listen serves on addr until Close. A nil logger discards logs.
 func Listen(id, addr string, log *slog.Logger) (*Server, error) {
+	return ListenWith(id, addr, log, Options{})
+}
+
+// Options change how a backend speaks WebSocket.
+type Options struct {
+	// Deflate accepts permessage-deflate (gorilla/websocket negotiates it
+	// without context takeover) and compresses what it writes.
+	Deflate bool
+}
+
+// ListenWith is Listen with options.
+func ListenWith(id, addr string, log *slog.Logger, o Options) (*Server, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("testbackend %s: listen %s: %w", id, addr, err)
@@ -52,9 +64,10 @@ func Listen(id, addr string, log *slog.Logger) (*Server, error) {
 		done: make(chan struct{}),
 		// Small buffers: the benchmark holds thousands of idle connections.
 		up: websocket.Upgrader{
-			ReadBufferSize:  1024,
-			WriteBufferSize: 1024,
-			CheckOrigin:     func(*http.Request) bool { return true },
+			ReadBufferSize:    1024,
+			WriteBufferSize:   1024,
+			CheckOrigin:       func(*http.Request) bool { return true },
+			EnableCompression: o.Deflate,
 		},
 	}
 	s.srv = &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second}

@@ -55,6 +55,9 @@ func TestRewriteAnswer(t *testing.T) {
 	}{
 		{"pass", chromiumOffer, "permessage-deflate; client_max_window_bits=15", DeflatePass, 0, "permessage-deflate; client_max_window_bits=15", true, ""},
 		{"declined", chromiumOffer, "", DeflateOnly, 0, "", false, ""},
+		{"gorilla to gorilla (the benchmark's pair)", "permessage-deflate; server_no_context_takeover; client_no_context_takeover",
+			"permessage-deflate; server_no_context_takeover; client_no_context_takeover", DeflateOnly, 0,
+			"permessage-deflate; server_no_context_takeover; client_no_context_takeover", true, ""},
 		{"limit keeps the parameters", chromiumOffer, "permessage-deflate; server_no_context_takeover; client_no_context_takeover", DeflateOnly, 0,
 			"permessage-deflate; server_no_context_takeover; client_no_context_takeover", true, ""},
 		{"cap binds the client", chromiumOffer, "permessage-deflate; server_max_window_bits=9", DeflatePass, 9,

@@ -105,7 +105,7 @@ func TestSelectProxies(t *testing.T) {
 }
 
 func TestPlan(t *testing.T) {
-	got := plan(allProxies, []string{"idle", "echo", "connect-full"}, 1)
+	got := plan(allProxies, []string{"idle", "echo", "connect-full"}, 1, "gorilla")
 	want := []step{
 		{"idle", "edge"}, {"idle", "haproxy"}, {"idle", "nginx"},
 		{"echo", "edge"}, {"echo", "edge-frames"}, {"echo", "haproxy"}, {"echo", "nginx"},
@@ -121,11 +121,11 @@ func TestPlan(t *testing.T) {
 		4: {{"echo", "edge"}, {"echo", "edge-frames"}, {"echo", "haproxy"}, {"echo", "nginx"}},
 	}
 	for rep, want := range rotated {
-		if got := plan(allProxies, []string{"echo"}, rep); !slices.Equal(got, want) {
+		if got := plan(allProxies, []string{"echo"}, rep, "gorilla"); !slices.Equal(got, want) {
 			t.Errorf("plan of repeat %d = %v, want %v", rep, got, want)
 		}
 	}
-	if got := plan([]string{"edge-frames"}, []string{"idle", "rate"}, 1); len(got) != 0 {
+	if got := plan([]string{"edge-frames"}, []string{"idle", "rate"}, 1, "gorilla"); len(got) != 0 {
 		t.Errorf("edge-frames runs %v, want only the echo phase", got)
 	}
 }

@@ -90,13 +90,14 @@ const bigInFlight = 64
 func isIdle(phase string) bool { return phase == "idle" || bigEcho[phase] > 0 }
 
 // clients are the generator's WebSocket client implementations (-client).
-var clients = []string{"gorilla", "gobwas"}
+var clients = []string{"gorilla", "gorilla-deflate", "gobwas"}
 
 // clientWrites says, for the report, how each client writes a message and
 // so which TLS records the proxy reads (bench/loadgen/client.go).
 var clientWrites = map[string]string{
-	"gorilla": "gorilla/websocket, 1 KiB buffers: frames of at most 1 KiB, header and payload in one write, one TLS record per frame (16 KiB: 16 records); a 100-byte message is one 106-byte record",
-	"gobwas":  "gobwas/ws, ws.WriteHeaderBuffer and the masked payload into a pooled 16 KiB bufio.Writer flushed per message: one frame and one write per message up to 16 KiB, cut into records by crypto/tls; a 100-byte message is one 106-byte record",
+	"gorilla":         "gorilla/websocket, 1 KiB buffers: frames of at most 1 KiB, header and payload in one write, one TLS record per frame (16 KiB: 16 records); a 100-byte message is one 106-byte record",
+	"gorilla-deflate": "gorilla/websocket as gorilla, offering permessage-deflate (no context takeover both ways, as gorilla asks) and compressing every message; the backends accept it (edge-backend -deflate)",
+	"gobwas":          "gobwas/ws, ws.WriteHeaderBuffer and the masked payload into a pooled 16 KiB bufio.Writer flushed per message: one frame and one write per message up to 16 KiB, cut into records by crypto/tls; a 100-byte message is one 106-byte record",
 }
 
 // edgeFrames is edge with frame-aware splicing turned on in its pool (see
@@ -112,11 +113,20 @@ var allProxies = []string{"edge", edgeFrames, "haproxy", "nginx"}
 // figure, CPU per message in the closed-loop echo against opaque edge;
 // running it through the other phases would lengthen the full run by a
 // quarter for figures nobody compares.
-var onlyPhases = map[string][]string{edgeFrames: {"echo"}}
+// With the gorilla-deflate client edge-frames also runs the idle phase:
+// its pool counts compressed messages inflated (deflate: limit, the
+// default with its message limit), and what an idle connection with
+// deflate negotiated holds there is the figure.
+func onlyPhases(client string) map[string][]string {
+	if client == "gorilla-deflate" {
+		return map[string][]string{edgeFrames: {"idle", "echo"}}
+	}
+	return map[string][]string{edgeFrames: {"echo"}}
+}
 
-// runsPhase reports whether proxy takes part in phase.
-func runsPhase(proxy, phase string) bool {
-	only, ok := onlyPhases[proxy]
+// runsPhase reports whether proxy takes part in phase with client.
+func runsPhase(proxy, phase, client string) bool {
+	only, ok := onlyPhases(client)[proxy]
 	return !ok || slices.Contains(only, phase)
 }
 
@@ -316,7 +326,7 @@ func run(ctx context.Context, o options, log *slog.Logger) error {
 		return os.WriteFile(filepath.Join(o.outDir, "latest.json"), b, 0o644)
 	}
 	for rep := 1; rep <= o.repeats; rep++ {
-		for _, st := range plan(proxies, o.phases, rep) {
+		for _, st := range plan(proxies, o.phases, rep, o.client) {
 			p, ph := st.proxy, st.phase
 			if ctx.Err() != nil {
 				return ctx.Err()
@@ -388,7 +398,7 @@ type step struct{ phase, proxy string }
 // change or always last: the per-repeat CPU ratios then do not carry the
 // same position bias every time. The two edge modes rotate as one, back to
 // back.
-func plan(proxies, phases []string, rep int) []step {
+func plan(proxies, phases []string, rep int, client string) []step {
 	var units [][]string
 	for _, p := range proxies {
 		if p == edgeFrames && len(units) > 0 && slices.Contains(units[len(units)-1], "edge") {
@@ -405,7 +415,7 @@ func plan(proxies, phases []string, rep int) []step {
 	for _, ph := range phases {
 		for _, u := range units {
 			for _, p := range u {
-				if runsPhase(p, ph) {
+				if runsPhase(p, ph, client) {
 					out = append(out, step{phase: ph, proxy: p})
 				}
 			}

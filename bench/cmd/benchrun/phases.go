@@ -184,7 +184,7 @@ func (r *runner) startBackends(ctx context.Context, tag string) ([]*proc.Proc, e
 	var out []*proc.Proc
 	for _, b := range r.addrs.backends {
 		p, err := r.procs.Start("backend-"+b.ID, nil, filepath.Join(r.dir, tag+"-backend-"+b.ID+".log"), nil, nil,
-			proc.Pin(r.opt.loadCPU, r.opt.backendBin, "-listen", b.Addr, "-id", b.ID)...)
+			proc.Pin(r.opt.loadCPU, r.backendArgv(b.Addr, b.ID)...)...)
 		if err != nil {
 			stopAll(out)
 			return nil, err
@@ -588,4 +588,14 @@ func (r *runner) connect(ctx context.Context, px *proc.Proc, run *Run, resume bo
 		return errors.New("no connection completed in the window")
 	}
 	return nil
+}
+
+// backendArgv is the command line of one echo backend; the backends
+// accept permessage-deflate when the generators offer it.
+func (r *runner) backendArgv(addr, id string) []string {
+	argv := []string{r.opt.backendBin, "-listen", addr, "-id", id}
+	if r.opt.client == "gorilla-deflate" {
+		argv = append(argv, "-deflate")
+	}
+	return argv
 }

@@ -127,3 +127,46 @@ func TestFromClientRefusesWhatIsNotDeflate(t *testing.T) {
 		t.Fatalf("reason %q code %d, want deflate_error 1007", s.Reason(), s.closeCode.Load())
 	}
 }
+
+// BenchmarkBomb is what the 64 MiB bomb costs edge under deflate limit
+// with a 4 MiB message limit: the client frames (about 64 KiB, fed in
+// 16 KiB reads) counted until the limit, then the close.
+//
+//	go test -run '^$' -bench Bomb -benchmem ./proxy/internal/wsession
+func BenchmarkBomb(b *testing.B) {
+	wire, _ := compressedFrames(b, bytes.Repeat([]byte{'a'}, 64<<20), 1<<30)
+	cfg := limitConfig(4 << 20)
+	b.SetBytes(int64(len(wire)))
+	b.ReportAllocs()
+	for b.Loop() {
+		var s Session
+		s.Init(cfg, 1)
+		s.DeflateOn()
+		for off := 0; off < len(wire); off += 16 << 10 {
+			if c := s.FromClient(wire[off:min(len(wire), off+16<<10)], 2); c.Wake {
+				break
+			}
+		}
+		if s.Reason() != ReasonMessageTooBigInflated {
+			b.Fatalf("reason %q", s.Reason())
+		}
+	}
+}
+
+// BenchmarkCount1KiB is counting one compressible 1 KiB message (the
+// echo benchmark's), its inflater from the pool.
+func BenchmarkCount1KiB(b *testing.B) {
+	msg := bytes.Repeat([]byte("abcdefghijklmnopqrstuvwxyz"), 40)[:1024]
+	wire, _ := compressedFrames(b, msg, 1<<30)
+	cfg := limitConfig(4 << 20)
+	var s Session
+	s.Init(cfg, 1)
+	s.DeflateOn()
+	b.SetBytes(int64(len(msg)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if c := s.FromClient(wire, 2); c.N != len(wire) {
+			b.Fatal("refused")
+		}
+	}
+}

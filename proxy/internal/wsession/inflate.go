@@ -7,7 +7,7 @@ import "sync"
 //
 // Counting needs no LZ77 window: a literal is one byte, a match is its
 // length, whatever it copies. So an inflater that only counts holds the
-// bit reader and the Huffman codes of the current block (about 1.6 KiB)
+// bit reader and the Huffman codes of the current block (2.2 KiB)
 // and no 32 KiB window, and a permessage-deflate message (RFC 7692 §7.2.1)
 // always ends at a block boundary on a byte (the sender flushes and drops
 // the empty stored block's 0x00 0x00 0xff 0xff), so nothing is carried
@@ -148,6 +148,7 @@ type inflater struct {
 	stored uint32 // bytes left in a stored block
 	final  bool   // the current block has BFINAL set
 	ended  bool   // a block with BFINAL set has ended
+	fixed  bool   // lit and dist hold the fixed codes (§3.2.6); kept across reset
 
 	hlit, hdist, hclen, n int
 	lens                  [maxLit + maxDist]uint8
@@ -341,9 +342,14 @@ func (z *inflater) header() bool {
 	case 0:
 		z.state = zStoredLen
 	case 1:
-		lit, dist := fixedLens()
-		z.lit.build(lit[:])
-		z.dist.build(dist[:])
+		if !z.fixed {
+			// Built once per pooled inflater, until a dynamic block
+			// replaces them.
+			lit, dist := fixedLens()
+			z.lit.build(lit[:])
+			z.dist.build(dist[:])
+			z.fixed = true
+		}
 		z.state = zData
 	case 2:
 		z.state = zTable
@@ -435,6 +441,7 @@ func (z *inflater) tables(total int) bool {
 	if z.n < total {
 		return true
 	}
+	z.fixed = false
 	if z.lens[256] == 0 || !z.lit.build(z.lens[:z.hlit]) || !z.dist.build(z.lens[z.hlit:total]) {
 		// No end-of-block code, or a code that cannot be decoded.
 		z.state = zBad
