@@ -93,6 +93,17 @@ func TestHandoffDeflate(t *testing.T) {
 		if r := pr.b.obs.waitClosed(t); r != string(ReasonMessageTooBigInflated) {
 			t.Fatalf("B closed it for %q, want %q", r, ReasonMessageTooBigInflated)
 		}
+		// B's access line shows the extension and what the bomb inflated
+		// to before the close: the limit.
+		var line map[string]any
+		for _, l := range accessLines(t, pr.logB) {
+			if l["kind"] == "ws" {
+				line = l
+			}
+		}
+		if line["deflate"] != "limit" || line["deflate_inflated_in"] != float64(1<<20) {
+			t.Fatalf("access line %v: want deflate limit and deflate_inflated_in %d", line, 1<<20)
+		}
 	})
 	t.Run("mid-message", func(t *testing.T) {
 		got := make(chan int, 1024)
