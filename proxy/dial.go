@@ -99,6 +99,11 @@ func (s *Server) dialUpgrade(ctx context.Context, x *exchange) (bc *backendConn,
 					"route", x.routeName(), "backend", b.ID(), "err", err)
 				return nil, fmt.Errorf("%w: %w", errSlowAnswer, err)
 			}
+			if he.unfit {
+				s.log.Debug("backend answer does not fit what the client asked; not counted against the backend",
+					"route", x.routeName(), "backend", b.ID(), "err", err)
+				return nil, err
+			}
 			if he.local {
 				// Edge itself is short of descriptors or memory: another
 				// backend would fail the same way, and none is to blame.
@@ -241,6 +246,11 @@ func (s *Server) handshake(ctx context.Context, p *Pool, b *balance.Backend, hea
 	}
 	if err := answerExtensions(bc, p, ext); err != nil {
 		conn.Close()
+		if errors.Is(err, wswire.ErrClientWindow) {
+			// The client's own window request, ignored by a backend that
+			// any client could send it to: a 502 for this client only.
+			return nil, &handshakeError{unfit: true, err: fmt.Errorf("backend %s: %w: %w", b.ID(), err, errAnswerUnfit)}
+		}
 		return nil, &handshakeError{fault: "bad_handshake", err: fmt.Errorf("backend %s: %w: %w", b.ID(), err, errHandshake)}
 	}
 	// Frames the backend sent right behind its 101 sit in br: keep them.
@@ -439,6 +449,7 @@ type handshakeError struct {
 	fault string
 	local bool
 	slow  bool
+	unfit bool // a valid answer to edge's offer the client would refuse (errAnswerUnfit)
 	err   error
 }
 

@@ -24,6 +24,10 @@ var (
 	// errSlowAnswer: the backend took the request and did not answer
 	// within the handshake timeout; it wraps the timeout (504).
 	errSlowAnswer = errors.New("backend answer slower than the handshake timeout")
+	// errAnswerUnfit: the backend's 101 is valid for the request edge sent
+	// but not for a parameter only this client asked for (502, nothing
+	// counted, no retry: every backend of the pool answers alike).
+	errAnswerUnfit = errors.New("backend answer does not fit the client's request")
 )
 
 // upgradeStatus is the status a failed dial or backend handshake is
@@ -35,7 +39,7 @@ func upgradeStatus(err error) (status int, answer bool) {
 		return 0, false
 	case errors.Is(err, balance.ErrNoBackend), errors.Is(err, errLocalResource), errors.Is(err, errBackendFull) && !isTimeout(err):
 		return http.StatusServiceUnavailable, true
-	case errors.Is(err, errAnswerBroken):
+	case errors.Is(err, errAnswerBroken), errors.Is(err, errAnswerUnfit):
 		return http.StatusBadGateway, true
 	case isTimeout(err):
 		return http.StatusGatewayTimeout, true

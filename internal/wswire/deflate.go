@@ -53,6 +53,14 @@ var deflateTokens = []string{PerMessageDeflate, "x-webkit-deflate-frame", "defla
 // what was offered; RFC 7692 §7.1.2.1 for the window bits).
 var ErrAnswer = errors.New("extension answer does not fit the offer")
 
+// ErrClientWindow reports an answer that fits the offer edge sent but not
+// the server_max_window_bits the client itself asked for (RFC 7692
+// §7.1.2.1): the client would fail the connection. It wraps ErrAnswer.
+// Backends that ignore window parameters (gorilla/websocket accepts every
+// offer without them) answer this to any client that asks, so it says
+// what that client chose, not that the backend is broken.
+var ErrClientWindow = fmt.Errorf("%w: server_max_window_bits over the client's", ErrAnswer)
+
 // Extension is one element of a Sec-WebSocket-Extensions list
 // (RFC 6455 §9.1): a token and its parameters, in order.
 type Extension struct {
@@ -448,7 +456,7 @@ func RewriteAnswer(clientVals, vals []string, mode DeflateMode, maxBits int) (st
 		case cd.serverBits > 0 && (d.serverBits <= 0 || d.serverBits > cd.serverBits):
 			// §7.1.2.1: the client asked for at most this window; the
 			// client would fail the connection on this answer.
-			return "", false, fmt.Errorf("%w: server_max_window_bits %d over the client's %d", ErrAnswer, d.serverBits, cd.serverBits)
+			return "", false, fmt.Errorf("%w: %d, the client's %d", ErrClientWindow, d.serverBits, cd.serverBits)
 		}
 		if maxBits > 0 && od.clientBits != 0 {
 			d.clientBits = capBits(d.clientBits, maxBits)
