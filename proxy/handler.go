@@ -183,7 +183,7 @@ func (s *Server) serveWebSocket(w http.ResponseWriter, x *exchange) {
 		// The slots are held until the answer is relayed: a streamed one
 		// keeps its backend connection open, and relays stalled by clients
 		// that do not read must not add up past the pool's limits.
-		n, err := relayResponse(w, bc, x.pool.WriteTimeout)
+		n, err := relayResponse(w, bc, x.pool.settings().writeTimeout)
 		bc.backend.Release()
 		x.release()
 		x.out = n

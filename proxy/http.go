@@ -510,7 +510,7 @@ func (s *Server) relayPlain(w http.ResponseWriter, rc *http.ResponseController, 
 	} else if v := resp.Header.Get("Content-Length"); x.r.Method == http.MethodHead && v != "" {
 		h.Set("Content-Length", v)
 	}
-	wt := x.pool.WriteTimeout
+	wt := x.pool.settings().writeTimeout
 	setDeadline := func() {
 		if wt > 0 {
 			_ = rc.SetWriteDeadline(time.Now().Add(wt))

@@ -85,7 +85,7 @@ type Pool struct {
 	DialTimeout      time.Duration // 0 means 2s
 	HandshakeTimeout time.Duration // writing the upgrade and reading the answer; 0 means 10s
 	IdleTimeout      time.Duration // no bytes either way; 0 means none
-	WriteTimeout     time.Duration // one write to either side; 0 means none
+	WriteTimeout     time.Duration // one write to either side (a queue not drained, on the readiness splice); 0 means the handshake timeout
 	Retries          int           // further backends tried after a dial or handshake failure
 	// MaxResponseHeaderBytes bounds the backend's answer to the upgrade
 	// request before its final head is complete (interim answers included);
@@ -190,10 +190,11 @@ type ListenerOptions struct {
 // where a value is used.
 type settings struct {
 	dialTimeout, handshakeTimeout, requestTimeout time.Duration
-	// writeTimeout bounds a write to either side of a WebSocket; without
-	// a pool write timeout a peer that never reads would hold its queue
-	// (the 101 to a half-open client, say) forever: bounded like the
-	// handshake.
+	// writeTimeout bounds a write to either side of a WebSocket and each
+	// write of a relayed or plain answer to the client, on both splice
+	// drivers; with no pool write timeout a peer that never reads would
+	// hold its queue or its goroutine (the 101 to a half-open client,
+	// say) forever: bounded like the handshake. Never 0.
 	writeTimeout           time.Duration
 	maxBodyBytes           int64
 	maxResponseHeaderBytes int

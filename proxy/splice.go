@@ -253,11 +253,10 @@ func (g *goDriver) sendClient(p []byte) error { return g.write(g.c.client, p) }
 // sendBackend writes p to the backend under the pool's write timeout.
 func (g *goDriver) sendBackend(p []byte) error { return g.write(g.c.backend, p) }
 
-// write writes p to dst under the pool's write timeout.
+// write writes p to dst under the pool's write timeout (its effective
+// value: the readiness splice's session applies the same one to a queue).
 func (g *goDriver) write(dst net.Conn, p []byte) error {
-	if wt := g.c.pool.WriteTimeout; wt > 0 {
-		dst.SetWriteDeadline(time.Now().Add(wt))
-	}
+	dst.SetWriteDeadline(time.Now().Add(g.c.pool.settings().writeTimeout))
 	_, err := dst.Write(p)
 	return err
 }

@@ -506,7 +506,7 @@ func (s *Server) noteTimeouts(p *Pool) {
 	if p.RateSlow && (p.RateMessages > 0 || p.RateBytes > 0) {
 		rate = 400 * time.Millisecond
 	}
-	for _, d := range []time.Duration{p.IdleTimeout, p.WriteTimeout, p.PingInterval, p.PingTimeout, p.settings().ws.LingerTimeout, rate} {
+	for _, d := range []time.Duration{p.IdleTimeout, p.settings().writeTimeout, p.PingInterval, p.PingTimeout, p.settings().ws.LingerTimeout, rate} {
 		if d <= 0 {
 			continue
 		}

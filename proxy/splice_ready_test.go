@@ -45,6 +45,38 @@ func TestWriteTimeoutReapsStuckClient(t *testing.T) {
 	})
 }
 
+// TestWriteTimeoutZeroIsTheDefault: a pool whose WriteTimeout is 0 gets
+// the default the option names (the handshake timeout) on both drivers:
+// the goroutine splice used to write with no deadline at all, so the same
+// pool reaped a stuck client on one driver and held it for ever on the
+// other.
+func TestWriteTimeoutZeroIsTheDefault(t *testing.T) {
+	forEachPath(t, func(t *testing.T, sp splicePath) {
+		addr := testkit.RawBackend(t, func(c net.Conn) {
+			_, resp := testkit.ReadUpgrade(t, bufio.NewReader(c))
+			io.WriteString(c, resp)
+			frame := append([]byte{0x82, 126, 0xff, 0xff}, make([]byte, 0xffff)...)
+			for {
+				c.SetWriteDeadline(time.Now().Add(10 * time.Second))
+				if _, err := c.Write(frame); err != nil {
+					return // the proxy closed the connection
+				}
+			}
+		})
+		p := newPool(t, "raw", balance.LeastConn, map[string]string{"raw": addr})
+		p.WriteTimeout = 0
+		p.HandshakeTimeout = 2 * time.Second
+		e := startEdge(t, edgeConfig{splice: sp, tls: true, opts: Options{Routes: []Route{{Default: true, Pool: p}}}})
+		c := e.rawConn(t)
+		io.WriteString(c, testkit.RawUpgrade("/", "x"))
+		testkit.Read101(t, c)
+		// The client reads nothing more.
+		if got, want := e.obs.waitClosed(t), "write_timeout"; got != want {
+			t.Fatalf("reason: got %q, want %q", got, want)
+		}
+	})
+}
+
 // TestBulkBothWays: megabytes in both directions at once, so sockets fill
 // and (on the readiness path) queues and pauses come into play; every
 // message comes back whole and in order.
