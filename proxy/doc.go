@@ -115,7 +115,7 @@
 // on the readiness splice edge owns the records of a TLS 1.3 WebSocket
 // once the upgrade is done (tlsrecord.go, tlsrecord_linux.go, tls/record):
 // the handshake's secrets come from the listener's key log hook
-// (RecordLayer), edgeConn keeps what crypto/tls read and wrote until the
+// (ListenTLS), edgeConn keeps what crypto/tls read and wrote until the
 // takeover, and record.Resume replays that to continue where crypto/tls
 // stopped. Reads unprotect in place in the run's buffer, writes seal into
 // a borrowed one, and a quiet connection's ciphers are dropped by the

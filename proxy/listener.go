@@ -30,7 +30,7 @@ type readyListener struct {
 	net.Listener
 	lim *AcceptLimit   // nil: no cap
 	cnt *ListenerConns // nil: not counted
-	rec *RecordLayer   // nil: crypto/tls keeps the records
+	rec *recordLayer   // nil: crypto/tls keeps the records
 }
 
 // ListenerConns counts the open client sockets of one listener, from
@@ -45,14 +45,6 @@ func (n *ListenerConns) Open() int64 { return n.open.Load() }
 // also counted in n, for a per-listener gauge.
 func WrapListenerCount(l net.Listener, lim *AcceptLimit, n *ListenerConns) net.Listener {
 	return &readyListener{Listener: l, lim: lim, cnt: n}
-}
-
-// WrapListenerTLS is WrapListenerCount for a listener under tls.NewListener
-// whose tls.Config has rl's KeyLogWriter: the readiness splice then owns
-// the TLS 1.3 record layer of its WebSockets once the handshake is done
-// (tlsrecord_linux.go). n may be nil.
-func WrapListenerTLS(l net.Listener, lim *AcceptLimit, n *ListenerConns, rl *RecordLayer) net.Listener {
-	return &readyListener{Listener: l, lim: lim, cnt: n, rec: rl}
 }
 
 func (l *readyListener) Accept() (net.Conn, error) {

@@ -173,7 +173,7 @@ type edge struct {
 	certPEM []byte
 	// rl is the listener's record layer; nil when crypto/tls keeps
 	// every record.
-	rl *RecordLayer
+	rl *recordLayer
 }
 
 type edgeConfig struct {
@@ -217,17 +217,12 @@ func startEdge(t testing.TB, cfg edgeConfig) *edge {
 	if cfg.wrap != nil {
 		ln = cfg.wrap(ln)
 	}
-	// As cmd/edge wraps a TLS listener: the readiness splice owns the TLS
-	// 1.3 records (RecordLayer) unless the test keeps crypto/tls.
-	var rl *RecordLayer
-	if cfg.tls && !cfg.cryptoTLS {
-		rl = NewRecordLayer()
-		e.rl = rl
-	}
+	// As cmd/edge wraps a TLS listener (ListenTLS): the readiness splice
+	// owns the TLS 1.3 records unless the test keeps crypto/tls.
+	recordLayer := cfg.tls && !cfg.cryptoTLS
 	switch {
 	case cfg.splice == spliceGoroutines && cfg.accept == nil:
-	case rl != nil:
-		ln = WrapListenerTLS(ln, cfg.accept, nil, rl)
+	case recordLayer:
 	case cfg.accept != nil:
 		ln = WrapListenerLimit(ln, cfg.accept)
 	default:
@@ -239,13 +234,17 @@ func startEdge(t testing.TB, cfg edgeConfig) *edge {
 		e.certs = cert.Pool()
 		e.certPEM = cert.CertPEM()
 		tc := &tls.Config{Certificates: []tls.Certificate{cert.TLS()}, NextProtos: []string{"http/1.1"}}
-		if rl != nil {
-			tc.KeyLogWriter = rl.KeyLogWriter()
-		}
 		if cfg.tlsMod != nil {
 			cfg.tlsMod(tc)
 		}
-		ln = tls.NewListener(ln, tc)
+		if recordLayer && (cfg.splice != spliceGoroutines || cfg.accept != nil) {
+			ln, e.rl, err = listenTLS(ln, tc, cfg.accept, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+		} else {
+			ln = tls.NewListener(ln, tc)
+		}
 	}
 	if cfg.readHeaderTimeout == 0 {
 		cfg.readHeaderTimeout = 5 * time.Second
@@ -260,7 +259,7 @@ func startEdge(t testing.TB, cfg edgeConfig) *edge {
 		ErrorLog:          nil,
 		// As cmd/edge runs it: OPTIONS * reaches the handler.
 		DisableGeneralOptionsHandler: true,
-		ConnContext:                  ConnContext,
+		ConnContext:                  connContext,
 	}
 	done := make(chan struct{})
 	go func() { defer close(done); hs.Serve(ln) }()

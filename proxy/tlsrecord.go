@@ -2,7 +2,8 @@ package proxy
 
 import (
 	"context"
-	"io"
+	"crypto/tls"
+	"errors"
 	"net"
 	"sync"
 	"time"
@@ -32,25 +33,51 @@ const (
 	keyLogEntries = 1 << 16
 )
 
-// RecordLayer lets the readiness-driven splice protect and unprotect the
-// TLS 1.3 records of a listener's WebSockets itself once the handshake
-// and the upgrade are done (tls/record), so that an idle connection holds
-// its keys and sequence numbers instead of crypto/tls's buffers. Set
-// KeyLogWriter as the listener's tls.Config.KeyLogWriter and wrap the
-// listener with WrapListenerTLS.
-type RecordLayer struct {
+// ErrKeyLogWriterSet is ListenTLS's refusal of a tls.Config that already
+// has a KeyLogWriter: the record layer takes the secrets through that
+// hook, and crypto/tls calls only one writer.
+var ErrKeyLogWriterSet = errors.New("tls.Config.KeyLogWriter is already set (an SSLKEYLOGFILE or debugging hook?): edge's TLS 1.3 record layer needs it")
+
+// ListenTLS is the whole TLS side of a listener in one call: it wraps l
+// (its accepted sockets counted against lim and in n, either may be nil)
+// so that the readiness splice can own the TLS 1.3 records of its
+// WebSockets once the handshake and the upgrade are done (tls/record), an
+// idle connection then holding its keys and sequence numbers instead of
+// crypto/tls's buffers; it installs the key log on cfg (cfg is the
+// listener's, the Terminator's config; it must not be changed after), and
+// returns the TLS listener and the http.Server.ConnContext that goes with
+// it. A cfg whose KeyLogWriter is already set is refused with
+// ErrKeyLogWriterSet rather than silently losing either use of it.
+//
+// The key log is crypto/tls's KeyLogWriter, documented as a debugging
+// hook: it is the one way crypto/tls hands out the traffic secrets of a
+// TLS-over-TCP handshake (tls/record's doc.go says why its QUIC secret
+// events cannot serve). The writer keeps the two application secrets per
+// client random in memory, bounded in count and age, writes nothing
+// anywhere, and forgets what no connection took.
+func ListenTLS(l net.Listener, cfg *tls.Config, lim *AcceptLimit, n *ListenerConns) (net.Listener, func(context.Context, net.Conn) context.Context, error) {
+	ln, _, err := listenTLS(l, cfg, lim, n)
+	if err != nil {
+		return nil, nil, err
+	}
+	return ln, connContext, nil
+}
+
+// listenTLS is ListenTLS, also returning the record layer (for tests).
+func listenTLS(l net.Listener, cfg *tls.Config, lim *AcceptLimit, n *ListenerConns) (net.Listener, *recordLayer, error) {
+	if cfg.KeyLogWriter != nil {
+		return nil, nil, ErrKeyLogWriterSet
+	}
+	rl := &recordLayer{keys: record.NewKeyLog(keyLogAge, keyLogEntries, time.Now)}
+	cfg.KeyLogWriter = rl.keys
+	return tls.NewListener(&readyListener{Listener: l, lim: lim, cnt: n, rec: rl}, cfg), rl, nil
+}
+
+// recordLayer holds one listener's key log: the application traffic
+// secrets of each handshake, until its connection takes them.
+type recordLayer struct {
 	keys *record.KeyLog
 }
-
-// NewRecordLayer returns a RecordLayer for one listener.
-func NewRecordLayer() *RecordLayer {
-	return &RecordLayer{keys: record.NewKeyLog(keyLogAge, keyLogEntries, time.Now)}
-}
-
-// KeyLogWriter is the tls.Config.KeyLogWriter that hands the application
-// traffic secrets of each handshake to its connection. It keeps nothing
-// else, writes nothing anywhere, and forgets secrets nobody took.
-func (rl *RecordLayer) KeyLogWriter() io.Writer { return rl.keys }
 
 // tlsLog holds the bytes crypto/tls read from and wrote to one accepted
 // connection, from the ClientHello to the takeover: record.Resume replays
@@ -147,11 +174,11 @@ func (l *tlsLog) take() (rlog, wlog, cs, ss []byte, ok bool) {
 
 type connCtxKey struct{}
 
-// ConnContext is the http.Server.ConnContext of a listener wrapped by
-// WrapListenerTLS: a connection whose first request is not a WebSocket
-// upgrade then drops its handshake log at once instead of keeping it
-// until it closes.
-func ConnContext(ctx context.Context, c net.Conn) context.Context {
+// connContext is the http.Server.ConnContext of a listener from
+// ListenTLS: a connection whose first request is not a WebSocket upgrade
+// then drops its handshake log at once instead of keeping it until it
+// closes.
+func connContext(ctx context.Context, c net.Conn) context.Context {
 	if ec := edgeConnOf(c); ec != nil && ec.log != nil {
 		return context.WithValue(ctx, connCtxKey{}, ec.log)
 	}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -222,17 +221,23 @@ func (e *edge) buildListener(cfg *conf.Config, lc conf.Listener) (*listener, err
 	if lc.ProxyProtocol.Enabled {
 		ln = proxy.ListenProxyProtocol(ln, lc.ProxyProtocol.Trusted, lc.ProxyProtocol.Timeout.Std())
 	}
-	var tlsCfg *tls.Config
+	var connCtx func(context.Context, net.Conn) context.Context
 	if l.term != nil {
 		// The splice owns the TLS 1.3 records of WebSockets once the
-		// handshake is done (proxy.RecordLayer): crypto/tls hands it
-		// the traffic secrets through the key log hook.
-		rl := proxy.NewRecordLayer()
-		ln = proxy.WrapListenerTLS(ln, e.accept, &l.conns, rl)
-		tlsCfg = l.term.TLSConfig()
-		tlsCfg.KeyLogWriter = rl.KeyLogWriter()
+		// handshake is done: proxy.ListenTLS sets it all up.
+		tlsCfg := l.term.TLSConfig()
+		if os.Getenv("SSLKEYLOGFILE") != "" {
+			// crypto/tls does not read it, and its one key log hook is
+			// the record layer's (proxy.ListenTLS): say so, not nothing.
+			e.log.Warn("SSLKEYLOGFILE is ignored: the TLS key log hook carries edge's record layer", "listener", lc.Name)
+		}
 		e.metrics.countHandshakes(lc.Name, tlsCfg)
-		ln = tls.NewListener(ln, tlsCfg)
+		tln, cc, err := proxy.ListenTLS(ln, tlsCfg, e.accept, &l.conns)
+		if err != nil {
+			ln.Close()
+			return nil, fmt.Errorf("listener %s: %w", lc.Name, err)
+		}
+		ln, connCtx = tln, cc
 	} else {
 		ln = proxy.WrapListenerCount(ln, e.accept, &l.conns)
 	}
@@ -255,9 +260,7 @@ func (e *edge) buildListener(cfg *conf.Config, lc conf.Listener) (*listener, err
 		// timeout; net/http's own handler would write with no deadline.
 		DisableGeneralOptionsHandler: true,
 	}
-	if l.term != nil {
-		l.srv.ConnContext = proxy.ConnContext
-	}
+	l.srv.ConnContext = connCtx
 	return l, nil
 }
 

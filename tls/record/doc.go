@@ -61,7 +61,32 @@
 // The application traffic secrets come from tls.Config.KeyLogWriter:
 // KeyLog keeps them per client random (bounded in age and count) until
 // Take, and ClientRandom reads the random off the front of the
-// connection's read log. Resume then replays the bytes crypto/tls read and
+// connection's read log.
+//
+// The trade-off, plainly: crypto/tls documents KeyLogWriter as a
+// debugging hook that "compromises security" because it is meant to
+// write secrets to a file (SSLKEYLOGFILE for Wireshark). Here nothing is
+// written anywhere: the secrets, which crypto/tls holds in memory for the
+// connection's life anyway, are parsed from the NSS key log lines into
+// KeyLog, kept at most keyLogAge and keyLogEntries, and cleared when
+// taken or forgotten. The costs are that the hook is taken (a config
+// with its own KeyLogWriter is refused by proxy.ListenTLS, so an
+// operator's key log cannot be had at the same time), one formatted line
+// per secret per handshake, and a dependence on the NSS labels
+// (CLIENT_TRAFFIC_SECRET_0, SERVER_TRAFFIC_SECRET_0), which crypto/tls
+// has written since TLS 1.3 landed (Go 1.12). Should they change, Take
+// finds nothing and the connection stays with crypto/tls: Resume never
+// runs on secrets it cannot authenticate.
+//
+// crypto/tls's other source of secrets, the QUIC events
+// (tls.QUICServer, QUICSetReadSecret and QUICSetWriteSecret, Go 1.21)
+// could not be used: a QUICConn runs the handshake without TLS records
+// (QUIC carries handshake messages in CRYPTO frames), so edge would have
+// to frame, protect and replay every handshake record itself; it demands
+// the quic_transport_parameters extension (RFC 9001 §8.2), which no TCP
+// client sends or accepts; and it follows QUIC's rules instead of TLS
+// over TCP's (no KeyUpdate message, §6; no middlebox compatibility
+// change_cipher_spec, §8.4). It serves a QUIC stack, not a tls.Conn. Resume then replays the bytes crypto/tls read and
 // wrote: records before the first one that authenticates under the
 // application key at sequence 0 are the handshake's; the rest go through
 // the same state machine as Open, so tickets, data and KeyUpdates crypto/tls
