@@ -186,8 +186,12 @@ type ListenerOptions struct {
 }
 
 // settings are a Pool's fields with every default applied, filled once
-// (Pool.settings) and read by the whole data path: no default is applied
-// where a value is used.
+// (Pool.settings): the data path reads a field here whenever its zero
+// means a default, and reads a Pool field directly only where zero means
+// off or none (IdleTimeout, PingInterval, PingTimeout, MaxConns, Retries),
+// so no default is
+// decided where a value is used. docs/ARCHITECTURE.md ("Where defaults
+// live") states the one meaning of zero in each layer.
 type settings struct {
 	dialTimeout, handshakeTimeout, requestTimeout time.Duration
 	// writeTimeout bounds a write to either side of a WebSocket and each
