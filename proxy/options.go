@@ -189,9 +189,8 @@ type ListenerOptions struct {
 // (Pool.settings): the data path reads a field here whenever its zero
 // means a default, and reads a Pool field directly only where zero means
 // off or none (IdleTimeout, PingInterval, PingTimeout, MaxConns, Retries),
-// so no default is
-// decided where a value is used. docs/ARCHITECTURE.md ("Where defaults
-// live") states the one meaning of zero in each layer.
+// so no default is decided where a value is used. docs/ARCHITECTURE.md
+// ("Where defaults live") states the one meaning of zero in each layer.
 type settings struct {
 	dialTimeout, handshakeTimeout, requestTimeout time.Duration
 	// writeTimeout bounds a write to either side of a WebSocket and each
