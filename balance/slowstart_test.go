@@ -68,6 +68,7 @@ func TestSlowStartLeastConnRamps(t *testing.T) {
 		churn(t, p, rand.New(rand.NewPCG(3, 4)), conns, 60)
 		// It wins every comparison it is drawn into (two of five
 		// backends per pick): twice its fair fifth.
+		t.Logf("without slow start: the new backend took %d of 60 new connections (its fair share: 12)", nb.Active())
 		if got := nb.Active(); got < 18 {
 			t.Fatalf("new backend took %d of 60 new connections; expected the flood this test is about (at least 18)", got)
 		}
@@ -84,6 +85,7 @@ func TestSlowStartLeastConnRamps(t *testing.T) {
 	if got, limit := float64(nb.Active()), 0.1*mean(p)+3; got > limit {
 		t.Fatalf("right after joining: new backend holds %v connections, want at most %.1f (10%% of the mean %.1f, +3)", got, limit, mean(p))
 	}
+	t.Logf("t=0s share 0.100: new backend %d connections, mean %.1f", nb.Active(), mean(p))
 	prev := nb.Active()
 	for sec := 1; sec <= 70; sec++ {
 		clock.Advance(time.Second)
@@ -95,6 +97,7 @@ func TestSlowStartLeastConnRamps(t *testing.T) {
 			t.Fatalf("t=%ds share %.3f: new backend holds %v, want at most %.1f", sec, share, got, want*1.15+3)
 		}
 		if sec%10 == 0 {
+			t.Logf("t=%ds share %.3f: new backend %d connections, mean %.1f", sec, share, nb.Active(), mean(p))
 			if got < want*0.7 {
 				t.Fatalf("t=%ds share %.3f: new backend holds %v, want at least %.1f (the ramp is not taken)", sec, share, got, want*0.7)
 			}
