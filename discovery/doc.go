@@ -102,4 +102,21 @@
 // index it read, so exactly one write wins and no leader is needed; the
 // entry's Flags hold the time of the last rotation. A value that does not
 // validate is reported and never overwritten.
+//
+// # Cookie keys and OCSP staples for a fleet
+//
+// CookieKeys keeps a cookie pool's signing keys the same way (32-byte keys),
+// follows the entry with a blocking query so a rotation reaches every edge
+// at once, and feeds balance.Pool.SetCookieKeys; ParseCookieKeys bounds an
+// entry (8 KiB, 16 keys of 16 to 256 bytes). Staples keeps OCSP responses
+// under PREFIX/ocsp/<certificate id> with a Consul lock (a session and an
+// acquire on the same key plus ".lock") so one edge at a time asks the
+// responder; it is edgetls's StapleShare, which verifies what it reads.
+//
+// # Join times
+//
+// A Watcher stamps a member that appears in an answer after its first with
+// the arrival of that answer (balance.Member.Since, kept in the state file):
+// every edge's blocking query returns the answer of the same Raft index
+// within milliseconds, so slow start ramps the member alike on every edge.
 package discovery

@@ -29,7 +29,10 @@
 //     (no lock), publish (under the lock, only if the entry still serves
 //     the same leaf with the same OCSP state; an answer about a replaced
 //     certificate is dropped); ocsp.go: the OCSP protocol (request,
-//     verification, refresh times, backoff, the staple file).
+//     verification, refresh times, backoff, the staple file); share.go:
+//     a fleet's shared staples (StapleShare): the store first, one edge
+//     under the fleet's lock asks the responder and stores the answer,
+//     every response read from the store verified like the responder's.
 //   - tickets.go: the session-ticket keys (sealing, rotation, key file and
 //     source) and ticketRotation, their background loop.
 //
