@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os/exec"
@@ -18,6 +19,7 @@ import (
 	"github.com/edgelb/edge/internal/consultest"
 	"github.com/edgelb/edge/internal/testbackend"
 	"github.com/edgelb/edge/internal/testkit"
+	"github.com/gorilla/websocket"
 )
 
 // fleetEdges starts n edge processes in front of bs with one Consul; extra
@@ -266,5 +268,122 @@ func TestFleetSharesOCSPStaples(t *testing.T) {
 	}
 	if n := r.requests(); n != 1 {
 		t.Fatalf("responder answered %d requests after edge D joined, want still 1", n)
+	}
+}
+
+// TestFleetSlowStartRampsNewBackend: three edges follow one Consul service
+// with `slow_start: 20s`, and clients keep reconnecting through all of
+// them. A fourth backend registered in Consul takes, summed over the
+// three edges, about its ramped share of the mean at every step, never
+// the flood of every comparison it is drawn into; at the end of the ramp
+// it has caught up.
+func TestFleetSlowStartRampsNewBackend(t *testing.T) {
+	agent := consultest.Start(t)
+	bs := backends(t, "b1", "b2", "b3", "b4")
+	for _, b := range bs[:3] {
+		registerBackend(t, agent.Client, "app", b)
+	}
+	var edges []*setup
+	for range 3 {
+		s := consulSetup(t, agent, "")
+		writeFile(t, s.cfg, strings.Replace(readFile(t, s.cfg), "    consul: {service: app}\n", "    consul: {service: app}\n    slow_start: 20s\n", 1))
+		startEdge(t, s.cfg)
+		edges = append(edges, s)
+	}
+	backend := func(s *setup, id string) map[string]any {
+		var doc struct {
+			Pools []struct {
+				Backends []map[string]any `json:"backends"`
+			} `json:"pools"`
+		}
+		if err := json.Unmarshal([]byte(adminGet(t, s.admin, "/status")), &doc); err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range doc.Pools {
+			for _, b := range p.Backends {
+				if b["id"] == id {
+					return b
+				}
+			}
+		}
+		return nil
+	}
+	available := func(s *setup, id string) bool {
+		b := backend(s, id)
+		return b != nil && b["available"] == true
+	}
+	for _, s := range edges {
+		for _, b := range bs[:3] {
+			testkit.WaitFor(t, "backend "+b.ID+" available on every edge", func() bool { return available(s, "consultest/app-"+b.ID) })
+		}
+	}
+	const perEdge, churn = 40, 8
+	conns := make([][]*websocket.Conn, len(edges))
+	dial := func(i int) *websocket.Conn {
+		c, _, err := edges[i].dialer().Dial("ws://"+edges[i].ws+"/", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	for i := range edges {
+		for range perEdge {
+			conns[i] = append(conns[i], dial(i))
+		}
+	}
+	t.Cleanup(func() {
+		for _, cs := range conns {
+			for _, c := range cs {
+				c.Close()
+			}
+		}
+	})
+
+	registerBackend(t, agent.Client, "app", bs[3])
+	newID := "consultest/app-b4"
+	for _, s := range edges {
+		testkit.WaitFor(t, "b4 available on every edge", func() bool { return available(s, newID) })
+	}
+	mean := float64(perEdge*len(edges)) / 4
+	r := rand.New(rand.NewPCG(5, 6))
+	ramped := false
+	for round := 0; ; round++ {
+		for i := range edges {
+			for range churn {
+				k := r.IntN(len(conns[i]))
+				conns[i][k].Close()
+				conns[i][k] = dial(i)
+			}
+		}
+		// Closed connections leave the counts as their backend sees the
+		// close; the gauges read right after a round may still hold a few.
+		var held float64
+		share := 1.0
+		for _, s := range edges {
+			b := backend(s, newID)
+			held += b["active"].(float64)
+			if v, ok := b["slow_start_share"].(float64); ok {
+				share = min(share, v)
+			}
+		}
+		if round == 0 && share == 1 {
+			t.Fatal("the new backend is at full weight on joining; want a ramp")
+		}
+		if limit := share*mean*1.25 + 2*float64(len(edges)) + churn; held > limit {
+			t.Fatalf("round %d, share %.3f: the new backend holds %v connections over the fleet, want at most %.1f (mean %.1f)", round, share, held, limit, mean)
+		}
+		if round%5 == 0 {
+			t.Logf("round %d: share %.3f, new backend %v connections over three edges, pool mean %.1f", round, share, held, mean)
+		}
+		if share == 1 {
+			if ramped && held >= 0.5*mean {
+				t.Logf("round %d: ramp over, new backend %v connections, mean %.1f", round, held, mean)
+				return
+			}
+			ramped = true
+		}
+		if round > 2000 {
+			t.Fatalf("the new backend never caught up: %v connections, mean %.1f", held, mean)
+		}
 	}
 }
