@@ -128,7 +128,7 @@ type Pool struct {
 	// Per-connection rates of what the client sends, each a token bucket
 	// (GCRA, 16 bytes a connection, nothing allocated per message):
 	// RateMessages messages per second (counted at a message's first
-	// frame) with a burst of RateMessageBurst, RateBytes bytes per second
+	// frame; every control frame counts as one) with a burst of RateMessageBurst, RateBytes bytes per second
 	// (every byte read) with a burst of RateByteBurst; 0 means no limit, a
 	// burst of 0 one second's worth. A client over either gets a close
 	// 1008 with the reason "rate limited" (ReasonRateLimited), or, with

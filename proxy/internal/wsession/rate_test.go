@@ -68,3 +68,21 @@ func TestRateStateIsSmall(t *testing.T) {
 		t.Fatal("a rate without frame tracking")
 	}
 }
+
+// Control frames are no part of a message (RFC 6455 §5.5) but each one
+// costs the backend a frame and a ping a pong: a client that sends only
+// pings must not escape the message rate.
+func TestRateCountsControlFrames(t *testing.T) {
+	var s Session
+	s.Init(&Config{Rate: Rate{Messages: 10, MessageBurst: 5}}, 0)
+	ping := testkit.MaskedFrame(wswire.OpPing, []byte("x"))
+	for i := range 50 {
+		if c := s.FromClient(ping, 0); c.N == 0 {
+			if s.Reason() != ReasonRateLimited || i != 5 {
+				t.Fatalf("ping %d refused with %q, want the 6th refused as rate_limited", i+1, s.Reason())
+			}
+			return
+		}
+	}
+	t.Fatal("50 pings at once passed a rate of 10 messages a second with a burst of 5")
+}

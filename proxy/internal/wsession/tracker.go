@@ -75,7 +75,8 @@ func (t *tracker) feed(p []byte, stop bool) int { return t.feedCounting(p, stop,
 // could take a message past it stops the tracker like a header over the
 // limit does (tooBig and tooBigMsg, inflated, split), and feedCounting
 // returns its offset in p. starts, when not nil, is incremented at the
-// header of every data frame that starts a message (RFC 6455 §5.4).
+// header of every data frame that starts a message (RFC 6455 §5.4) and of
+// every control frame.
 func (t *tracker) feedCounting(p []byte, stop bool, z *zcount, limit uint64, ps *Inflaters, starts *int) int {
 	if t.tooBig {
 		return 0
@@ -127,7 +128,10 @@ func (t *tracker) feedCounting(p []byte, stop bool, z *zcount, limit uint64, ps 
 		i += h.Size - before
 		t.hn = 0
 		t.remaining = h.Length
-		if starts != nil && !h.IsControl() && h.Opcode != wswire.OpContinuation {
+		if starts != nil && h.Opcode != wswire.OpContinuation {
+			// Control frames count too: no part of a message (RFC 6455
+			// §5.5), but each one is work for the backend (a ping a pong),
+			// and a client sending only pings must not escape the rate.
 			*starts++
 		}
 		if z != nil {
