@@ -29,8 +29,11 @@ func TestImportRules(t *testing.T) {
 		// The record layer is pure: stdlib crypto and x/crypto (whose
 		// chacha20 reaches x/sys/cpu) only.
 		{pkg: "tls/record", noStdNet: true, noNet: true, external: []string{"golang.org/x/crypto/", "golang.org/x/sys/cpu"}},
-		{pkg: "proxy", ours: []string{"balance", "internal/hostname", "internal/wswire", "proxy/internal/wsession", "proxy/internal/handoff", "tls/record"}},
+		{pkg: "proxy", ours: []string{"balance", "internal/hostname", "internal/wswire", "proxy/internal/wsession", "proxy/internal/handoff", "proxy/internal/ready", "tls/record"}},
 		{pkg: "proxy/internal/handoff"},
+		// The readiness runtime: sockets, pollers, the sweeper and the
+		// client's record layer; nothing of HTTP, the proxy or metrics.
+		{pkg: "proxy/internal/ready", ours: []string{"tls/record"}, noStdNet: true},
 		// The session is pure policy: no I/O, no clock of its own.
 		{pkg: "proxy/internal/wsession", ours: []string{"internal/wswire"}, noStdNet: true, noNet: true},
 		{pkg: "discovery", ours: []string{"balance", "internal/hostname"}},

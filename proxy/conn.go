@@ -58,6 +58,9 @@ type driver interface {
 	endFlushed()
 	// closeNow closes both sockets once, lingering or not.
 	closeNow()
+	// freeze holds the connection still for a move to another process
+	// (handoff_linux.go), or says why it cannot move now.
+	freeze() (*frozen, moveResult)
 }
 
 func newWSConn(s *Server, x *exchange, client net.Conn, bc *backendConn) *wsConn {

@@ -31,10 +31,14 @@
 //	              without buffers, half-close
 //	listener.go   WrapListener: accepted conns the splice can take over later
 //	tlsrecord.go, tlsrecord_linux.go  the TLS 1.3 record layer after the
-//	              upgrade: handshake log, secrets, takeover, recConn
+//	              upgrade: handshake log, secrets, takeover to a
+//	              ready.RecordConn
 //	acceptlimit.go the cap on open client sockets, accept-error warnings
-//	splice_ready_linux.go, sock_linux.go, poll_linux.go, rawio_linux.go
-//	              the readiness-driven splice: no goroutine per idle connection
+//	splice_ready_linux.go, takeover_linux.go  the readiness-driven
+//	              splice's driver: no goroutine per idle connection
+//	internal/ready  the readiness runtime it runs on: sockets, raw I/O,
+//	              pollers, the sweeper, the record-layer connection, Frozen
+//	              (Server.Run starts and stops it)
 //	handoff_linux.go  Handoff and Adopt: live connections moved to another
 //	              edge process; internal/handoff is their wire
 //	conns.go      live-connection registry, Drain, CloseBackend, CloseConnsOn, Connections
@@ -64,8 +68,10 @@
 // Readiness-driven splice. After the upgrade both sockets are taken over:
 // their descriptors are duplicated, the Go conns (and their runtime poll
 // descriptors) closed, and the duplicates registered edge-triggered in the
-// epoll instance of one of the Server's pollers (one per GOMAXPROCS,
-// assigned in turn). Each poller's goroutine polls its epoll instance
+// epoll instance of one of the pollers of the readiness runtime
+// (internal/ready, one per GOMAXPROCS, assigned in turn), which
+// Server.Run starts and stops: its owner (cmd/edge's errgroup) runs it,
+// and without it every connection takes the goroutine splice. Each poller's goroutine polls its epoll instance
 // without blocking, parks in Go's own netpoller on the epoll descriptor
 // while nothing is ready, and runs the connections that became readable or
 // writable inline: every read and
@@ -77,7 +83,7 @@
 // more run), so writes are never reordered and no wake-up is lost; a run
 // moves at most 1 MiB per direction before yielding to other connections.
 // The reads, writes and epoll polls of a run are raw system calls
-// (rawio_linux.go): on a non-blocking descriptor they return at once, and skipping the runtime's
+// (internal/ready/rawio_linux.go): on a non-blocking descriptor they return at once, and skipping the runtime's
 // system call bookkeeping keeps the monitor thread from handing the only
 // P to another thread whenever a loopback write lasts one of its ticks.
 //
@@ -96,15 +102,16 @@
 // reads is held by backpressure instead of growing the queue. Bytes crypto/tls or the PROXY reader already buffered are
 // never reported by epoll: a run of both directions follows the takeover.
 //
-// Timeouts. A per-Server sweeper, ticking every second (or a quarter of
-// the smallest idle, write, ping interval or ping timeout), closes
-// connections idle for longer than IdleTimeout and connections whose
-// queue has not drained within WriteTimeout (a half-open client, traefik#10627): cheaper than a timer
-// per connection, the activity timestamp is stored by the data path
-// anyway. After a burst of new connections, once no socket has had an
-// event for two seconds, it also forces one collection
-// (runtime/debug.FreeOSMemory): each TLS handshake leaves garbage the
-// collector keeps as headroom, about as much as the live heap.
+// Timeouts. The runtime's sweeper, ticking every second (or a quarter of
+// the smallest idle, write, ping interval or ping timeout), asks every
+// connection's session what the clock calls for (Session.Tick: idle
+// longer than IdleTimeout, a queue not drained within WriteTimeout, a
+// half-open client, traefik#10627): cheaper than a timer per connection,
+// the activity timestamp is stored by the data path anyway. After a burst
+// of new connections, once no socket has had an event for two seconds,
+// it calls Options.Quiet: each TLS handshake leaves garbage the collector
+// keeps as headroom, about as much as the live heap, and cmd/edge then
+// forces one collection (runtime/debug.FreeOSMemory).
 //
 // Close order: a taken-over socket has exactly one descriptor, so closing
 // it also removes it from the epoll set, and events carry never-reused

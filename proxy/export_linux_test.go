@@ -1,14 +1,20 @@
 package proxy
 
-import "golang.org/x/sys/unix"
+import "github.com/edgelb/edge/proxy/internal/ready"
+
+// readyOf is the readiness driver of c; nil on the goroutine splice.
+func readyOf(c *wsConn) *readyState {
+	r, _ := c.d.(*readyState)
+	return r
+}
 
 // maxClientQueue reports the longest queue towards a client among the
 // live readiness-driven connections.
 func (s *Server) maxClientQueue() int64 {
 	var m int64
 	s.reg.each(func(c *wsConn) {
-		if r, ok := c.d.(*readyState); ok && r.cs != nil {
-			m = max(m, r.cs.queuedBytes())
+		if r := readyOf(c); r != nil {
+			m = max(m, r.cs.QueuedBytes())
 		}
 	})
 	return m
@@ -19,7 +25,7 @@ func (s *Server) maxClientQueue() int64 {
 func (s *Server) recordConns() int {
 	n := 0
 	s.reg.each(func(c *wsConn) {
-		if r, ok := c.d.(*readyState); ok && r.rec != nil {
+		if r := readyOf(c); r != nil && r.rec != nil {
 			n++
 		}
 	})
@@ -31,7 +37,7 @@ func (s *Server) recordConns() int {
 func (s *Server) restedConns() int {
 	n := 0
 	s.reg.each(func(c *wsConn) {
-		if r, ok := c.d.(*readyState); ok && r.rec != nil && !r.hot.Load() && !r.rest.Load() {
+		if r := readyOf(c); r != nil && r.rc.Resting() {
 			n++
 		}
 	})
@@ -45,28 +51,16 @@ func (s *Server) oneConn() *wsConn {
 	return one
 }
 
-// unread is how many bytes wait in the socket's receive queue.
-func (s *sock) unread() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	n, err := unix.IoctlGetInt(s.fd, unix.SIOCINQ)
-	if err != nil {
-		return -1
-	}
-	return n
-}
-
 // recordTails is the number of bytes of incomplete records the live
 // record-layer connections hold.
 func (s *Server) recordTails() int {
 	n := 0
 	s.reg.each(func(c *wsConn) {
-		if r, ok := c.d.(*readyState); ok && r.rec != nil {
-			rc := r.rec
-			rc.mu.Lock()
-			n += len(rc.tail)
-			rc.mu.Unlock()
+		if r := readyOf(c); r != nil && r.rec != nil {
+			n += r.rec.Tail()
 		}
 	})
 	return n
 }
+
+var _ ready.Handler = (*readyState)(nil)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/edgelb/edge/balance"
 	"github.com/edgelb/edge/proxy/internal/handoff"
+	"github.com/edgelb/edge/proxy/internal/ready"
 	"github.com/edgelb/edge/proxy/internal/wsession"
 	"github.com/edgelb/edge/tls/record"
 	"golang.org/x/sys/unix"
@@ -100,85 +101,26 @@ func (s *Server) Handoff(ctx context.Context, to *net.UnixConn, window time.Dura
 	return moved, closed, err
 }
 
-// moveOne tries to move c once.
+// moveOne tries to move c once: freeze, encode, send, ack, forget.
 func (s *Server) moveOne(c *wsConn, to *net.UnixConn) (moveResult, error) {
-	r, ready := c.d.(*readyState)
-	ec := movableConn(c)
-	if !ready || ec == nil || len(ec.pre) > 0 {
-		// The goroutine splice, TLS on crypto/tls (1.2), bytes a PROXY
-		// reader still holds.
-		return moveNever, nil
-	}
-	if !r.state.CompareAndSwap(runIdle, runBusy) {
-		if r.closed.Load() {
-			return moveGone, nil
-		}
-		return moveRetry, nil
-	}
-	// The runner state is ours: no run is in progress and none starts.
-	// A TLS client's record state is locked too (before the sockets, as
-	// recConn's writes do), so a close_notify from a closing goroutine
-	// waits and then finds the descriptors gone.
-	if r.rec != nil {
-		r.rec.mu.Lock()
-	}
-	res, err := s.moveHeld(r, to)
-	if r.rec != nil {
-		r.rec.mu.Unlock()
-	}
-	if res == moveDone {
-		s.forgetMoved(r, ec)
+	f, res := c.d.freeze()
+	if f == nil {
 		return res, nil
 	}
-	// Give it back: a run does whatever was asked for meanwhile.
-	r.runReady()
-	return res, err
-}
-
-// movableConn is the accepted conn under c's client when its whole state
-// can move: a plain one, or a TLS 1.3 one on edge's record layer (its
-// keys and sequence numbers travel in the record); nil otherwise.
-func movableConn(c *wsConn) *edgeConn {
-	switch v := c.client.(type) {
-	case *edgeConn:
-		return v
-	case *recConn:
-		if v.rerr == nil && !v.shut {
-			return v.ec
-		}
-	}
-	return nil
-}
-
-// moveHeld moves c, whose runner state the caller holds. Both sockets'
-// locks are held throughout, so a close from another goroutine (the
-// sweeper, a timer) waits and then finds the descriptors gone.
-func (s *Server) moveHeld(r *readyState, to *net.UnixConn) (moveResult, error) {
-	cs, bs := r.cs, r.bs
-	cs.mu.Lock()
-	defer cs.mu.Unlock()
-	bs.mu.Lock()
-	defer bs.mu.Unlock()
-	if res, ok := r.movable(); !ok {
-		return res, nil
-	}
-	st, err := r.handoffState()
+	msg, err := f.encode()
 	if err != nil {
+		f.thaw()
 		return moveNever, nil
 	}
-	msg, err := handoff.Encode(st)
-	if err != nil {
+	// Out of this process's epoll first: the peer's duplicates keep the
+	// files open.
+	if f.rf.Unwatch() != nil {
+		f.thaw()
 		return moveNever, nil
 	}
-	id := r.id.Load()
-	// Out of this process's epoll first (poller.unwatch): the peer's
-	// duplicates keep the files open.
-	if r.p.unwatch(cs.fd) != nil || r.p.unwatch(bs.fd) != nil {
-		s.rewatch(r, id)
-		return moveNever, nil
-	}
-	if err := handoff.Send(to, msg, cs.fd, bs.fd); err != nil {
-		s.rewatch(r, id)
+	cfd, bfd := f.rf.FDs()
+	if err := handoff.Send(to, msg, cfd, bfd); err != nil {
+		f.thaw()
 		return moveBroken, err
 	}
 	ok, err := handoff.ReadAck(to)
@@ -188,68 +130,106 @@ func (s *Server) moveHeld(r *readyState, to *net.UnixConn) (moveResult, error) {
 		// (closed without a write) as if moved.
 		ok, err = true, nil
 	}
-	if err != nil {
+	switch {
+	case err != nil:
 		// No answer: a peer that died closed its duplicates with it.
-		s.rewatch(r, id)
+		f.thaw()
 		return moveBroken, err
-	}
-	if !ok {
-		s.rewatch(r, id)
+	case !ok:
+		f.thaw()
 		return moveNever, nil
 	}
-	// Closed without shutdown(2) or a write: close(2) of one duplicate
-	// leaves the connection to the other.
-	unix.Close(cs.fd)
-	unix.Close(bs.fd)
-	cs.fd, bs.fd = -1, -1
-	r.state.Store(runMoved)
+	f.forget()
 	return moveDone, nil
 }
 
-// movable reports whether c can move now, or what to do with it; the
-// caller holds its runner state and both socket locks.
-func (r *readyState) movable() (moveResult, bool) {
+// frozen is a connection held still for a move (ready.Frozen) and what
+// goes with it.
+type frozen struct {
+	r  *readyState
+	rf *ready.Frozen
+}
+
+// freeze holds the connection still if it can move now (the goroutine
+// splice never can).
+func (*goDriver) freeze() (*frozen, moveResult) { return nil, moveNever }
+
+// freeze holds the connection still if it can move now: plain or TLS 1.3
+// on edge's record layer (its keys and sequence numbers travel in the
+// record; TLS 1.2 on crypto/tls cannot move), no bytes left in a PROXY
+// reader, the runtime's judgement (runner held, nothing queued, no
+// failed socket) and the driver's: not closing, lingering or half-closed,
+// no close scheduled.
+func (r *readyState) freeze() (*frozen, moveResult) {
 	c := r.c
-	cs, bs := r.cs, r.bs
+	switch c.client.(type) {
+	case *edgeConn, *ready.RecordConn:
+	default:
+		return nil, moveNever
+	}
+	if r.ec == nil || len(r.ec.pre) > 0 {
+		return nil, moveNever
+	}
+	rf, err := r.rc.Freeze()
 	switch {
-	case r.closed.Load() || r.finished || cs.fd < 0 || bs.fd < 0:
-		return moveGone, false
-	case r.lingering.Load() || r.ending || r.c2bDone || r.b2cDone || r.fin != nil,
-		c.sess.Closing(), cs.werr != nil || bs.werr != nil:
-		// Closing, lingering or half-closed: it ends here.
-		return moveNever, false
-	case len(cs.q) > 0 || len(bs.q) > 0 || cs.finPending || bs.finPending,
-		c.sess.MidMessage():
-		// Queued, or a compressed client message under way whose counting
-		// inflater is mid-stream (it does not move): the message ends soon
-		// or the rounds run out and it gets a 1012.
-		return moveRetry, false
+	case errors.Is(err, ready.ErrBusy):
+		return nil, moveRetry
+	case errors.Is(err, ready.ErrGone):
+		return nil, moveGone
+	case err != nil:
+		return nil, moveNever
 	}
-	c.s.reg.mu.Lock()
-	scheduled := c.timer != nil
-	c.s.reg.mu.Unlock()
-	if scheduled {
-		return moveNever, false
+	never := r.finished || r.lingering.Load() || r.ending || r.c2bDone || r.b2cDone || r.fin != nil || c.sess.Closing()
+	if !never {
+		c.s.reg.mu.Lock()
+		never = c.timer != nil
+		c.s.reg.mu.Unlock()
 	}
-	return moveDone, true
+	if never {
+		rf.Thaw()
+		return nil, moveNever
+	}
+	if c.sess.MidMessage() {
+		// A compressed client message under way whose counting inflater
+		// is mid-stream (it does not move): the message ends soon or the
+		// rounds run out and it gets a 1012.
+		rf.Thaw()
+		return nil, moveRetry
+	}
+	return &frozen{r: r, rf: rf}, moveDone
 }
 
-// rewatch puts c's sockets back into its poller after a failed move;
-// the caller holds both socket locks.
-func (s *Server) rewatch(r *readyState, id uint64) {
-	// EEXIST for a socket that was never taken out is fine.
-	r.p.watch(r.cs.fd, id)
-	r.p.watch(r.bs.fd, id|1)
-	// Bytes may have arrived meanwhile; the edge is not reported again.
-	r.c2bReady.Store(true)
-	r.b2cReady.Store(true)
+// thaw gives the connection back: a run does whatever was asked for
+// meanwhile.
+func (f *frozen) thaw() { f.rf.Thaw() }
+
+// encode is the connection's state record; a TLS 1.3 client's record
+// state (keys, IVs, sequence numbers, a KeyUpdate answer owed) and the
+// start of a record it already read go with it.
+func (f *frozen) encode() ([]byte, error) {
+	st := f.r.c.handoffState()
+	rec, tail, err := f.rf.RecordState()
+	if err != nil {
+		return nil, err
+	}
+	if rec != nil {
+		st.TLS13 = &handoff.TLS13{Record: rec, Pending: tail}
+	}
+	return handoff.Encode(st)
 }
 
-// handoffState is c's state record; a TLS 1.3 client's record state
-// (keys, IVs, sequence numbers, a KeyUpdate answer owed) and the start of
-// a record it already read go with it.
-func (r *readyState) handoffState() (*handoff.State, error) {
-	c := r.c
+// forget drops a connection the peer took: its descriptors closed
+// without a write, its counts given back here (the peer counts it now),
+// with no access line; the Observer sees it close as ReasonMoved, so
+// every ConnOpened keeps its ConnClosed.
+func (f *frozen) forget() {
+	f.r.finished = true
+	f.rf.Forget()
+	f.r.c.forgetMoved()
+}
+
+// handoffState is c's state record, without the TLS section.
+func (c *wsConn) handoffState() *handoff.State {
 	x := c.x
 	sess, _ := c.sess.MarshalBinary()
 	st := &handoff.State{
@@ -263,31 +243,15 @@ func (r *readyState) handoffState() (*handoff.State, error) {
 	if x.lo != nil {
 		st.Listener = x.lo.Name
 	}
-	if rc := r.rec; rc != nil {
-		rec, err := rc.st.MarshalBinary()
-		if err != nil {
-			return nil, err
-		}
-		st.TLS13 = &handoff.TLS13{Record: rec, Pending: rc.tail}
-	}
-	return st, nil
+	return st
 }
 
-// forgetMoved drops a connection the peer took: its counts are given
-// back here (the peer counts it now), with no access line; the Observer
-// sees it close as ReasonMoved, so every ConnOpened keeps its ConnClosed.
-func (s *Server) forgetMoved(r *readyState, ec *edgeConn) {
-	c := r.c
-	if id := r.id.Load(); id != 0 {
-		r.p.forget(id)
-	}
-	r.closed.Store(true)
-	r.finished = true
-	ec.release()
+// forgetMoved gives back what c held here, for a connection that moved.
+func (c *wsConn) forgetMoved() {
+	s, x := c.s, c.x
 	s.reg.remove(c)
 	c.be.Release()
-	c.x.release()
-	x := c.x
+	x.release()
 	s.obs.ConnClosed(x.routeName(), c.be.ID(), string(ReasonMoved), s.now().Sub(x.start), c.in.Load(), c.out.Load())
 }
 
@@ -304,6 +268,12 @@ func (s *Server) forgetMoved(r *readyState, ec *edgeConn) {
 func (s *Server) Adopt(ctx context.Context, from *net.UnixConn) (adopted int, err error) {
 	stop := context.AfterFunc(ctx, func() { from.SetDeadline(aLongTimeAgo) })
 	defer stop()
+	// The runtime runs what is adopted (Run, started by the owner).
+	select {
+	case <-s.rt.Started():
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
 	for {
 		m, err := handoff.Receive(from)
 		if errors.Is(err, io.EOF) {
@@ -315,6 +285,7 @@ func (s *Server) Adopt(ctx context.Context, from *net.UnixConn) (adopted int, er
 			}
 			return adopted, err
 		}
+		fds := m.FDs
 		c, why, perr := s.adoptPrepare(&m)
 		if perr != nil {
 			s.log.Warn("hand-off: connection refused", "err", perr)
@@ -324,8 +295,9 @@ func (s *Server) Adopt(ctx context.Context, from *net.UnixConn) (adopted int, er
 			if c != nil {
 				// The sender did not hear it and keeps the connection:
 				// close ours without a write.
-				unix.Close(c.cs.fd)
-				unix.Close(c.bs.fd)
+				for _, fd := range fds {
+					unix.Close(fd)
+				}
 			}
 			return adopted, err
 		}
@@ -371,46 +343,58 @@ func (s *Server) adoptPrepare(m *handoff.Message) (*readyState, CloseReason, err
 		id: identity{peer: st.Peer, client: st.Client}, backend: st.BackendID, status: 101, kind: "ws",
 		method: st.Method, host: st.Host, path: st.Path, tls: st.TLS, reqID: st.RequestID, upgrade: time.Duration(st.Upgrade)}
 	c := &wsConn{s: s, x: x, be: be, pool: pool}
-	cfg := &pool.settings().ws
-	c.sess.Init(cfg, time.Now().UnixNano())
-	if err := c.sess.UnmarshalBinary(st.Session); errors.Is(err, wsession.ErrIncompatible) {
-		// The pool follows client frames now and this stream's position
-		// is unknown: resumed without client limits, then closed 1012.
-		own := *cfg
-		own.MaxFrameBytes, own.MaxMessageBytes, own.Rate = 0, 0, wsession.Rate{}
-		c.sess = wsession.Session{}
-		c.sess.Init(&own, time.Now().UnixNano())
-		if err := c.sess.UnmarshalBinary(st.Session); err != nil {
-			return nil, "", err
-		}
-		why = ReasonRestart
-	} else if err != nil {
+	restart, err := c.resumeSession(st.Session)
+	if err != nil {
 		return nil, "", err
+	}
+	if restart {
+		why = ReasonRestart
 	}
 	if neg, counted := c.sess.Deflate(); counted {
 		x.deflate = deflateCounted
 	} else if neg {
 		x.deflate = deflatePassed
 	}
-	if r := c.sess.Reason(); r != reasonKeep && !slices.Contains(CloseReasons(), r) {
-		return nil, "", fmt.Errorf("session: unknown close reason %q", r)
-	}
 	c.sess.Touch(st.Last)
 	c.in.Store(st.In)
 	c.out.Store(st.Out)
-	cs, bs := newSock(m.FDs[0]), newSock(m.FDs[1])
+	cs, bs := ready.NewSock(m.FDs[0]), ready.NewSock(m.FDs[1])
 	ec := &edgeConn{s: cs, raddr: peerOf(m.FDs[0])}
-	cs.closed = ec.release
+	cs.OnClose(ec.release)
 	c.client = ec
-	r := &readyState{c: c, cs: cs, bs: bs}
-	c.d = r
+	r := newReadyState(c, cs, bs)
+	r.ec = ec
 	if rs != nil {
-		rc := &recConn{srv: s, sock: cs, ec: ec, st: rs}
-		rc.setTail(st.TLS13.Pending)
+		rc := ready.NewRecordConn(cs, rs, st.TLS13.Pending, ec.raddr, &s.bufs)
 		c.client, r.rec = rc, rc
+		r.rc.SetRecord(rc)
 	}
 	m.FDs = nil
 	return r, why, nil
+}
+
+// resumeSession restores the session a record carries under this
+// process's settings of c's pool. restart: the pool follows client frames
+// now and this stream's position is unknown, so it is resumed without
+// client limits, to be closed 1012.
+func (c *wsConn) resumeSession(b []byte) (restart bool, err error) {
+	cfg := &c.pool.settings().ws
+	c.sess.Init(cfg, time.Now().UnixNano())
+	err = c.sess.UnmarshalBinary(b)
+	if errors.Is(err, wsession.ErrIncompatible) {
+		own := *cfg
+		own.MaxFrameBytes, own.MaxMessageBytes, own.Rate = 0, 0, wsession.Rate{}
+		c.sess = wsession.Session{}
+		c.sess.Init(&own, time.Now().UnixNano())
+		err, restart = c.sess.UnmarshalBinary(b), true
+	}
+	if err != nil {
+		return false, err
+	}
+	if r := c.sess.Reason(); r != reasonKeep && !slices.Contains(CloseReasons(), r) {
+		return false, fmt.Errorf("session: unknown close reason %q", r)
+	}
+	return restart, nil
 }
 
 // adoptTarget finds the pool and backend a record names. A pool or a
@@ -444,40 +428,23 @@ func (s *Server) adoptTarget(st *handoff.State) (*Pool, *balance.Backend, CloseR
 // directions run once at once, since bytes that arrived during the move
 // raise no new edge in this process's epoll.
 func (s *Server) adoptStart(r *readyState, why CloseReason) {
-	c := r.c
-	x := c.x
+	c, x := r.c, r.c.x
 	c.be.Acquire()
 	x.admitted = s.poolCounter(c.pool.Name)
 	x.admitted.Add(1)
 	s.inflight.Add(1)
 	c.pool.Limiter.Hold(x.id.client)
 	s.obs.ConnOpened(x.routeName(), c.be.ID())
-	r.state.Store(runBusy)
-	p := s.getPoller()
-	if p == nil || !s.reg.add(c) {
-		r.p = p
+	if !s.rt.Running() || !s.reg.add(c) {
 		c.closeBoth(ReasonShutdown)
 		r.finishReady()
 		return
 	}
-	r.p = p
 	s.noteTimeouts(c.pool)
-	s.readyAdds.Add(1)
-	id := p.add(r)
-	r.id.Store(id)
-	if r.closed.Load() {
-		p.forget(id)
-	} else if err := r.cs.watch(p, id); err != nil {
-		c.closeBoth(ReasonShutdown)
-	} else if err := r.bs.watch(p, id|1); err != nil {
-		c.closeBoth(ReasonShutdown)
-	}
 	if why != "" {
 		c.sess.Request(CloseServiceRestart, why)
 	}
-	r.c2bReady.Store(true)
-	r.b2cReady.Store(true)
-	r.runReady()
+	r.register()
 }
 
 // peerOf is the peer address of a socket, for logs.

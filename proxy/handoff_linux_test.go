@@ -297,15 +297,9 @@ func handoffKeepsEchoing(t *testing.T, n int, tlsOn bool) *pair {
 // eventfd, not counted). A socket handed over stays watched unless it was
 // taken out: its file lives on in the other process.
 func epollWatched(t *testing.T, s *Server) int {
-	s.pollMu.Lock()
-	defer s.pollMu.Unlock()
-	n := 0
-	for _, p := range s.polls {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/self/fdinfo/%d", p.epfd))
-		if err != nil {
-			t.Fatal(err)
-		}
-		n += bytes.Count(b, []byte("\ntfd:")) - 1
+	n, err := s.rt.Watched()
+	if err != nil {
+		t.Fatal(err)
 	}
 	return n
 }

@@ -36,3 +36,14 @@ func (s *Server) Handoff(ctx context.Context, to *net.UnixConn, window time.Dura
 func (s *Server) Adopt(ctx context.Context, from *net.UnixConn) (int, error) {
 	return 0, errNoHandoff
 }
+
+// moveResult is what one attempt to move a connection came to: here,
+// never.
+type moveResult int
+
+const moveNever moveResult = 2
+
+// frozen does not exist here: nothing moves.
+type frozen struct{}
+
+func (*goDriver) freeze() (*frozen, moveResult) { return nil, moveNever }

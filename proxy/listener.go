@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/edgelb/edge/proxy/internal/ready"
 	"github.com/pires/go-proxyproto"
 )
 
@@ -76,9 +77,9 @@ func (l *readyListener) Accept() (net.Conn, error) {
 type edgeConn struct {
 	net.Conn // nil after the takeover
 
-	s     *sock    // set by the takeover
-	pre   []byte   // bytes a layer below (PROXY reader) still held at takeover
-	raddr net.Addr // kept for logs; the local address is asked of the socket
+	s     *ready.Sock // set by the takeover
+	pre   []byte      // bytes a layer below (PROXY reader) still held at takeover
+	raddr net.Addr    // kept for logs; the local address is asked of the socket
 
 	lim      *AcceptLimit   // counts this socket until its descriptor closes
 	cnt      *ListenerConns // likewise, per listener
@@ -125,9 +126,9 @@ func (c *edgeConn) read(p []byte) (int, error) {
 		return n, nil
 	}
 	if c.buffered {
-		return 0, errWouldBlock
+		return 0, ready.ErrWouldBlock
 	}
-	return c.s.read(p)
+	return c.s.Read(p)
 }
 
 // Write never reports a would-block after the takeover: what the socket
@@ -140,7 +141,7 @@ func (c *edgeConn) Write(p []byte) (int, error) {
 	if c.s == nil {
 		return c.Conn.Write(p)
 	}
-	return c.s.write(p)
+	return c.s.Write(p)
 }
 
 func (c *edgeConn) Close() error {
@@ -152,13 +153,13 @@ func (c *edgeConn) Close() error {
 		c.release()
 		return err
 	}
-	return c.s.close()
+	return c.s.Close()
 }
 
 // CloseWrite sends a FIN, after the queued bytes once taken over.
 func (c *edgeConn) CloseWrite() error {
 	if c.s != nil {
-		return c.s.closeWrite()
+		return c.s.CloseWrite()
 	}
 	switch v := c.Conn.(type) {
 	case interface{ CloseWrite() error }:
@@ -175,7 +176,7 @@ func (c *edgeConn) LocalAddr() net.Addr {
 	if c.s == nil {
 		return c.Conn.LocalAddr()
 	}
-	return c.s.localAddr()
+	return c.s.LocalAddr()
 }
 
 func (c *edgeConn) RemoteAddr() net.Addr {
@@ -233,14 +234,3 @@ func tcpOf(c net.Conn) *net.TCPConn {
 	}
 	return nil
 }
-
-// wouldBlockError is what a taken-over socket returns instead of waiting.
-// crypto/tls keeps its record state across errors whose Temporary() is
-// true, so the next readiness event resumes a half-read record.
-type wouldBlockError struct{}
-
-func (wouldBlockError) Error() string   { return "socket would block" }
-func (wouldBlockError) Timeout() bool   { return true }
-func (wouldBlockError) Temporary() bool { return true }
-
-var errWouldBlock net.Error = wouldBlockError{}

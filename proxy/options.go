@@ -50,6 +50,13 @@ type Options struct {
 	AccessLog *slog.Logger // one Info line per connection or request; nil discards
 	Observer  Observer     // nil means NopObserver
 	Now       func() time.Time
+	// Quiet, when set, is called (on the readiness runtime's sweeper)
+	// once a burst of at least a thousand new WebSockets is over and no
+	// socket had anything to do for two seconds, at most once a minute:
+	// every TLS handshake leaves garbage the collector keeps as headroom,
+	// and this is when the owner can give it back (debug.FreeOSMemory)
+	// without pausing a message.
+	Quiet func()
 }
 
 // Route sends requests for some hosts and a path prefix to a pool.

@@ -16,6 +16,7 @@ import (
 
 	"github.com/edgelb/edge/balance"
 	"github.com/edgelb/edge/internal/hostname"
+	"github.com/edgelb/edge/proxy/internal/ready"
 )
 
 // Server proxies WebSocket and plain HTTP requests to backend pools.
@@ -33,7 +34,7 @@ type Server struct {
 
 	ctx     context.Context // ends when the Server is closed
 	cancel  context.CancelFunc
-	bufs    sync.Pool // *[]byte of bufSize
+	bufs    bufPool   // *[]byte of bufSize
 	small   sync.Pool // *[]byte of smallBufSize
 	readers sync.Pool // *bufio.Reader for backend handshakes
 
@@ -45,18 +46,14 @@ type Server struct {
 	draining atomic.Bool
 	hc       hostClients
 
-	// Readiness-driven splice (Linux): the epoll poller and the sweeper of
-	// idle and write timeouts, started on first use, stopped by Close.
-	pollMu     sync.Mutex
-	polls      []*poller // one per GOMAXPROCS, started on first use
-	pollNext   uint64    // round-robin over polls; guarded by pollMu
-	pollClosed bool
-	sweepEvery atomic.Int64 // nanoseconds
-	readyAdds  atomic.Int64 // readiness-driven connections ever started
+	// The readiness runtime (Linux): pollers and the sweeper, from Run
+	// until Run's context ended and the Server closed.
+	rt        *ready.Runtime
+	closed    chan struct{} // closed by Close
+	closeOnce sync.Once
 	// TLS 1.3 WebSockets whose records the splice took from crypto/tls,
 	// and TLS WebSockets it left there (tlsrecord_linux.go).
 	recOwned, recKept atomic.Int64
-	sweepDone         chan struct{}
 
 	// handoffPlan is when Handoff's 1012s go, in order (for tests);
 	// guarded by reg.mu.
@@ -90,7 +87,31 @@ func New(opts Options) (*Server, error) {
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.reg.init()
+	s.closed = make(chan struct{})
+	s.rt = ready.New(ready.Options{Logger: s.log, Quiet: opts.Quiet})
 	return s, nil
+}
+
+// Started is closed once Run has started the readiness runtime (or found
+// it unavailable): WebSockets upgraded from then on can take it.
+func (s *Server) Started() <-chan struct{} { return s.rt.Started() }
+
+// Run runs the readiness runtime (Linux: one epoll poller per GOMAXPROCS
+// and the sweeper of timeouts) that splices WebSockets without a
+// goroutine of their own, and returns once ctx ended and Close returned,
+// after stopping it. Until Run starts, and without it, every WebSocket
+// takes the goroutine splice, and Adopt waits for it.
+func (s *Server) Run(ctx context.Context) error {
+	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancel()
+	// The connections it runs end with Close (after a drain), not with
+	// ctx: the runtime outlives them.
+	stop := context.AfterFunc(ctx, func() {
+		<-s.closed
+		cancel()
+	})
+	defer stop()
+	return s.rt.Run(rctx)
 }
 
 // SetRoutes validates and atomically replaces the routing table. Live
@@ -126,7 +147,7 @@ func (s *Server) Close() error {
 		c.closeBoth(ReasonShutdown)
 	}
 	s.reg.wait(context.Background())
-	s.stopPoller()
+	s.closeOnce.Do(func() { close(s.closed) })
 	s.hc.closeAll()
 	return nil
 }

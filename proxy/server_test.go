@@ -209,6 +209,17 @@ func startEdge(t testing.TB, cfg edgeConfig) *edge {
 		t.Fatalf("New: %v", err)
 	}
 	e.srv = s
+	// As cmd/edge runs it, under its owner's context; it returns once
+	// that ended and the Server closed (the cleanup below).
+	runCtx, stopRun := context.WithCancel(context.Background())
+	ran := make(chan struct{})
+	go func() { defer close(ran); s.Run(runCtx) }()
+	<-s.rt.Started()
+	t.Cleanup(func() {
+		stopRun()
+		s.Close()
+		<-ran
+	})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatalf("listen: %v", err)

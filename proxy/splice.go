@@ -142,14 +142,10 @@ func (g *goDriver) clientToBackend() {
 			continue
 		}
 		if err != nil {
-			if isTimeout(err) {
-				if c.tick(time.Now().UnixNano(), 0).Kind == wsession.End {
-					return
-				}
-				continue
+			if g.readFailed(SideClient, err) {
+				return
 			}
-			g.readEnd(SideClient, err)
-			return
+			continue
 		}
 		c.touch()
 		k, a, ok := c.forward((*bp)[:n])
@@ -199,6 +195,18 @@ func (g *goDriver) discard(n int, err error) bool {
 	return c.tick(time.Now().UnixNano(), 0).Kind == wsession.End
 }
 
+// readFailed handles a read of side that returned an error and reports
+// whether the direction ends: a passed read deadline (a close request,
+// the idle timeout, the heartbeat, lingering's bound) asks the session's
+// clock; anything else is the stream's end.
+func (g *goDriver) readFailed(side CloseSide, err error) bool {
+	if isTimeout(err) {
+		return g.c.tick(time.Now().UnixNano(), 0).Kind == wsession.End
+	}
+	g.readEnd(side, err)
+	return true
+}
+
 // readEnd handles a read of side that failed or reached its end.
 func (g *goDriver) readEnd(side CloseSide, err error) {
 	closed := ReasonClientClosed
@@ -228,15 +236,10 @@ func (g *goDriver) backendToClient() {
 		}
 		bp, n, err := d.read()
 		if err != nil {
-			if isTimeout(err) {
-				// A close request, the idle timeout or the heartbeat.
-				if c.tick(time.Now().UnixNano(), 0).Kind == wsession.End {
-					return
-				}
-				continue
+			if g.readFailed(SideBackend, err) {
+				return
 			}
-			g.readEnd(SideBackend, err)
-			return
+			continue
 		}
 		c.touch()
 		end := c.relay((*bp)[:n])
@@ -420,15 +423,24 @@ func (d *direction) put(bp *[]byte) {
 	d.c.s.putBuf(bp)
 }
 
-func (s *Server) getBuf() *[]byte {
-	if v, ok := s.bufs.Get().(*[]byte); ok {
+// bufPool lends the splice's buffers of bufSize (ready.Buffers).
+type bufPool struct{ p sync.Pool }
+
+// GetBuf borrows a buffer.
+func (b *bufPool) GetBuf() *[]byte {
+	if v, ok := b.p.Get().(*[]byte); ok {
 		return v
 	}
-	b := make([]byte, bufSize)
-	return &b
+	p := make([]byte, bufSize)
+	return &p
 }
 
-func (s *Server) putBuf(bp *[]byte) { s.bufs.Put(bp) }
+// PutBuf gives a buffer back.
+func (b *bufPool) PutBuf(bp *[]byte) { b.p.Put(bp) }
+
+func (s *Server) getBuf() *[]byte { return s.bufs.GetBuf() }
+
+func (s *Server) putBuf(bp *[]byte) { s.bufs.PutBuf(bp) }
 
 func (s *Server) getSmallBuf() *[]byte {
 	if v, ok := s.small.Get().(*[]byte); ok {

@@ -1,70 +1,46 @@
 package proxy
 
 import (
-	"context"
 	"errors"
 	"io"
 	"runtime/debug"
 	"sync/atomic"
 	"time"
 
+	"github.com/edgelb/edge/proxy/internal/ready"
 	"github.com/edgelb/edge/proxy/internal/wsession"
-	"golang.org/x/sys/unix"
 )
 
-// Runner states of a readiness-driven connection.
-const (
-	runIdle  = iota // nobody runs the connection
-	runBusy         // one goroutine runs it
-	runAgain        // one goroutine runs it and must run it once more
-	runMoved        // handed to another process (Handoff): nobody runs it again
-)
-
-// readyState is the part of a wsConn that only the readiness-driven splice
-// uses. Whoever wins the runner state (the poller goroutine, the sweeper, a
-// drain timer, the closing goroutine) runs the connection; everyone else
-// just asks for one more run, so there is one drain at a time per
-// connection, writes are never reordered and no wake-up is lost.
+// The readiness-driven splice: the driver of a connection the readiness
+// runtime (internal/ready) runs. The runtime owns the sockets, the
+// pollers, the runner state and the sweeper; this driver decides what a
+// run moves (the pumps below) and carries out the session's actions.
 type readyState struct {
 	c      *wsConn
-	cs, bs *sock
-	p      *poller
-	id     atomic.Uint64 // poller id; 0 until registered
+	rc     *ready.Conn
+	cs, bs *ready.Sock
+	ec     *edgeConn         // the accepted conn (addresses, PROXY bytes)
+	rec    *ready.RecordConn // the client's records, when edge owns them
 
-	state              atomic.Int32
-	c2bReady, b2cReady atomic.Bool // the source may hold bytes: drain it
-	cHup, bHup         atomic.Bool // hang-up or error reported: read to EOF
-	closed             atomic.Bool
-	lingering          atomic.Bool // the runner discards what the client sends
-
-	// TLS 1.3 clients whose records the splice owns (tlsrecord_linux.go):
-	// hot while the record state may hold ciphers, rest asks the runner
-	// to drop them.
-	rec       *recConn
-	hot, rest atomic.Bool
+	lingering atomic.Bool // the runner discards what the client sends
 
 	// Runner-owned.
 	c2bDone, b2cDone bool // EOF seen and passed on
 	ending           bool // close once the queues are flushed
 	finished         bool
-	yield            bool // a pump used up its budget with bytes left
 	fin              *time.Timer
 }
 
 // startReady takes the connection over for the readiness-driven splice. It
 // reports false, with nothing changed, when the connection cannot be taken
-// over (not accepted through WrapListener, no epoll, no descriptor left):
-// the caller then splices with two goroutines.
+// over (not accepted through WrapListener, the runtime not running, no
+// descriptor left): the caller then splices with two goroutines.
 func (c *wsConn) startReady(head, clientBuffered, backendBuffered []byte) bool {
 	if !readinessOn {
 		return false
 	}
 	ec := edgeConnOf(c.client)
-	if ec == nil {
-		return false
-	}
-	p := c.s.getPoller()
-	if p == nil {
+	if ec == nil || !c.s.rt.Running() {
 		return false
 	}
 	// The Go conns are closed by the takeover: deadlines net/http or the
@@ -74,42 +50,44 @@ func (c *wsConn) startReady(head, clientBuffered, backendBuffered []byte) bool {
 		c.s.log.Debug("readiness splice: keeping goroutines", "err", err)
 		return false
 	}
-	r := &readyState{c: c, cs: cs, bs: bs, p: p}
-	c.d = r
+	r := newReadyState(c, cs, bs)
+	r.ec = ec
 	clientBuffered, _ = r.ownRecords(ec, clientBuffered)
 	c.backend = nil
-	r.state.Store(runBusy)
 	if !c.s.reg.add(c) {
 		c.closeBoth(ReasonShutdown)
 		r.finishReady()
 		return true
 	}
 	c.s.noteTimeouts(c.pool)
-	c.s.readyAdds.Add(1)
-
 	if !r.readyStart(head, clientBuffered, backendBuffered) {
-		r.runReady()
+		r.rc.Run()
 		return true
 	}
-
-	id := p.add(r)
-	r.id.Store(id)
-	if r.closed.Load() {
-		// Closed meanwhile (drain, shutdown): closeBoth may have run
-		// before the id existed.
-		p.forget(id)
-	} else if err := cs.watch(p, id); err != nil {
-		c.closeBoth(ReasonShutdown)
-	} else if err := bs.watch(p, id|1); err != nil {
-		c.closeBoth(ReasonShutdown)
-	}
-	// crypto/tls (the upgrade request's record may have carried a frame)
-	// and the sockets may already hold bytes that epoll will not report:
-	// drain both directions once now.
-	r.c2bReady.Store(true)
-	r.b2cReady.Store(true)
-	r.runReady()
+	r.register()
 	return true
+}
+
+// newReadyState makes r c's driver over cs and bs; the runtime's Conn
+// starts held by the caller.
+func newReadyState(c *wsConn, cs, bs *ready.Sock) *readyState {
+	r := &readyState{c: c, cs: cs, bs: bs}
+	r.rc = ready.NewConn(r, cs, bs)
+	c.d = r
+	return r
+}
+
+// register adds the connection to the runtime and runs both directions
+// once: crypto/tls (the upgrade request's record may have carried a
+// frame) and the sockets may already hold bytes that epoll will not
+// report. The caller holds the runner state.
+func (r *readyState) register() {
+	if err := r.c.s.rt.Add(r.rc); err != nil {
+		r.c.closeBoth(ReasonShutdown)
+	}
+	r.rc.MarkReadable(ready.Client)
+	r.rc.MarkReadable(ready.Backend)
+	r.rc.Run()
 }
 
 // readyStart writes the 101 and any frames the backend sent behind it,
@@ -139,93 +117,14 @@ func (r *readyState) readyStart(head, clientBuffered, backendBuffered []byte) bo
 	return true
 }
 
-// readyEvent handles one epoll event for the client or backend socket.
-func (r *readyState) readyEvent(backend bool, ev uint32) {
-	hup := ev&(unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) != 0
-	readable := hup || ev&unix.EPOLLIN != 0
-	ready, hupFlag := &r.c2bReady, &r.cHup
-	if backend {
-		ready, hupFlag = &r.b2cReady, &r.bHup
-	}
-	kick := false
-	if hup {
-		hupFlag.Store(true)
-	}
-	if readable {
-		ready.Store(true)
-		kick = true
-	}
-	if ev&unix.EPOLLOUT != 0 {
-		// Always run on writability: a runner on another goroutine may be
-		// between a write's EAGAIN and marking its queue, and an
-		// edge-triggered EPOLLOUT dropped here would never come again. A
-		// step with nothing queued costs two atomic loads.
-		kick = true
-	}
-	if kick {
-		r.kick()
-	}
-}
-
-// kick runs the connection on this goroutine, or asks the goroutine that
-// is running it for one more run.
-func (r *readyState) kick() {
-	for {
-		switch r.state.Load() {
-		case runIdle:
-			if r.state.CompareAndSwap(runIdle, runBusy) {
-				r.runReady()
-				return
-			}
-		case runBusy:
-			if r.state.CompareAndSwap(runBusy, runAgain) {
-				return
-			}
-		default:
-			return
-		}
-	}
-}
-
-// runReady runs steps until nobody asked for another; the caller holds the
-// runner state (runBusy).
-func (r *readyState) runReady() {
-	c := r.c
-	defer func() {
-		// A panic here would otherwise take down the poller goroutine (and
-		// with it every connection), or leave this one busy forever with
-		// its descriptors and registry entry held.
-		if v := recover(); v != nil {
-			c.s.log.Error("splice panicked; closing the connection", "panic", v, "stack", string(debug.Stack()))
-			c.closeBoth(ReasonError)
-			if !r.finished {
-				r.finishReady()
-			}
-			r.state.Store(runIdle)
-		}
-	}()
-	for {
-		r.step()
-		yield := r.yield
-		r.yield = false
-		if r.state.CompareAndSwap(runBusy, runIdle) {
-			if yield {
-				r.p.again(r)
-			}
-			return
-		}
-		r.state.Store(runBusy)
-	}
-}
-
-// step flushes what the sockets did not take, drains the directions that
-// may have bytes and whose destination has no queue (backpressure), and
-// ends the connection when both directions are done.
-func (r *readyState) step() {
+// Step is one run (ready.Handler): flush what the sockets did not take,
+// drain the directions that may have bytes and whose destination has no
+// queue (backpressure), and end the connection when both are done.
+func (r *readyState) Step() {
 	switch {
 	case r.finished:
 		return
-	case r.closed.Load():
+	case r.rc.Closed():
 		r.finishReady()
 		return
 	case r.lingering.Load():
@@ -234,74 +133,52 @@ func (r *readyState) step() {
 		r.flushQueues()
 		r.pumps()
 	}
-	if r.closed.Load() {
+	if r.rc.Closed() {
 		r.finishReady()
-		return
 	}
-	if r.rec != nil {
-		if r.rest.Swap(false) {
-			r.rec.idle()
-		} else {
-			r.hot.Store(true)
-		}
+}
+
+// Panicked closes and finishes a connection whose run or sweep panicked
+// (ready.Handler), which would otherwise hold its descriptors and
+// registry entry for ever.
+func (r *readyState) Panicked(v any) {
+	r.c.s.log.Error("splice panicked; closing the connection", "panic", v, "stack", string(debug.Stack()))
+	r.c.closeBoth(ReasonError)
+	if !r.finished {
+		r.finishReady()
 	}
 }
 
 // flushQueues writes what the sockets did not take before.
 func (r *readyState) flushQueues() {
-	if r.bs.queued() {
-		if err := r.bs.flush(); err != nil {
+	if r.bs.Queued() {
+		if err := r.bs.Flush(); err != nil {
 			r.c.writeFailed(SideBackend, err)
 		}
 	}
-	if r.cs.queued() {
-		if err := r.cs.flush(); err != nil {
+	if r.cs.Queued() {
+		if err := r.cs.Flush(); err != nil {
 			r.c.writeFailed(SideClient, err)
 		}
 	}
 }
 
 // pumps drains each direction that may have bytes and whose destination
-// has no queue, and ends the connection once both are done.
-// A control frame the session wants (wake) marks the backend readable, so
-// the backend->client pump runs for it like for bytes.
+// has no queue, and ends the connection once both are done. A control
+// frame the session wants (wake) marks the backend readable, so the
+// backend->client pump runs for it like for bytes.
 func (r *readyState) pumps() {
-	c := r.c
-	// A client paused for its rate (RateSlow) keeps its readiness pending;
-	// the sweeper runs it once the bucket has room.
-	at := c.sess.ReadableAt()
-	paused := at != 0 && at > time.Now().UnixNano()
-	if !r.closed.Load() && !r.c2bDone && !paused && !r.bs.queued() && r.cs.queuedBytes() <= clientQueueCap && r.c2bReady.Swap(false) {
+	rc := r.rc
+	if r.clientPumpable() && rc.TakeReadable(ready.Client) {
 		r.pumpClientToBackend()
 	}
-	if !r.closed.Load() && !r.b2cDone && !r.cs.queued() && r.b2cReady.Swap(false) {
+	if !rc.Closed() && !r.b2cDone && !r.cs.Queued() && rc.TakeReadable(ready.Backend) {
 		r.pumpBackendToClient()
 	}
-	if !r.closed.Load() && (r.ending || r.c2bDone && r.b2cDone) && !r.cs.queued() && !r.bs.queued() {
+	if !rc.Closed() && (r.ending || r.c2bDone && r.b2cDone) && !r.cs.Queued() && !r.bs.Queued() {
 		r.c.closeBoth(reasonKeep)
 	}
 }
-
-// trimmer decides when the sweeper returns memory (see trimAfterConns).
-type trimmer struct {
-	adds, trimmedAdds int64
-	act               uint64
-	quietSince        int64 // unix nanos of the last change of adds or act
-	lastTrim          int64
-}
-
-// due reports, at now, with adds connections ever started and act batches
-// of events ever handled, whether a trim is due.
-func (t *trimmer) due(now, adds int64, act uint64) bool {
-	if adds != t.adds || act != t.act {
-		t.adds, t.act, t.quietSince = adds, act, now
-		return false
-	}
-	return adds-t.trimmedAdds >= trimAfterConns && now-t.quietSince >= int64(trimQuiet) && now-t.lastTrim >= int64(trimEvery)
-}
-
-// done records a trim at now.
-func (t *trimmer) done(now int64) { t.trimmedAdds, t.lastTrim = t.adds, now }
 
 // clientQueueCap bounds what reading from the client may queue towards the
 // client itself. Reading a TLS client makes crypto/tls answer a KeyUpdate
@@ -313,19 +190,31 @@ func (t *trimmer) done(now int64) { t.trimmedAdds, t.lastTrim = t.adds, now }
 // empty, one buffer at most), so well-behaved clients never meet it.
 const clientQueueCap = 64 << 10
 
+// clientPumpable reports whether the client->backend direction may run:
+// open, the backend's queue empty, the client's own under its cap
+// (clientQueueCap), and the client not paused for its rate (RateSlow:
+// its readiness stays pending and the sweeper runs it once the bucket
+// has room).
+func (r *readyState) clientPumpable() bool {
+	if r.rc.Closed() || r.c2bDone || r.bs.Queued() || r.cs.QueuedBytes() > clientQueueCap {
+		return false
+	}
+	at := r.c.sess.ReadableAt()
+	return at == 0 || at <= time.Now().UnixNano()
+}
+
 // pumpClientToBackend copies client bytes to the backend (opaque) until
 // the client would block, the backend's queue asks for a pause, or the
 // client's own queue is over clientQueueCap.
 func (r *readyState) pumpClientToBackend() {
 	c := r.c
-	r.cs.startDrain(r.cHup.Load())
+	r.rc.StartDrain(ready.Client)
 	bp := c.s.getBuf()
 	defer c.s.putBuf(bp)
 	moved := 0
 	for {
-		if moved >= pumpBudget {
-			r.c2bReady.Store(true)
-			r.yield = true
+		if moved >= ready.PumpBudget {
+			r.rc.Yield(ready.Client)
 			return
 		}
 		// A tls.Conn may return bytes together with an error (a
@@ -343,7 +232,7 @@ func (r *readyState) pumpClientToBackend() {
 			if at := c.sess.ReadableAt(); at != 0 && at > time.Now().UnixNano() {
 				// Over its rate (RateSlow): not read until the sweeper
 				// finds the bucket refilled, so TCP pushes back.
-				r.c2bReady.Store(true)
+				r.rc.MarkReadable(ready.Client)
 				return
 			}
 		} else if err == nil {
@@ -352,11 +241,11 @@ func (r *readyState) pumpClientToBackend() {
 			// a key derivation, or of empty records. That ends the
 			// run's budget: counted as nothing, a client sending only
 			// those would hold the poller for as long as it sends.
-			moved = pumpBudget
+			moved = ready.PumpBudget
 		}
 		switch {
 		case err == nil:
-		case errors.Is(err, errWouldBlock):
+		case errors.Is(err, ready.ErrWouldBlock):
 			return
 		case errors.Is(err, io.EOF):
 			// Propagate the half-close; the other direction goes on.
@@ -367,8 +256,8 @@ func (r *readyState) pumpClientToBackend() {
 			c.closeBoth(readReason(err, ReasonClientClosed))
 			return
 		}
-		if r.bs.queued() || r.cs.queuedBytes() > clientQueueCap {
-			r.c2bReady.Store(true)
+		if r.bs.Queued() || r.cs.QueuedBytes() > clientQueueCap {
+			r.rc.MarkReadable(ready.Client)
 			return
 		}
 	}
@@ -378,7 +267,7 @@ func (r *readyState) pumpClientToBackend() {
 // puts control frames between two frames.
 func (r *readyState) pumpBackendToClient() {
 	c := r.c
-	r.bs.startDrain(r.bHup.Load())
+	r.rc.StartDrain(ready.Backend)
 	var bp *[]byte
 	defer func() {
 		if bp != nil {
@@ -390,19 +279,18 @@ func (r *readyState) pumpBackendToClient() {
 		if c.controlDue() {
 			return
 		}
-		if r.cs.queued() {
-			r.b2cReady.Store(true)
+		if r.cs.Queued() {
+			r.rc.MarkReadable(ready.Backend)
 			return
 		}
-		if moved >= pumpBudget {
-			r.b2cReady.Store(true)
-			r.yield = true
+		if moved >= ready.PumpBudget {
+			r.rc.Yield(ready.Backend)
 			return
 		}
 		if bp == nil {
 			bp = c.s.getBuf()
 		}
-		n, err := r.bs.read(*bp)
+		n, err := r.bs.Read(*bp)
 		if err != nil {
 			r.backendReadEnd(err)
 			return
@@ -418,7 +306,7 @@ func (r *readyState) pumpBackendToClient() {
 // backendReadEnd handles a backend read that returned no bytes.
 func (r *readyState) backendReadEnd(err error) {
 	switch {
-	case errors.Is(err, errWouldBlock):
+	case errors.Is(err, ready.ErrWouldBlock):
 	case errors.Is(err, io.EOF):
 		r.b2cDone = true
 		r.c.eof(SideBackend)
@@ -435,22 +323,22 @@ func (r *readyState) sendClient(p []byte) error {
 }
 
 func (r *readyState) sendBackend(p []byte) error {
-	_, err := r.bs.write(p)
+	_, err := r.bs.Write(p)
 	return err
 }
 
 // wake has the runner pump the backend->client direction, where the
 // session's control frames go out.
 func (r *readyState) wake() {
-	r.b2cReady.Store(true)
-	r.kick()
+	r.rc.MarkReadable(ready.Backend)
+	r.rc.Kick()
 }
 
 // halfClose passes a clean end of stream on to side (after its queue)
 // and gives the other half wsession.FinTimeout.
 func (r *readyState) halfClose(side CloseSide) {
 	if side == SideBackend {
-		r.bs.closeWrite()
+		r.bs.CloseWrite()
 	} else {
 		closeWrite(r.c.client)
 	}
@@ -471,18 +359,15 @@ func (r *readyState) armFin() {
 	}
 }
 
-// closeReady closes both sockets once, from any goroutine, and has the
+// closeNow closes both sockets once, from any goroutine, and has the
 // runner finish the connection.
 func (r *readyState) closeNow() {
-	if !r.closed.CompareAndSwap(false, true) {
+	if !r.rc.Close() {
 		return
 	}
-	if id := r.id.Load(); id != 0 {
-		r.p.forget(id)
-	}
 	r.c.client.Close() // a tls.Conn tries a close_notify first; never blocks
-	r.bs.close()
-	r.kick()
+	r.bs.Close()
+	r.rc.Kick()
 }
 
 // finishReady ends the connection on its runner.
@@ -497,8 +382,9 @@ func (r *readyState) finishReady() {
 	r.c.finish()
 }
 
-// noteTimeouts lowers the sweep period to a quarter of the pool's idle,
-// write and ping timeouts, so short timeouts are honoured closely.
+// noteTimeouts lowers the runtime's sweep period to a quarter of the
+// pool's idle, write and ping timeouts, so short timeouts are honoured
+// closely.
 func (s *Server) noteTimeouts(p *Pool) {
 	// A client paused for its rate resumes at the next sweep: a quarter
 	// of 400 ms bounds the pause's overshoot at 100 ms.
@@ -507,54 +393,7 @@ func (s *Server) noteTimeouts(p *Pool) {
 		rate = 400 * time.Millisecond
 	}
 	for _, d := range []time.Duration{p.IdleTimeout, p.settings().writeTimeout, p.PingInterval, p.PingTimeout, p.settings().ws.LingerTimeout, rate} {
-		if d <= 0 {
-			continue
-		}
-		d = min(max(d/4, minSweep), maxSweep)
-		for {
-			cur := s.sweepEvery.Load()
-			if int64(d) >= cur || s.sweepEvery.CompareAndSwap(cur, int64(d)) {
-				break
-			}
-		}
-	}
-}
-
-// sweeper closes idle connections and connections whose queue has not
-// drained within the write timeout (a half-open client that never reads,
-// traefik#10627). One coarse timer per Server is cheaper than one per
-// connection; activity is a timestamp the data path stores anyway.
-func (s *Server) sweeper(ctx context.Context, done chan struct{}) {
-	defer close(done)
-	t := time.NewTimer(time.Duration(s.sweepEvery.Load()))
-	defer t.Stop()
-	var buf []*wsConn
-	var tr trimmer
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		now := time.Now().UnixNano()
-		// Returning memory after connection churn (docs/ARCHITECTURE.md): every
-		// handshake leaves garbage the collector keeps as headroom, so RSS
-		// after a burst of connections is about twice the live heap. Once
-		// a burst is over and nothing moves, one forced collection gives
-		// that back; while traffic flows the runtime's own scavenger does,
-		// more slowly, without a pause.
-		if tr.due(now, s.readyAdds.Load(), s.activity()) {
-			debug.FreeOSMemory()
-			tr.done(time.Now().UnixNano())
-		}
-		buf = s.reg.appendAll(buf[:0])
-		for _, c := range buf {
-			if r, ok := c.d.(*readyState); ok {
-				r.sweep(now)
-			}
-		}
-		clear(buf)
-		t.Reset(time.Duration(s.sweepEvery.Load()))
+		s.rt.NoteTimeout(d)
 	}
 }
 
@@ -564,27 +403,26 @@ func (s *Server) sweeper(ctx context.Context, done chan struct{}) {
 // as sealing a few small records.
 const restAfter = time.Second
 
-// sweep is one sweeper visit of a readiness-driven connection at now:
-// the session's clock (idle, lingering, a queue a peer does not take,
-// the heartbeat), then the record layer's rest.
-func (r *readyState) sweep(now int64) {
+// Sweep is one sweeper visit (ready.Handler) at now: the session's clock
+// (idle, lingering, a queue a peer does not take, the heartbeat), then
+// the record layer's rest.
+func (r *readyState) Sweep(now int64) {
 	c := r.c
 	if c.tick(now, r.queuedSince()).Kind == wsession.End || r.lingering.Load() {
 		return
 	}
-	if r.rec != nil && now-c.sess.LastActivity() >= int64(restAfter) && r.hot.CompareAndSwap(true, false) {
-		r.rest.Store(true)
-		r.kick()
+	if now-c.sess.LastActivity() >= int64(restAfter) {
+		r.rc.Rest()
 	}
-	if at := c.sess.ReadableAt(); at != 0 && now >= at && r.c2bReady.Load() {
-		r.kick() // a client paused for its rate may be read again
+	if at := c.sess.ReadableAt(); at != 0 && now >= at && r.rc.Readable(ready.Client) {
+		r.rc.Kick() // a client paused for its rate may be read again
 	}
 }
 
 // queuedSince is since when the older of the two queues holds bytes; 0:
 // neither does.
 func (r *readyState) queuedSince() int64 {
-	a, b := r.cs.qSince.Load(), r.bs.qSince.Load()
+	a, b := r.cs.QueuedSince(), r.bs.QueuedSince()
 	if a == 0 || b != 0 && b < a {
 		return b
 	}
@@ -598,11 +436,11 @@ func (r *readyState) queuedSince() int64 {
 // No goroutine and no buffer is held meanwhile.
 func (r *readyState) linger() {
 	r.lingering.Store(true)
-	r.bs.close()
+	r.bs.Close()
 	closeWrite(r.c.client)
 	// The client may have sent bytes that epoll reported before.
-	r.c2bReady.Store(true)
-	r.kick()
+	r.rc.MarkReadable(ready.Client)
+	r.rc.Kick()
 }
 
 // lingerStep is a run of a lingering connection: flush the client's
@@ -610,28 +448,27 @@ func (r *readyState) linger() {
 // an error, or past LingerBytes.
 func (r *readyState) lingerStep() {
 	c := r.c
-	if r.cs.queued() {
-		if err := r.cs.flush(); err != nil {
+	if r.cs.Queued() {
+		if err := r.cs.Flush(); err != nil {
 			c.stop()
 			return
 		}
 	}
-	if !r.c2bReady.Swap(false) {
+	if !r.rc.TakeReadable(ready.Client) {
 		return
 	}
-	r.cs.startDrain(r.cHup.Load())
+	r.rc.StartDrain(ready.Client)
 	bp := c.s.getBuf()
 	defer c.s.putBuf(bp)
 	moved := 0
 	for {
-		if moved >= pumpBudget {
-			r.c2bReady.Store(true)
-			r.yield = true
+		if moved >= ready.PumpBudget {
+			r.rc.Yield(ready.Client)
 			return
 		}
-		n, err := r.cs.read(*bp)
+		n, err := r.cs.Read(*bp)
 		moved += n
-		if errors.Is(err, errWouldBlock) {
+		if errors.Is(err, ready.ErrWouldBlock) {
 			return
 		}
 		if c.discard(n) || err != nil {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/edgelb/edge/balance"
 	"github.com/edgelb/edge/internal/testkit"
+	"github.com/edgelb/edge/proxy/internal/ready"
 )
 
 // fixedRandom is a tls.Config.Rand whose first 32 bytes, the ClientHello
@@ -669,7 +670,8 @@ func noDataRun(t *testing.T, keyUpdates bool) {
 	br := testkit.Read101(t, c)
 	testkit.WaitFor(t, "the record layer to take the connection", func() bool { return e.srv.recordConns() == 1 })
 	wc := e.srv.oneConn()
-	testkit.WaitFor(t, "the runner state", func() bool { return wc.d.(*readyState).state.CompareAndSwap(runIdle, runBusy) })
+	r := readyOf(wc)
+	testkit.WaitFor(t, "the runner state", func() bool { return r.rc.Hold() })
 
 	var flood []byte
 	for len(flood) < 1<<20 {
@@ -683,14 +685,12 @@ func noDataRun(t *testing.T, keyUpdates bool) {
 	if _, err := h.Conn.Write(flood); err != nil {
 		t.Fatal(err)
 	}
-	r := wc.d.(*readyState)
-	testkit.WaitFor(t, "the records in edge's socket", func() bool { return r.cs.unread() == len(flood) })
+	testkit.WaitFor(t, "the records in edge's socket", func() bool { return r.cs.Unread() == len(flood) })
 	r.pumpClientToBackend()
-	left, yielded := r.cs.unread(), r.yield
+	left, yielded := r.cs.Unread(), r.rc.Yielding()
 	// Give the connection back to the poller, and check it still works.
-	r.yield = false
-	r.c2bReady.Store(true)
-	r.runReady()
+	r.rc.MarkReadable(ready.Client)
+	r.rc.Run()
 	if left == 0 || !yielded {
 		t.Fatalf("one run read all %d bytes of records without data (left %d, yielded %v)", len(flood), left, yielded)
 	}

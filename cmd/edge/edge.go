@@ -110,6 +110,7 @@ func newEdge(cfg *conf.Config, path string, log *slog.Logger, up *upgrader) (*ed
 		Logger:    log,
 		AccessLog: access,
 		Observer:  e.metrics,
+		Quiet:     returnMemory,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("routes: %w", err)
@@ -294,6 +295,10 @@ func (e *edge) serve(ctx context.Context, hup <-chan os.Signal) error {
 		// Until the drain is over: pacing matters during a drain too.
 		g.Go(func() error { newGCTuner().run(gctx); return nil })
 	}
+	// The readiness runtime before the listeners: the first WebSockets
+	// take it too. It stops once the drain closed the proxy.
+	g.Go(func() error { return e.proxy.Run(gctx) })
+	<-e.proxy.Started()
 	for _, l := range e.listeners {
 		if l.term != nil {
 			g.Go(func() error { return l.term.Run(gctx) })

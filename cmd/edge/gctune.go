@@ -24,6 +24,14 @@ const (
 	gcTuneEvery   = 500 * time.Millisecond
 )
 
+// returnMemory is the proxy's Quiet: once a burst of new connections is
+// over and nothing moves, one forced collection gives back the garbage
+// every TLS handshake left, which the collector keeps as headroom (RSS
+// after a burst is otherwise about twice the live heap). While traffic
+// flows the runtime's own scavenger gives it back, more slowly, without
+// a pause.
+func returnMemory() { debug.FreeOSMemory() }
+
 // gcPercentFor returns the GOGC percent for a live heap of live bytes.
 func gcPercentFor(live uint64) int {
 	if live == 0 {

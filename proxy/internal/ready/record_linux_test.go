@@ -1,4 +1,4 @@
-package proxy
+package ready
 
 import (
 	"bytes"
@@ -16,7 +16,7 @@ import (
 // all that came before into fresh memory: that makes the heap churn by
 // the square of the record's length (about 128 MiB a record) for a few
 // hundred KiB of packets.
-func TestRecConnTrickledRecord(t *testing.T) {
+func TestRecordConnTrickledRecord(t *testing.T) {
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -26,15 +26,15 @@ func TestRecConnTrickledRecord(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rc := &recConn{srv: &Server{}, sock: newSock(fds[0]), st: st}
-	defer rc.sock.close()
+	rc := NewRecordConn(NewSock(fds[0]), st, nil, nil, testBufs{})
+	defer rc.sock.Close()
 	const body = 1<<14 + 16
-	buf := make([]byte, bufSize)
+	buf := make([]byte, record.MaxRecord)
 	send := func(b []byte) {
 		if _, err := unix.Write(fds[1], b); err != nil {
 			t.Fatal(err)
 		}
-		if n, err := rc.Read(buf); n != 0 || !errors.Is(err, errWouldBlock) {
+		if n, err := rc.Read(buf); n != 0 || !errors.Is(err, ErrWouldBlock) {
 			t.Fatalf("read %d, %v; want nothing yet", n, err)
 		}
 	}
@@ -52,3 +52,13 @@ func TestRecConnTrickledRecord(t *testing.T) {
 		t.Fatalf("%d MiB allocated while %d bytes trickled in", churn>>20, body)
 	}
 }
+
+// testBufs lends fresh buffers.
+type testBufs struct{}
+
+func (testBufs) GetBuf() *[]byte {
+	b := make([]byte, record.MaxRecord)
+	return &b
+}
+
+func (testBufs) PutBuf(*[]byte) {}

@@ -1,4 +1,4 @@
-package proxy
+package ready
 
 import (
 	"fmt"
@@ -21,20 +21,22 @@ const (
 
 // Memory return after churn: at least trimAfterConns new connections, then
 // trimQuiet without any new connection and without any socket event, at
-// most once per trimEvery. The trim is a forced collection, which with
-// GOMAXPROCS=1 holds the only P for tens of milliseconds at a heap of ten
-// thousand connections (its sweep runs until preempted): done only while
-// nothing moves, it never delays a message.
+// most once per trimEvery, the owner is told (Options.Quiet). The trim it
+// does is a forced collection, which with GOMAXPROCS=1 holds the only P
+// for tens of milliseconds at a heap of ten thousand connections (its
+// sweep runs until preempted): done only while nothing moves, it never
+// delays a message.
 const (
 	trimAfterConns = 1000
 	trimQuiet      = 2 * time.Second
 	trimEvery      = time.Minute
 )
 
-// pumpBudget bounds the bytes one direction moves per run, so that one
+// PumpBudget bounds the bytes one direction moves per run, so that one
 // busy connection cannot hold the poller goroutine from the others: past
-// it the connection is run again after the current batch of events.
-const pumpBudget = 1 << 20
+// it the driver yields (Conn.Yield) and the connection is run again after
+// the current batch of events.
+const PumpBudget = 1 << 20
 
 // poller is the Server's epoll instance and the goroutine blocked in
 // epoll_wait. Events carry a connection id (low bit: backend side) rather
@@ -52,13 +54,13 @@ type poller struct {
 	rc   syscall.RawConn
 
 	mu    sync.RWMutex
-	conns map[uint64]*readyState
+	conns map[uint64]*Conn
 	next  uint64
 
 	// Connections that used up their budget (fairness, see pumpBudget)
 	// and still have bytes: run again after the current batch of events.
 	pendMu   sync.Mutex
-	pend     []*readyState
+	pend     []*Conn
 	stopping atomic.Bool
 
 	// batches counts the non-empty batches of events run has handled: the
@@ -96,15 +98,15 @@ func newPoller() (*poller, error) {
 		f.Close()
 		return nil, fmt.Errorf("epoll descriptor: %w", err)
 	}
-	return &poller{epfd: epfd, wake: wake, file: f, rc: rc, conns: map[uint64]*readyState{}, done: make(chan struct{})}, nil
+	return &poller{epfd: epfd, wake: wake, file: f, rc: rc, conns: map[uint64]*Conn{}, done: make(chan struct{})}, nil
 }
 
-// add gives r an id; its client socket is watched as id, its backend as id|1.
-func (p *poller) add(r *readyState) uint64 {
+// add gives c an id; its client socket is watched as id, its backend as id|1.
+func (p *poller) add(c *Conn) uint64 {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.next += 2
-	p.conns[p.next] = r
+	p.conns[p.next] = c
 	return p.next
 }
 
@@ -143,7 +145,7 @@ func (p *poller) unwatch(fd int) error {
 func (p *poller) run(log *slog.Logger) {
 	defer close(p.done)
 	evs := make([]unix.EpollEvent, 128)
-	var pend []*readyState
+	var pend []*Conn
 	for {
 		// Collect ready events without blocking; when there are none, park
 		// in Go's poller until the epoll descriptor becomes readable. The
@@ -193,24 +195,24 @@ func (p *poller) run(log *slog.Logger) {
 			c := p.conns[id&^1]
 			p.mu.RUnlock()
 			if c != nil {
-				c.readyEvent(id&1 == 1, evs[i].Events)
+				c.event(id&1 == 1, evs[i].Events)
 			}
 		}
 		p.pendMu.Lock()
 		pend, p.pend = p.pend, pend[:0]
 		p.pendMu.Unlock()
 		for i, c := range pend {
-			c.kick()
+			c.Kick()
 			pend[i] = nil
 		}
 	}
 }
 
-// again runs r once more after the current batch of events.
-func (p *poller) again(r *readyState) {
+// again runs c once more after the current batch of events.
+func (p *poller) again(c *Conn) {
 	p.pendMu.Lock()
 	first := len(p.pend) == 0
-	p.pend = append(p.pend, r)
+	p.pend = append(p.pend, c)
 	p.pendMu.Unlock()
 	if first {
 		p.signal()
@@ -230,71 +232,4 @@ func (p *poller) stop() {
 	<-p.done
 	unix.Close(p.wake)
 	p.file.Close()
-}
-
-// getPoller returns one of the Server's pollers, started on first use; nil
-// once the Server is closed or when epoll is unavailable (two goroutines
-// then). There is one poller per GOMAXPROCS, each with its own epoll
-// instance and goroutine, and connections are spread over them in turn: a
-// poller runs its connections' TLS and copies inline, so one poller would
-// confine all spliced traffic to one core.
-func (s *Server) getPoller() *poller {
-	s.pollMu.Lock()
-	defer s.pollMu.Unlock()
-	if s.pollClosed {
-		return nil
-	}
-	if s.polls == nil {
-		n := max(1, runtime.GOMAXPROCS(0))
-		for range n {
-			p, err := newPoller()
-			if err != nil {
-				s.log.Error("readiness splice unavailable", "err", err)
-				for _, q := range s.polls {
-					q.stop()
-				}
-				s.polls = nil
-				s.pollClosed = true
-				return nil
-			}
-			s.polls = append(s.polls, p)
-		}
-		s.sweepEvery.Store(int64(maxSweep))
-		s.sweepDone = make(chan struct{})
-		for _, p := range s.polls {
-			go p.run(s.log)
-		}
-		go s.sweeper(s.ctx, s.sweepDone)
-	}
-	s.pollNext++
-	return s.polls[s.pollNext%uint64(len(s.polls))]
-}
-
-// activity sums the pollers' batches of events: it changes whenever any
-// readiness-driven socket had something to do.
-func (s *Server) activity() uint64 {
-	s.pollMu.Lock()
-	defer s.pollMu.Unlock()
-	var n uint64
-	for _, p := range s.polls {
-		n += p.batches.Load()
-	}
-	return n
-}
-
-// stopPoller stops the pollers and the sweeper; no connection uses them
-// any more when it is called.
-func (s *Server) stopPoller() {
-	s.pollMu.Lock()
-	s.pollClosed = true
-	polls, done := s.polls, s.sweepDone
-	s.polls = nil
-	s.pollMu.Unlock()
-	if polls == nil {
-		return
-	}
-	for _, p := range polls {
-		p.stop()
-	}
-	<-done
 }

@@ -1,7 +1,6 @@
-package proxy
+package ready
 
 import (
-	"errors"
 	"io"
 	"net"
 	"os"
@@ -12,17 +11,14 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// errNoSocket reports a connection without a TCP socket under it.
-var errNoSocket = errors.New("no TCP socket under the connection")
-
-// sock is one TCP socket of a taken-over connection: a descriptor of our
+// Sock is one TCP socket of a taken-over connection: a descriptor of our
 // own, out of Go's poller, read and written without ever blocking.
 //
 // Reads are done by the connection's runner only. Writes come from the
 // runner and, for a TLS client, from tls.Conn.Close on whichever goroutine
 // closes the connection; mu orders them and the close, so no system call
 // ever sees a descriptor number after it was closed (and possibly reused).
-type sock struct {
+type Sock struct {
 	mu     sync.Mutex
 	fd     int          // -1 once closed
 	q      []byte       // bytes the socket did not take; nil when empty
@@ -38,13 +34,14 @@ type sock struct {
 
 	eof bool // a read returned end of file: nothing is left to discard
 
-	closed func() // called once the descriptor is closed; may be nil
+	onClose func() // called once the descriptor is closed; may be nil
 }
 
-func newSock(fd int) *sock { return &sock{fd: fd} }
+// NewSock takes fd, a non-blocking stream socket of our own, over.
+func NewSock(fd int) *Sock { return &Sock{fd: fd} }
 
-// dupFD returns a close-on-exec duplicate of the socket under tc.
-func dupFD(tc *net.TCPConn) (int, error) {
+// DupFD returns a close-on-exec duplicate of the socket under tc.
+func DupFD(tc *net.TCPConn) (int, error) {
 	rc, err := tc.SyscallConn()
 	if err != nil {
 		return -1, err
@@ -59,62 +56,19 @@ func dupFD(tc *net.TCPConn) (int, error) {
 	return nfd, nil
 }
 
-// takeover moves both sockets of a spliced connection out of Go's net
-// package: their descriptors are duplicated, the Go conns (with their
-// runtime poll descriptors) are closed, and the duplicates become socks.
-// On error nothing has changed and the caller keeps the Go conns.
-func takeover(ec *edgeConn, backend *net.TCPConn) (cs, bs *sock, err error) {
-	ctcp := tcpOf(ec.Conn)
-	if ctcp == nil || backend == nil {
-		return nil, nil, errNoSocket
-	}
-	cfd, err := dupFD(ctcp)
-	if err != nil {
-		return nil, nil, err
-	}
-	bfd, err := dupFD(backend)
-	if err != nil {
-		unix.Close(cfd)
-		return nil, nil, err
-	}
-	if _, plain := ec.Conn.(*net.TCPConn); !plain {
-		// A PROXY-protocol reader may still hold bytes the client sent.
-		// With a deadline in the past only those come back; the socket
-		// itself is not read.
-		ec.Conn.SetReadDeadline(aLongTimeAgo)
-		var b [512]byte
-		for {
-			n, err := ec.Conn.Read(b[:])
-			ec.pre = append(ec.pre, b[:n]...)
-			if err != nil || n == 0 {
-				break
-			}
-		}
-	}
-	ec.raddr = ec.Conn.RemoteAddr()
-	// Closing the Go conns removes them from the runtime poller; the
-	// duplicates keep the connections open.
-	ec.Conn.Close()
-	backend.Close()
-	cs, bs = newSock(cfd), newSock(bfd)
-	cs.closed = ec.release
-	ec.s, ec.Conn = cs, nil
-	return cs, bs, nil
-}
-
-// startDrain prepares a drain after a readiness event: a short read may
+// StartDrain prepares a drain after a readiness event: a short read may
 // be taken as "empty" unless the peer hung up (then read until EOF).
-func (s *sock) startDrain(hup bool) {
+func (s *Sock) StartDrain(hup bool) {
 	s.empty, s.trustEmpty = false, !hup
 }
 
-// read reads without blocking; errWouldBlock means nothing is there.
+// Read reads without blocking; ErrWouldBlock means nothing is there.
 // With edge-triggered epoll a read shorter than p proves the queue was
 // empty at that moment: data arriving later raises a new event, so the
 // next read is skipped instead of paying a system call for EAGAIN.
-func (s *sock) read(p []byte) (int, error) {
+func (s *Sock) Read(p []byte) (int, error) {
 	if s.empty && s.trustEmpty {
-		return 0, errWouldBlock
+		return 0, ErrWouldBlock
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -128,7 +82,7 @@ func (s *sock) read(p []byte) (int, error) {
 			continue
 		case err == unix.EAGAIN:
 			s.empty = true
-			return 0, errWouldBlock
+			return 0, ErrWouldBlock
 		case err != nil:
 			return 0, os.NewSyscallError("read", err)
 		case n == 0 && len(p) > 0:
@@ -142,9 +96,9 @@ func (s *sock) read(p []byte) (int, error) {
 	}
 }
 
-// write sends p or queues what the socket does not take; it fails only
+// Write sends p or queues what the socket does not take; it fails only
 // on a dead socket.
-func (s *sock) write(p []byte) (int, error) {
+func (s *Sock) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.werr != nil {
@@ -179,15 +133,15 @@ func (s *sock) write(p []byte) (int, error) {
 	return n, nil
 }
 
-// queued reports that bytes wait for writability.
-func (s *sock) queued() bool { return s.qSince.Load() != 0 }
+// Queued reports that bytes wait for writability.
+func (s *Sock) Queued() bool { return s.qSince.Load() != 0 }
 
-// queuedBytes is the length of the queue.
-func (s *sock) queuedBytes() int64 { return s.qLen.Load() }
+// QueuedBytes is the length of the queue.
+func (s *Sock) QueuedBytes() int64 { return s.qLen.Load() }
 
-// flush writes the queue; once it is empty the queue is dropped and a
+// Flush writes the queue; once it is empty the queue is dropped and a
 // pending FIN goes out.
-func (s *sock) flush() error {
+func (s *Sock) Flush() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.werr != nil {
@@ -227,8 +181,8 @@ func (s *sock) flush() error {
 	return nil
 }
 
-// closeWrite sends a FIN after the queued bytes.
-func (s *sock) closeWrite() error {
+// CloseWrite sends a FIN after the queued bytes.
+func (s *Sock) CloseWrite() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.fd < 0 {
@@ -244,9 +198,9 @@ func (s *sock) closeWrite() error {
 	return nil
 }
 
-// localAddr asks the socket for its address; an idle connection does not
+// LocalAddr asks the socket for its address; an idle connection does not
 // keep one.
-func (s *sock) localAddr() net.Addr {
+func (s *Sock) LocalAddr() net.Addr {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.fd < 0 {
@@ -262,7 +216,7 @@ func (s *sock) localAddr() net.Addr {
 }
 
 // watch adds the descriptor to p's epoll set under id.
-func (s *sock) watch(p *poller, id uint64) error {
+func (s *Sock) watch(p *poller, id uint64) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.fd < 0 {
@@ -271,13 +225,13 @@ func (s *sock) watch(p *poller, id uint64) error {
 	return p.watch(s.fd, id)
 }
 
-// close closes the descriptor. The descriptor is the only reference to
-// its socket (takeover closed Go's original), so close(2) also takes it
+// Close closes the descriptor. The descriptor is the only reference to
+// its socket (the takeover closed Go's original), so close(2) also takes it
 // out of the epoll set (epoll(7): a file leaves every interest list when
 // its last descriptor is closed) without an EPOLL_CTL_DEL of its own, and
 // events carry ids that are never reused, so an event already fetched for
 // this socket cannot reach a connection that reuses the number.
-func (s *sock) close() error {
+func (s *Sock) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.fd < 0 {
@@ -302,8 +256,8 @@ func (s *sock) close() error {
 	}
 	err := unix.Close(s.fd)
 	s.fd = -1
-	if s.closed != nil {
-		s.closed()
+	if s.onClose != nil {
+		s.onClose()
 	}
 	s.q = nil
 	s.qSince.Store(0)
@@ -312,4 +266,23 @@ func (s *sock) close() error {
 		return os.NewSyscallError("close", err)
 	}
 	return nil
+}
+
+// OnClose has f called once the descriptor is closed (the accept cap's
+// count of open sockets).
+func (s *Sock) OnClose(f func()) { s.onClose = f }
+
+// QueuedSince is the unix nanos since when the queue holds bytes; 0: empty.
+func (s *Sock) QueuedSince() int64 { return s.qSince.Load() }
+
+// Unread is how many bytes wait in the socket's receive queue (-1 when
+// it cannot say): for tests.
+func (s *Sock) Unread() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n, err := unix.IoctlGetInt(s.fd, unix.SIOCINQ)
+	if err != nil {
+		return -1
+	}
+	return n
 }

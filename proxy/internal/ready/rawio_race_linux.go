@@ -1,6 +1,6 @@
 //go:build race
 
-package proxy
+package ready
 
 import (
 	"runtime"

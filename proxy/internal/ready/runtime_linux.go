@@ -1,0 +1,279 @@
+package ready
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Options configure a Runtime.
+type Options struct {
+	Logger *slog.Logger
+	// Quiet, when set, is called on the sweeper's goroutine once a burst
+	// of new connections is over and nothing moves: the owner's moment
+	// to return memory (trimAfterConns).
+	Quiet func()
+}
+
+// Runtime is the readiness runtime of one proxy: one poller per
+// GOMAXPROCS (each an epoll instance and a goroutine) and one sweeper.
+// Run starts them and stops them; in between, Add spreads connections
+// over the pollers in turn: a poller runs its connections' TLS and copies
+// inline, so one poller would confine all spliced traffic to one core.
+type Runtime struct {
+	log   *slog.Logger
+	quiet func()
+
+	mu      sync.Mutex
+	polls   []*poller
+	next    uint64 // round-robin over polls
+	state   int    // rtNew, rtRunning, rtStopped
+	started chan struct{}
+
+	sweepEvery atomic.Int64 // nanoseconds
+	adds       atomic.Int64 // connections ever added
+}
+
+const (
+	rtNew = iota
+	rtRunning
+	rtStopped
+)
+
+// ErrStopped reports a Runtime that is not running: not started yet,
+// stopped, or without epoll.
+var ErrStopped = errors.New("readiness runtime not running")
+
+// New returns a Runtime; nothing runs until Run.
+func New(opts Options) *Runtime {
+	rt := &Runtime{log: opts.Logger, quiet: opts.Quiet, started: make(chan struct{})}
+	if rt.log == nil {
+		rt.log = slog.New(slog.DiscardHandler)
+	}
+	rt.sweepEvery.Store(int64(maxSweep))
+	return rt
+}
+
+// Run starts the pollers and the sweeper and returns when ctx ends,
+// after stopping them; the owner ends every connection first. It fails
+// at once when epoll is unavailable (every connection then takes the
+// goroutine splice) or when it ran before.
+func (rt *Runtime) Run(ctx context.Context) error {
+	rt.mu.Lock()
+	if rt.state != rtNew {
+		rt.mu.Unlock()
+		return errors.New("readiness runtime: Run called twice")
+	}
+	n := max(1, runtime.GOMAXPROCS(0))
+	for range n {
+		p, err := newPoller()
+		if err != nil {
+			for _, q := range rt.polls {
+				q.stop()
+			}
+			rt.polls, rt.state = nil, rtStopped
+			rt.mu.Unlock()
+			close(rt.started)
+			rt.log.Error("readiness splice unavailable", "err", err)
+			return err
+		}
+		rt.polls = append(rt.polls, p)
+	}
+	for _, p := range rt.polls {
+		go p.run(rt.log)
+	}
+	rt.state = rtRunning
+	rt.mu.Unlock()
+	close(rt.started)
+
+	sweepCtx, stopSweep := context.WithCancel(ctx)
+	defer stopSweep()
+	done := make(chan struct{})
+	go rt.sweeper(sweepCtx, done)
+	<-ctx.Done()
+	stopSweep()
+	<-done
+	rt.mu.Lock()
+	polls := rt.polls
+	rt.polls, rt.state = nil, rtStopped
+	rt.mu.Unlock()
+	for _, p := range polls {
+		p.stop()
+	}
+	return nil
+}
+
+// Started is closed once Run has started the pollers, or failed to.
+func (rt *Runtime) Started() <-chan struct{} { return rt.started }
+
+// Running reports whether connections can be added now.
+func (rt *Runtime) Running() bool {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	return rt.state == rtRunning
+}
+
+// Add registers c with one of the pollers: both its sockets watched
+// edge-triggered. On an error c is not registered (the caller closes it);
+// a connection closed meanwhile is left out of the poller.
+func (rt *Runtime) Add(c *Conn) error {
+	rt.mu.Lock()
+	if rt.state != rtRunning {
+		rt.mu.Unlock()
+		return ErrStopped
+	}
+	rt.next++
+	p := rt.polls[rt.next%uint64(len(rt.polls))]
+	rt.mu.Unlock()
+	rt.adds.Add(1)
+	c.p = p
+	id := p.add(c)
+	c.id.Store(id)
+	if c.closed.Load() {
+		// Closed meanwhile (drain, shutdown): Close may have run before
+		// the id existed.
+		p.forget(id)
+		return nil
+	}
+	if err := c.cs.watch(p, id); err != nil {
+		return err
+	}
+	return c.bs.watch(p, id|1)
+}
+
+// NoteTimeout lowers the sweep period to a quarter of d, within its
+// bounds, so short timeouts are honoured closely.
+func (rt *Runtime) NoteTimeout(d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	d = min(max(d/4, minSweep), maxSweep)
+	for {
+		cur := rt.sweepEvery.Load()
+		if int64(d) >= cur || rt.sweepEvery.CompareAndSwap(cur, int64(d)) {
+			return
+		}
+	}
+}
+
+// Watched counts the sockets the pollers watch, from /proc/self/fdinfo
+// of their epoll descriptors (each also watches its eventfd, not
+// counted): a socket handed to another process stays watched unless it
+// was taken out.
+func (rt *Runtime) Watched() (int, error) {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	n := 0
+	for _, p := range rt.polls {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/self/fdinfo/%d", p.epfd))
+		if err != nil {
+			return 0, err
+		}
+		n += bytes.Count(b, []byte("\ntfd:")) - 1
+	}
+	return n, nil
+}
+
+// activity sums the pollers' batches of events: it changes whenever any
+// socket had something to do.
+func (rt *Runtime) activity() uint64 {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	var n uint64
+	for _, p := range rt.polls {
+		n += p.batches.Load()
+	}
+	return n
+}
+
+// conns appends every registered connection to buf.
+func (rt *Runtime) conns(buf []*Conn) []*Conn {
+	rt.mu.Lock()
+	polls := rt.polls
+	rt.mu.Unlock()
+	for _, p := range polls {
+		p.mu.RLock()
+		for _, c := range p.conns {
+			buf = append(buf, c)
+		}
+		p.mu.RUnlock()
+	}
+	return buf
+}
+
+// sweeper visits every connection once a period (Handler.Sweep: idle,
+// write and ping timeouts, lingering, the record layer's rest): one coarse
+// timer per runtime is cheaper than one per connection, and activity is a
+// timestamp the data path keeps anyway.
+func (rt *Runtime) sweeper(ctx context.Context, done chan struct{}) {
+	defer close(done)
+	t := time.NewTimer(time.Duration(rt.sweepEvery.Load()))
+	defer t.Stop()
+	var buf []*Conn
+	var tr trimmer
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		now := time.Now().UnixNano()
+		// Returning memory after connection churn (docs/ARCHITECTURE.md):
+		// every handshake leaves garbage the collector keeps as headroom,
+		// so RSS after a burst of connections is about twice the live
+		// heap. Once a burst is over and nothing moves the owner is told,
+		// and may force one collection; while traffic flows the runtime's
+		// own scavenger gives it back, more slowly, without a pause.
+		if tr.due(now, rt.adds.Load(), rt.activity()) {
+			if rt.quiet != nil {
+				rt.quiet()
+			}
+			tr.done(time.Now().UnixNano())
+		}
+		buf = rt.conns(buf[:0])
+		for _, c := range buf {
+			rt.sweep(c, now)
+		}
+		clear(buf)
+		t.Reset(time.Duration(rt.sweepEvery.Load()))
+	}
+}
+
+// sweep is one visit of c; a panic in it closes c alone.
+func (rt *Runtime) sweep(c *Conn, now int64) {
+	defer func() {
+		if v := recover(); v != nil {
+			c.h.Panicked(v)
+		}
+	}()
+	c.h.Sweep(now)
+}
+
+// trimmer decides when the sweeper says the runtime is quiet (see
+// trimAfterConns).
+type trimmer struct {
+	adds, trimmedAdds int64
+	act               uint64
+	quietSince        int64 // unix nanos of the last change of adds or act
+	lastTrim          int64
+}
+
+// due reports, at now, with adds connections ever started and act batches
+// of events ever handled, whether a trim is due.
+func (t *trimmer) due(now, adds int64, act uint64) bool {
+	if adds != t.adds || act != t.act {
+		t.adds, t.act, t.quietSince = adds, act, now
+		return false
+	}
+	return adds-t.trimmedAdds >= trimAfterConns && now-t.quietSince >= int64(trimQuiet) && now-t.lastTrim >= int64(trimEvery)
+}
+
+// done records a trim at now.
+func (t *trimmer) done(now int64) { t.trimmedAdds, t.lastTrim = t.adds, now }

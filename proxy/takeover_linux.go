@@ -1,0 +1,55 @@
+package proxy
+
+import (
+	"errors"
+	"net"
+
+	"github.com/edgelb/edge/proxy/internal/ready"
+	"golang.org/x/sys/unix"
+)
+
+// errNoSocket reports a connection without a TCP socket under it.
+var errNoSocket = errors.New("no TCP socket under the connection")
+
+// takeover moves both sockets of a spliced connection out of Go's net
+// package: their descriptors are duplicated, the Go conns (with their
+// runtime poll descriptors) are closed, and the duplicates become socks.
+// On error nothing has changed and the caller keeps the Go conns.
+func takeover(ec *edgeConn, backend *net.TCPConn) (cs, bs *ready.Sock, err error) {
+	ctcp := tcpOf(ec.Conn)
+	if ctcp == nil || backend == nil {
+		return nil, nil, errNoSocket
+	}
+	cfd, err := ready.DupFD(ctcp)
+	if err != nil {
+		return nil, nil, err
+	}
+	bfd, err := ready.DupFD(backend)
+	if err != nil {
+		unix.Close(cfd)
+		return nil, nil, err
+	}
+	if _, plain := ec.Conn.(*net.TCPConn); !plain {
+		// A PROXY-protocol reader may still hold bytes the client sent.
+		// With a deadline in the past only those come back; the socket
+		// itself is not read.
+		ec.Conn.SetReadDeadline(aLongTimeAgo)
+		var b [512]byte
+		for {
+			n, err := ec.Conn.Read(b[:])
+			ec.pre = append(ec.pre, b[:n]...)
+			if err != nil || n == 0 {
+				break
+			}
+		}
+	}
+	ec.raddr = ec.Conn.RemoteAddr()
+	// Closing the Go conns removes them from the runtime poller; the
+	// duplicates keep the connections open.
+	ec.Conn.Close()
+	backend.Close()
+	cs, bs = ready.NewSock(cfd), ready.NewSock(bfd)
+	cs.OnClose(ec.release)
+	ec.s, ec.Conn = cs, nil
+	return cs, bs, nil
+}
