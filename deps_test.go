@@ -42,7 +42,7 @@ func TestImportRules(t *testing.T) {
 		{pkg: "internal/testkit", ours: []string{"internal/wswire"}},
 		// The admin listener knows the pools, not the proxy, the file or
 		// the metrics library: cmd/edge passes those in.
-		{pkg: "internal/admin", ours: []string{"balance"}},
+		{pkg: "internal/admin", ours: []string{"balance", "internal/hostname"}},
 	}
 	for _, r := range rules {
 		t.Run(r.pkg, func(t *testing.T) {

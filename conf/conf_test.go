@@ -353,6 +353,8 @@ routes: [{default: true, pool: app}]
 			[]string{`edge.yaml:1: listeners[0]: unknown key "readHeaderTimeout" (did you mean "read_header_timeout"?)`}},
 		{"admin token both ways", minimalWith("admin:\n  api: {token_file: nope.token, token_env: EDGE_ADMIN_TOKEN}", ""),
 			[]string{`edge.yaml:5: admin.api.token_env: set only one of token_file and token_env`, `admin.api.token_file: `, `nope.token: no such file`}},
+		{"admin allowed_hosts", minimalWith("admin:\n  allowed_hosts: [edge-1.internal, 192.0.2.7, \"*.internal\", \"edge-2.internal:9901\", \"\"]", ""),
+			[]string{`admin.allowed_hosts[2]: "*.internal" is neither`, `admin.allowed_hosts[3]: "edge-2.internal:9901" is neither`, `admin.allowed_hosts[4]: "" is neither`}},
 		{"duplicate key", minimalWith("log:\n  level: info\n  level: debug", ""), []string{`edge.yaml:6: log.level: duplicate key (first at line 5)`}},
 		{"bool for string", minimalWith("log: {level: true}", ""), []string{`edge.yaml:4: log.level: expected a string, got a boolean`}},
 		{"string for bool", minimalWith(`log: {access_log: "yes"}`, ""), []string{`edge.yaml:4: log.access_log: expected true or false, got a string`}},

@@ -85,6 +85,13 @@ type Admin struct {
 	// Pprof serves net/http/pprof under /debug/pprof/ (CPU profiles,
 	// goroutine stacks, heap contents). Default false.
 	Pprof bool `yaml:"pprof"`
+	// AllowedHosts are further names (or IP literals) a request to the
+	// admin or the metrics listener may carry as its Host, besides the
+	// address it reached, a loopback address and localhost; any other
+	// Host is answered 421 unless the request carries the API token, so
+	// a page whose name rebinds to edge's address reads nothing. Exact
+	// names, no port, no wildcard. Default none.
+	AllowedHosts []string `yaml:"allowed_hosts"`
 	// API is the runtime admin API under /api/v1/ (drain, weight, disable,
 	// enable a backend; list its connections).
 	API AdminAPI `yaml:"api"`
@@ -98,9 +105,11 @@ type AdminAPI struct {
 	// to them and keeps the reads. Default true.
 	Write bool `yaml:"write" default:"true"`
 	// TokenFile holds the bearer token write operations must present
-	// (Authorization: Bearer ...), at least 16 bytes. With a token set it
-	// is always required; without one, writes are refused unless
-	// admin.address is loopback. Default "" (none).
+	// (Authorization: Bearer ...), at least 16 bytes. Writes always need a
+	// token: without token_file or token_env edge generates one into
+	// state_dir/admin.token (mode 0600) at its first start, which only
+	// edge's own user can read, and without state_dir either the API is
+	// read-only. Default "" (none).
 	TokenFile string `yaml:"token_file"`
 	// TokenEnv names an environment variable holding the token instead.
 	// Default "" (none).

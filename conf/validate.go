@@ -151,6 +151,12 @@ func (v *validator) admin(a *Admin) {
 	if !v.hostPort("admin.address", a.Address, true) {
 		return
 	}
+	for i, h := range a.AllowedHosts {
+		at := fmt.Sprintf("admin.allowed_hosts[%d]", i)
+		if _, err := netip.ParseAddr(h); err != nil && !isDNSName(h) {
+			v.errf(at, "%q is neither an IP address nor a host name (exact, without a port or a wildcard)", h)
+		}
+	}
 	host, _, _ := net.SplitHostPort(a.Address)
 	switch {
 	case isLoopback(host):

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"fmt"
 	"net"
+	"os"
 	"time"
 
 	"github.com/edgelb/edge/balance"
@@ -12,14 +14,27 @@ import (
 )
 
 // adminSettings maps the file onto the admin API's settings; a token that
-// cannot be read refuses the file (at start) or the reload.
+// cannot be read refuses the file (at start) or the reload. Without a
+// token in the file, the one in state_dir is used, generated at the first
+// start: writes always need a token, and that file is readable by edge's
+// own user alone.
 func adminSettings(cfg *conf.Config) (admin.Settings, error) {
-	tok, err := cfg.Admin.API.Token()
+	a := cfg.Admin.API
+	s := admin.Settings{Enabled: a.Enabled, Write: a.Write, DrainWindow: cfg.Drain.Window.Std(), AllowedHosts: admin.CanonicalHosts(cfg.Admin.AllowedHosts)}
+	tok, err := a.Token()
 	if err != nil {
 		return admin.Settings{}, err
 	}
-	a := cfg.Admin.API
-	return admin.Settings{Enabled: a.Enabled, Write: a.Write, Token: string(tok), DrainWindow: cfg.Drain.Window.Std()}, nil
+	s.Token = string(tok)
+	if s.Token == "" && a.Enabled && a.Write && cfg.StateDir != "" {
+		if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
+			return admin.Settings{}, fmt.Errorf("state_dir: %w", err)
+		}
+		if s.Token, err = admin.LoadOrCreateToken(cfg.StateDir); err != nil {
+			return admin.Settings{}, err
+		}
+	}
+	return s, nil
 }
 
 // newAdmin binds the admin listener (and the metrics listener) of cfg and

@@ -20,7 +20,9 @@ import (
 )
 
 // apiCall sends one admin API request and returns the status and the JSON
-// answer. hdr "Content-Type" defaults to application/json for a body.
+// answer. hdr "Content-Type" defaults to application/json for a body, and
+// a write carries the token edge generated unless hdr sets Authorization
+// ("" for none).
 func (s *setup) apiCall(t *testing.T, method, path, body string, hdr map[string]string) (int, map[string]any) {
 	t.Helper()
 	req, err := http.NewRequest(method, "http://"+s.admin+path, strings.NewReader(body))
@@ -29,13 +31,19 @@ func (s *setup) apiCall(t *testing.T, method, path, body string, hdr map[string]
 	}
 	if method != http.MethodGet {
 		req.Header.Set("Content-Type", "application/json")
+		if _, ok := hdr["Authorization"]; !ok {
+			req.Header.Set("Authorization", "Bearer "+s.token(t))
+		}
 	}
 	for k, v := range hdr {
-		if k == "Host" {
+		switch {
+		case k == "Host":
 			req.Host = v
-			continue
+		case v == "":
+			req.Header.Del(k)
+		default:
+			req.Header.Set(k, v)
 		}
-		req.Header.Set(k, v)
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -307,8 +315,9 @@ func TestAdminAPIWeightAndDisable(t *testing.T) {
 
 // TestAdminAPIAuth: with a token every write needs it; a browser's
 // cross-site write and a non-JSON body are refused even with it; without a
-// token a loopback listener refuses a foreign Host (DNS rebinding); write:
-// false refuses writes and keeps reads; enabled: false hides the API.
+// token in the file, writes need the one edge generated, also on loopback,
+// and a foreign Host (DNS rebinding) gets 421; write: false refuses writes
+// and keeps reads; enabled: false hides the API.
 func TestAdminAPIAuth(t *testing.T) {
 	bs := backends(t, "b1")
 	s := newSetup(t, bs, "least_conn", "")
@@ -327,7 +336,7 @@ func TestAdminAPIAuth(t *testing.T) {
 		hdr  map[string]string
 		want int
 	}{
-		{"no token", nil, 401},
+		{"no token", map[string]string{"Authorization": ""}, 401},
 		{"wrong token", map[string]string{"Authorization": "Bearer " + strings.Repeat("x", len(token))}, 401},
 		{"token, text/plain body", map[string]string{"Authorization": "Bearer " + token, "Content-Type": "text/plain"}, 415},
 		{"token, cross-site browser", map[string]string{"Authorization": "Bearer " + token, "Sec-Fetch-Site": "cross-site"}, 403},
@@ -347,11 +356,17 @@ func TestAdminAPIAuth(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitCount(t, p, "configuration reloaded", 1)
-	if code, doc := s.apiCall(t, "POST", drain, "", map[string]string{"Host": "rebound.evil.example:80"}); code != 403 {
-		t.Errorf("no token, loopback, foreign Host: got %d %v, want 403", code, doc)
+	// No token in the file: the one edge generated in state_dir, which
+	// every write needs, on loopback too.
+	noToken := map[string]string{"Authorization": ""}
+	if code := s.rawStatus(t, "POST", drain, map[string]string{"Host": "rebound.evil.example:80", "Authorization": ""}); code != 421 {
+		t.Errorf("no token, loopback, foreign Host: got %d, want 421", code)
+	}
+	if code, doc := s.apiCall(t, "POST", "/api/v1/pools/app/backends/b1/enable", "", noToken); code != 401 {
+		t.Errorf("no token, loopback: got %d %v, want 401", code, doc)
 	}
 	if code, doc := s.apiCall(t, "POST", "/api/v1/pools/app/backends/b1/enable", "", nil); code != 200 {
-		t.Errorf("no token, loopback: got %d %v, want 200", code, doc)
+		t.Errorf("generated token, loopback: got %d %v, want 200", code, doc)
 	}
 
 	withAPI(`{write: false}`)
@@ -359,7 +374,7 @@ func TestAdminAPIAuth(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitCount(t, p, "configuration reloaded", 2)
-	if code, doc := s.apiCall(t, "POST", drain, "", nil); code != 403 {
+	if code, doc := s.apiCall(t, "POST", drain, "", noToken); code != 403 {
 		t.Errorf("write: false: got %d %v, want 403", code, doc)
 	}
 	if code, _ := s.apiCall(t, "GET", "/api/v1/pools", "", nil); code != 200 {
@@ -387,6 +402,31 @@ func TestAdminAPIAuth(t *testing.T) {
 			t.Errorf("enabled: false, %s %s: got %d, want 404", method, path, resp.StatusCode)
 		}
 	}
+}
+
+// rawStatus sends one request to the admin listener with hdr (Host sets
+// the Host) and returns the status, whatever the body.
+func (s *setup) rawStatus(t *testing.T, method, path string, hdr map[string]string) int {
+	t.Helper()
+	req, err := http.NewRequest(method, "http://"+s.admin+path, strings.NewReader("{}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	for k, v := range hdr {
+		if k == "Host" {
+			req.Host = v
+		} else if v != "" {
+			req.Header.Set(k, v)
+		}
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode
 }
 
 // waitCount waits until the log holds s at least n times.

@@ -170,6 +170,8 @@ func (s *setup) write(t *testing.T, bs []*testbackend.Server, balance, extra, ce
 	t.Helper()
 	var b strings.Builder
 	fmt.Fprintf(&b, "admin: {address: %q}\n", s.admin)
+	// Where edge generates the admin token the API's writes need.
+	fmt.Fprintf(&b, "state_dir: %q\n", filepath.Join(s.dir, "state"))
 	fmt.Fprintf(&b, "drain: {window: 1s, timeout: 10s}\n")
 	fmt.Fprintf(&b, "listeners:\n  - name: wss\n    address: %q\n    tls:\n      certificates: [{cert_file: %q, key_file: %q}]\n", s.wss, certFile, keyFile)
 	fmt.Fprintf(&b, "  - name: ws\n    address: %q\n", s.ws)
@@ -181,6 +183,16 @@ func (s *setup) write(t *testing.T, bs []*testbackend.Server, balance, extra, ce
 	if err := os.WriteFile(s.cfg, []byte(b.String()), 0o600); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// token is the admin token edge generated in the setup's state_dir.
+func (s *setup) token(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(s.dir, "state", "admin.token"))
+	if err != nil {
+		t.Fatalf("admin token: %v", err)
+	}
+	return strings.TrimSpace(string(b))
 }
 
 // dialer is a WebSocket client trusting the setup's certificate.

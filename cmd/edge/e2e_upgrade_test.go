@@ -196,14 +196,25 @@ func sampleOf(t *testing.T, admin, series string) float64 {
 	return -1
 }
 
-// postUpgrade asks for an upgrade through the admin API.
-func postUpgrade(t *testing.T, admin, body string) (int, string) {
+// postUpgrade asks for an upgrade through the admin API, with the token
+// edge generated.
+func postUpgrade(t *testing.T, s *setup, body string) (int, string) {
+	t.Helper()
+	return postUpgradeAs(t, s.admin, "Bearer "+s.token(t), body)
+}
+
+// postUpgradeAs asks for an upgrade with the given Authorization ("" for
+// none).
+func postUpgradeAs(t *testing.T, admin, auth, body string) (int, string) {
 	t.Helper()
 	req, err := http.NewRequest(http.MethodPost, "http://"+admin+"/api/v1/upgrade", strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
 	req.Header.Set("Content-Type", "application/json")
+	if auth != "" {
+		req.Header.Set("Authorization", auth)
+	}
 	c := &http.Client{Timeout: 60 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
 	resp, err := c.Do(req)
 	if err != nil {
@@ -507,7 +518,7 @@ func TestUpgradeToBrokenBinaryKeepsServing(t *testing.T) {
 		{"never ready", "exec sleep 600", "timed out"},
 	} {
 		installScript(t, p.bin, tc.script)
-		code, body := postUpgrade(t, s.admin, "")
+		code, body := postUpgrade(t, s, "")
 		if code != http.StatusInternalServerError || !strings.Contains(body, tc.reason) || !strings.Contains(body, "keeps serving") {
 			t.Errorf("%s: got %d %s, want 500 saying %q and that edge keeps serving", tc.name, code, body, tc.reason)
 		}
@@ -530,12 +541,13 @@ func TestUpgradeToBrokenBinaryKeepsServing(t *testing.T) {
 	if err == nil || !strings.Contains(string(out), "exit status 1") {
 		t.Errorf("edge -upgrade to a binary that exits: %v, output %q; want a failure naming the exit status", err, out)
 	}
-	// A named binary must be absolute, and needs a token: without one any
-	// local user could have edge run a program of theirs.
-	for body, want := range map[string]int{`{"binary": "edge"}`: http.StatusBadRequest, `{"binary": "/bin/true"}`: http.StatusForbidden} {
-		if code, answer := postUpgrade(t, s.admin, body); code != want {
-			t.Errorf("upgrade with %s: got %d %s, want %d", body, code, answer, want)
-		}
+	// A named binary must be absolute, and needs the token: without it
+	// any local user could have edge run a program of theirs.
+	if code, answer := postUpgrade(t, s, `{"binary": "edge"}`); code != http.StatusBadRequest {
+		t.Errorf(`upgrade with {"binary": "edge"}: got %d %s, want 400`, code, answer)
+	}
+	if code, answer := postUpgradeAs(t, s.admin, "", `{"binary": "/bin/true"}`); code != http.StatusUnauthorized {
+		t.Errorf(`upgrade with {"binary": "/bin/true"} and no token: got %d %s, want 401`, code, answer)
 	}
 	if st := statusOf(s.admin); st.PID != pid {
 		t.Fatalf("/status answered by pid %d, want the running %d", st.PID, pid)
@@ -561,13 +573,13 @@ func TestUpgradeRefusedWhileOneRuns(t *testing.T) {
 	installScript(t, p.bin, "exec sleep 600")
 	first := make(chan int, 1)
 	go func() {
-		code, _ := postUpgrade(t, s.admin, "")
+		code, _ := postUpgrade(t, s, "")
 		first <- code
 	}()
 	waitFor(t, "the first upgrade to start", func() bool {
 		return strings.Contains(p.logs(t), "upgrade: starting the new process")
 	})
-	code, body := postUpgrade(t, s.admin, "")
+	code, body := postUpgrade(t, s, "")
 	if code != http.StatusConflict || !strings.Contains(body, "already in progress") {
 		t.Errorf("second upgrade: got %d %s, want 409 already in progress", code, body)
 	}
@@ -585,14 +597,14 @@ func TestUpgradeRefusedWhileOneRuns(t *testing.T) {
 	installBinary(t, edgeBin, p.bin)
 	raw := rawWebSocket(t, s.ws)
 	defer raw.Close()
-	if code, body := postUpgrade(t, s.admin, ""); code != http.StatusOK {
+	if code, body := postUpgrade(t, s, ""); code != http.StatusOK {
 		t.Fatalf("upgrade: got %d %s", code, body)
 	}
 	waitFor(t, "the new process serving", func() bool {
 		st := statusOf(s.admin)
 		return st.PID != 0 && st.PID != p.cmd.Process.Pid && statusField(t, s.admin, "upgrade") != "this process is not serving yet"
 	})
-	code, body = postUpgrade(t, s.admin, "")
+	code, body = postUpgrade(t, s, "")
 	if code != http.StatusConflict || !strings.Contains(body, "still draining") {
 		t.Errorf("upgrade while the old process drains: got %d %s, want 409 still draining", code, body)
 	}
@@ -828,7 +840,7 @@ func TestTenUpgradesLeakNothing(t *testing.T) {
 	var baseGoroutines float64
 	var baseList []string
 	for i := range 10 {
-		if code, body := postUpgrade(t, s.admin, ""); code != http.StatusOK {
+		if code, body := postUpgrade(t, s, ""); code != http.StatusOK {
 			t.Fatalf("upgrade %d: got %d %s", i+1, code, body)
 		}
 		var st statusInfo
@@ -904,7 +916,7 @@ func TestUpgradeBindsAddedClosesRemovedListeners(t *testing.T) {
 	p := startUpgradable(t, s)
 	moved := testkit.ClosedPort(t)
 	writeFile(t, s.cfg, strings.Replace(readFile(t, s.cfg), fmt.Sprintf("address: %q\n", s.ws), fmt.Sprintf("address: %q\n", moved), 1))
-	if code, body := postUpgrade(t, s.admin, ""); code != http.StatusOK {
+	if code, body := postUpgrade(t, s, ""); code != http.StatusOK {
 		t.Fatalf("upgrade: got %d %s", code, body)
 	}
 	select {

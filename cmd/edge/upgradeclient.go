@@ -2,14 +2,18 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/edgelb/edge/conf"
+	"github.com/edgelb/edge/internal/admin"
 )
 
 // upgradeClient is edge -upgrade: it asks the edge serving cfg's admin
@@ -21,16 +25,18 @@ func upgradeClient(cfg *conf.Config, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "edge -upgrade:", err)
 		return 1
 	}
-	token, err := cfg.Admin.API.Token()
+	token, err := clientToken(cfg)
 	if err != nil {
 		fmt.Fprintln(stderr, "edge -upgrade:", err)
 		return 1
 	}
 	// A fresh connection per request: a kept-alive one would reach the
-	// old process after it handed over.
+	// old process after it handed over. The token goes to this host only
+	// (localDialer): plain HTTP to another host would show it to the
+	// network.
 	hc := &http.Client{
 		Timeout:   cfg.Upgrade.Timeout.Std() + 30*time.Second,
-		Transport: &http.Transport{DisableKeepAlives: true, Proxy: nil},
+		Transport: &http.Transport{DisableKeepAlives: true, Proxy: nil, DialContext: localDialer().DialContext},
 	}
 	req, err := http.NewRequest(http.MethodPost, base+"/api/v1/upgrade", strings.NewReader("{}"))
 	if err != nil {
@@ -38,12 +44,13 @@ func upgradeClient(cfg *conf.Config, stdout, stderr io.Writer) int {
 		return 1
 	}
 	req.Header.Set("Content-Type", "application/json")
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+string(token))
-	}
+	req.Header.Set("Authorization", "Bearer "+token)
 	resp, err := hc.Do(req)
 	if err != nil {
 		fmt.Fprintf(stderr, "edge -upgrade: %s: %v\n", base, err)
+		if errors.Is(err, errNotLocal) {
+			fmt.Fprintln(stderr, "edge -upgrade: run it on the edge host (ssh HOST edge -upgrade -config FILE), or through a tunnel to its loopback (ssh -L 9901:127.0.0.1:9901 HOST)")
+		}
 		return 1
 	}
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
@@ -63,9 +70,64 @@ func upgradeClient(cfg *conf.Config, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "edge -upgrade: answer %q: %v\n", body, err)
 		return 1
 	}
-	pid, ver := newProcess(hc, base, doc.OldPID)
+	pid, ver := newProcess(hc, base, token, doc.OldPID)
 	fmt.Fprintf(stdout, "edge: upgraded to %s: pid %d now serves (version %s); pid %d drains\n", doc.Binary, pid, ver, doc.OldPID)
 	return 0
+}
+
+// clientToken is the credential edge's clients send: the file's token,
+// else the one edge generated in state_dir. Reading that file is what
+// makes the caller edge's own user; nobody else may upgrade.
+func clientToken(cfg *conf.Config) (string, error) {
+	tok, err := cfg.Admin.API.Token()
+	if err != nil || tok != "" {
+		return string(tok), err
+	}
+	if cfg.StateDir == "" {
+		return "", errors.New("no admin token: the file sets no admin.api.token_file or token_env, and no state_dir where edge keeps a generated one (or send SIGUSR2 to edge's process)")
+	}
+	t, err := admin.ReadToken(cfg.StateDir)
+	if err != nil {
+		return "", fmt.Errorf("%w (edge generates it at its first start; only edge's own user may read it)", err)
+	}
+	return t, nil
+}
+
+// errNotLocal is a connection refused because the credential would leave
+// this host in the clear.
+var errNotLocal = errors.New("refusing to send the admin token over plain HTTP to an address that is not this host's")
+
+// localDialer connects only to this host: a loopback address or one of
+// its own interfaces' (which the kernel routes through loopback), checked
+// on the address actually dialled, after any name resolution.
+func localDialer() *net.Dialer {
+	return &net.Dialer{Control: func(_, address string, _ syscall.RawConn) error {
+		ap, err := netip.ParseAddrPort(address)
+		if err != nil {
+			return fmt.Errorf("%s: %w", address, errNotLocal)
+		}
+		if ip := ap.Addr().Unmap(); ip.IsLoopback() || ownAddress(ip) {
+			return nil
+		}
+		return fmt.Errorf("%s: %w", address, errNotLocal)
+	}}
+}
+
+// ownAddress reports whether ip is assigned to one of this host's
+// interfaces.
+func ownAddress(ip netip.Addr) bool {
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return false
+	}
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok {
+			if own, ok := netip.AddrFromSlice(n.IP); ok && own.Unmap() == ip.WithZone("") {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // adminBase is the URL of the admin listener at addr, on loopback when it
@@ -84,14 +146,20 @@ func adminBase(addr string) (string, error) {
 // newProcess reads /status until another process than old answers, for
 // its pid and version; the old one may answer for a moment after handing
 // over. It gives 0 and "unknown" after a few seconds.
-func newProcess(hc *http.Client, base string, old int) (int, string) {
+func newProcess(hc *http.Client, base, token string, old int) (int, string) {
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
 		var st struct {
 			PID     int    `json:"pid"`
 			Version string `json:"version"`
 		}
-		resp, err := hc.Get(base + "/status")
+		req, err := http.NewRequest(http.MethodGet, base+"/status", nil)
+		if err != nil {
+			return 0, "unknown"
+		}
+		// The token also answers for a Host the listener does not list.
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := hc.Do(req)
 		if err == nil {
 			err = json.NewDecoder(resp.Body).Decode(&st)
 			resp.Body.Close()

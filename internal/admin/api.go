@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"mime"
-	"net"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -25,6 +24,9 @@ type Settings struct {
 	Write bool
 	// Token is the bearer token writes must present; "" for none.
 	Token string
+	// AllowedHosts are the Host values the listeners answer besides their
+	// own address, loopback and localhost (CanonicalHosts' form).
+	AllowedHosts []string
 	// DrainWindow spreads a drain's close frames unless the request
 	// names its own window.
 	DrainWindow time.Duration
@@ -83,14 +85,11 @@ type api struct {
 	pools    func() []*balance.Pool
 	conns    Conns
 	settings atomic.Pointer[Settings]
-	// loopback: the admin listener is bound to a loopback address, so
-	// writes without a configured token are allowed from this host only.
-	loopback bool
 	extra    []Endpoint
 }
 
-func newAPI(pools func() []*balance.Pool, conns Conns, loopback bool, extra []Endpoint) *api {
-	return &api{pools: pools, conns: conns, loopback: loopback, extra: extra}
+func newAPI(pools func() []*balance.Pool, conns Conns, extra []Endpoint) *api {
+	return &api{pools: pools, conns: conns, extra: extra}
 }
 
 // register adds the API's routes to mux.
@@ -146,13 +145,12 @@ func (a *api) read(h Handler) http.HandlerFunc {
 	}
 }
 
-// write guards an operation that changes state. Browsers must not be able
-// to trigger it from another site, also against a loopback listener (a
-// page the operator has open can reach 127.0.0.1): cross-origin requests
-// are refused (Sec-Fetch-Site / Origin), the body must be JSON, which a
-// form cannot send without a CORS preflight that edge never grants, and
-// without a token the Host must name this host, which defeats DNS
-// rebinding of an attacker's name onto 127.0.0.1.
+// write guards an operation that changes state: it needs the token, and
+// browsers must not be able to trigger it from another site, also against
+// a loopback listener (a page the operator has open can reach 127.0.0.1):
+// cross-origin requests are refused (Sec-Fetch-Site / Origin), and the
+// body must be JSON, which a form cannot send without a CORS preflight
+// that edge never grants.
 func (a *api) write(h Handler) http.HandlerFunc {
 	cop := http.NewCrossOriginProtection()
 	return func(w http.ResponseWriter, r *http.Request) {
@@ -177,19 +175,17 @@ func (a *api) write(h Handler) http.HandlerFunc {
 	}
 }
 
-// authorize applies write: false and the bearer token.
+// authorize applies write: false and the bearer token. Every write needs
+// the token: without one, any local user, any container sharing the
+// network namespace and any request forgery that can POST JSON could drain
+// and upgrade edge through a loopback listener (HAProxy's runtime API is a
+// socket with a file mode for the same reason).
 func (a *api) authorize(s *Settings, r *http.Request) error {
 	if !s.Write {
 		return Errorf(http.StatusForbidden, "write operations are switched off (admin.api.write: false)")
 	}
 	if s.Token == "" {
-		if !a.loopback {
-			return Errorf(http.StatusForbidden, "the admin listener is not loopback: write operations need admin.api.token_file or token_env")
-		}
-		if !localHost(r.Host) {
-			return Errorf(http.StatusForbidden, "Host %q is not this host; without a token, writes must name 127.0.0.1, [::1] or localhost", r.Host)
-		}
-		return nil
+		return Errorf(http.StatusForbidden, "write operations need a token: set state_dir (edge generates %s there) or admin.api.token_file or token_env", TokenFile)
 	}
 	if !HasToken(r, s.Token) {
 		return Errorf(http.StatusUnauthorized, "a valid bearer token is required")
@@ -202,19 +198,6 @@ func (a *api) authorize(s *Settings, r *http.Request) error {
 func HasToken(r *http.Request, token string) bool {
 	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 	return ok && token != "" && subtle.ConstantTimeCompare([]byte(strings.TrimSpace(got)), []byte(token)) == 1
-}
-
-// localHost reports whether a Host header names the loopback interface.
-func localHost(host string) bool {
-	if h, _, err := net.SplitHostPort(host); err == nil {
-		host = h
-	}
-	host = strings.TrimSuffix(strings.Trim(host, "[]"), ".")
-	if strings.EqualFold(host, "localhost") {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
 }
 
 func serveAPI(w http.ResponseWriter, r *http.Request, h Handler) {

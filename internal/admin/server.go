@@ -59,6 +59,7 @@ type Server struct {
 	page      *statusPage
 	listener  net.Listener
 	metricsLn net.Listener // nil without MetricsAddress
+	loopback  bool         // the admin listener accepts from this host only
 	ready     atomic.Bool
 	draining  atomic.Bool // set once a drain starts; never cleared
 }
@@ -86,14 +87,14 @@ func New(opts Options) (*Server, error) {
 		}
 		s.metricsLn = m
 	}
-	s.api = newAPI(opts.Pools, opts.Conns, isLoopback(l.Addr()), opts.Endpoints)
+	s.loopback = isLoopback(l.Addr())
+	s.api = newAPI(opts.Pools, opts.Conns, opts.Endpoints)
 	s.api.settings.Store(&opts.Settings)
 	if opts.Status != nil {
 		s.page = newStatusPage(opts.Status)
 	}
-	st := opts.Settings
-	if st.Enabled && st.Write && st.Token == "" && !s.api.loopback {
-		opts.Log.Warn("admin listener is not loopback and admin.api has no token: write operations are refused", "admin", opts.Address)
+	if st := opts.Settings; st.Enabled && st.Write && st.Token == "" {
+		opts.Log.Warn("admin.api has no token (token_file, token_env, or state_dir for a generated one): write operations are refused", "admin", opts.Address)
 	}
 	return s, nil
 }
@@ -114,7 +115,7 @@ func (s *Server) MetricsAddr() net.Addr {
 func (s *Server) MetricsAddress() string { return s.opts.MetricsAddress }
 
 // Loopback reports whether the admin listener accepts from this host only.
-func (s *Server) Loopback() bool { return s.api.loopback }
+func (s *Server) Loopback() bool { return s.loopback }
 
 // SetReady sets what /readyz answers: true 200, false 503.
 func (s *Server) SetReady(v bool) { s.ready.Store(v) }
@@ -163,7 +164,7 @@ func (s *Server) MetricsHandler() http.Handler {
 	if s.opts.Metrics != nil {
 		mux.Handle("GET /metrics", s.opts.Metrics)
 	}
-	return mux
+	return s.hostGuard(mux)
 }
 
 // Handler serves the admin listener.
@@ -200,7 +201,7 @@ func (s *Server) Handler() http.Handler {
 		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	}
-	return mux
+	return s.hostGuard(mux)
 }
 
 // isLoopback reports whether a listener's address accepts only from this
