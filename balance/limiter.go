@@ -56,17 +56,8 @@ type clientState struct {
 // NewLimiter returns a Limiter. Negative or NaN limits are treated as zero
 // (disabled).
 func NewLimiter(opts LimiterOptions) *Limiter {
-	l := &Limiter{maxConns: max(opts.MaxConnsPerIP, 0), now: opts.Now, v6bits: opts.IPv6PrefixLen}
-	if opts.Rate > 0 && !math.IsInf(opts.Rate, 1) {
-		l.rate = opts.Rate
-		l.burst = float64(opts.Burst)
-		if opts.Burst <= 0 {
-			l.burst = max(1, math.Ceil(opts.Rate))
-		}
-	}
-	if l.v6bits <= 0 || l.v6bits > 128 {
-		l.v6bits = 64
-	}
+	e := opts.effective()
+	l := &Limiter{maxConns: e.maxConns, rate: e.rate, burst: e.burst, v6bits: e.v6bits, now: opts.Now}
 	if l.now == nil {
 		l.now = time.Now
 	}
@@ -76,6 +67,38 @@ func NewLimiter(opts LimiterOptions) *Limiter {
 	}
 	return l
 }
+
+// limits are the values a Limiter enforces for its options, defaults
+// applied.
+type limits struct {
+	maxConns    int
+	rate, burst float64
+	v6bits      int
+}
+
+// effective applies NewLimiter's defaults and bounds to o.
+func (o LimiterOptions) effective() limits {
+	e := limits{maxConns: max(o.MaxConnsPerIP, 0), v6bits: o.IPv6PrefixLen}
+	if o.Rate > 0 && !math.IsInf(o.Rate, 1) {
+		e.rate = o.Rate
+		e.burst = float64(o.Burst)
+		if o.Burst <= 0 {
+			e.burst = max(1, math.Ceil(o.Rate))
+		}
+	}
+	if e.v6bits <= 0 || e.v6bits > 128 {
+		e.v6bits = 64
+	}
+	return e
+}
+
+// Equal reports whether a Limiter built from o enforces the same limits as
+// one built from p, defaults applied (Burst 0 and Burst ceil(Rate) are the
+// same bucket; so are IPv6PrefixLen 0 and 64). A reload keeps the running
+// Limiter, and with it every client's count and bucket, exactly when the
+// new options are Equal to the old. The clock (Now) is not a limit and is
+// not compared.
+func (o LimiterOptions) Equal(p LimiterOptions) bool { return o.effective() == p.effective() }
 
 // Admit decides whether a new connection from ip may proceed. When ok is
 // false, retryAfter says when to try again (0 when the reason is a

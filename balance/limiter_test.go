@@ -2,6 +2,7 @@ package balance_test
 
 import (
 	"fmt"
+	"math"
 	"net/netip"
 	"sync"
 	"testing"
@@ -209,5 +210,40 @@ func TestLimiterHold(t *testing.T) {
 	l.Done(ip)
 	if ok, _ := l.Admit(ip); !ok {
 		t.Fatal("refused after every connection ended")
+	}
+}
+
+// Testbalance.LimiterOptionsEqual: options that build the same limits are Equal,
+// defaults applied; any limit that differs is not, and neither is the
+// clock's absence or presence a difference.
+func TestLimiterOptionsEqual(t *testing.T) {
+	base := balance.LimiterOptions{MaxConnsPerIP: 10, Rate: 2.5, Burst: 5, IPv6PrefixLen: 56}
+	for _, tc := range []struct {
+		name string
+		a, b balance.LimiterOptions
+		want bool
+	}{
+		{"same", base, base, true},
+		{"zero", balance.LimiterOptions{}, balance.LimiterOptions{}, true},
+		{"burst 0 is ceil(rate)", balance.LimiterOptions{Rate: 2.5}, balance.LimiterOptions{Rate: 2.5, Burst: 3}, true},
+		{"burst 0 at rate < 1 is 1", balance.LimiterOptions{Rate: 0.2}, balance.LimiterOptions{Rate: 0.2, Burst: 1}, true},
+		{"prefix 0 is 64", balance.LimiterOptions{}, balance.LimiterOptions{IPv6PrefixLen: 64}, true},
+		{"prefix out of range is 64", balance.LimiterOptions{IPv6PrefixLen: 200}, balance.LimiterOptions{IPv6PrefixLen: 64}, true},
+		{"negative max conns is off", balance.LimiterOptions{MaxConnsPerIP: -1}, balance.LimiterOptions{}, true},
+		{"burst without rate counts for nothing", balance.LimiterOptions{Burst: 9}, balance.LimiterOptions{}, true},
+		{"infinite rate is off", balance.LimiterOptions{Rate: math.Inf(1)}, balance.LimiterOptions{}, true},
+		{"clock", base, func() balance.LimiterOptions { o := base; o.Now = time.Now; return o }(), true},
+		{"max conns", base, func() balance.LimiterOptions { o := base; o.MaxConnsPerIP = 11; return o }(), false},
+		{"rate", base, func() balance.LimiterOptions { o := base; o.Rate = 2.6; return o }(), false},
+		{"burst", base, func() balance.LimiterOptions { o := base; o.Burst = 6; return o }(), false},
+		{"prefix", base, func() balance.LimiterOptions { o := base; o.IPv6PrefixLen = 64; return o }(), false},
+		{"rate on", balance.LimiterOptions{}, balance.LimiterOptions{Rate: 1}, false},
+	} {
+		if got := tc.a.Equal(tc.b); got != tc.want {
+			t.Errorf("%s: %+v.Equal(%+v) = %v, want %v", tc.name, tc.a, tc.b, got, tc.want)
+		}
+		if got := tc.b.Equal(tc.a); got != tc.want {
+			t.Errorf("%s: not symmetric", tc.name)
+		}
 	}
 }

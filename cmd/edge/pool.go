@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"reflect"
 	"slices"
 	"time"
 
@@ -206,7 +205,7 @@ func (e *edge) newPoolEntry(spec *poolSpec, old *poolEntry) (*poolEntry, error) 
 		if mode == balance.Cookie && ent.keys == nil && spec.cookieKV == "" {
 			e.log.Warn("cookie secret removed; the running key stays until restart", "pool", spec.name)
 		}
-		if reflect.DeepEqual(old.spec.limits, spec.limits) {
+		if old.spec.limits.Equal(spec.limits) {
 			ent.limiter = old.limiter
 		}
 		if old.spec.rate == spec.rate {
