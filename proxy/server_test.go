@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/netip"
 	"runtime"
+	"runtime/debug"
 	"strconv"
 	"sync"
 	"testing"
@@ -203,6 +204,10 @@ func startEdge(t testing.TB, cfg edgeConfig) *edge {
 	}
 	if cfg.opts.AccessLog == nil {
 		cfg.opts.AccessLog = slog.New(slog.DiscardHandler)
+	}
+	if cfg.opts.Quiet == nil {
+		// As cmd/edge wires it: memory goes back once churn is over.
+		cfg.opts.Quiet = debug.FreeOSMemory
 	}
 	s, err := New(cfg.opts)
 	if err != nil {
