@@ -18,11 +18,14 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Rounds of Handoff over connections that were busy or had bytes queued,
-// and the pause between two rounds: a queue drains as fast as its peer
-// reads, and one that does not within the rounds gets a 1012 instead.
+// How long Handoff keeps retrying connections that were busy or had bytes
+// queued, and the pause between two rounds: a queue drains as fast as its
+// peer reads, and one that does not within the bound gets a 1012 instead.
+// The bound is time, not a count of rounds: on a loaded host a run or a
+// queue lasts longer than a few milliseconds, and a fixed count closed
+// live connections that would have moved a moment later.
 const (
-	moveRounds    = 20
+	moveRetryFor  = 2 * time.Second
 	moveRetryWait = 5 * time.Millisecond
 )
 
@@ -66,7 +69,8 @@ func (s *Server) Handoff(ctx context.Context, to *net.UnixConn, window time.Dura
 
 	var left []*wsConn
 	pending := s.reg.appendAll(nil)
-	for round := 0; len(pending) > 0 && round < moveRounds; round++ {
+	until := time.Now().Add(moveRetryFor)
+	for round := 0; len(pending) > 0 && (round == 0 || time.Now().Before(until)) && ctx.Err() == nil; round++ {
 		if round > 0 {
 			time.Sleep(moveRetryWait)
 		}
