@@ -113,6 +113,25 @@
 // acquire on the same key plus ".lock") so one edge at a time asks the
 // responder; it is edgetls's StapleShare, which verifies what it reads.
 //
+// # Fleet load
+//
+// FleetLoad publishes one record per edge (FleetRecord: id, address,
+// version, pid, readiness, connections, each pool's per-backend active
+// counts and recent new-connection rate) under PREFIX/edges/<id>, bound to
+// a Consul session with a TTL and behaviour delete, so a dead edge's
+// record vanishes by itself; it writes at most once every PublishEvery (2
+// s) and only when the load changed, and a stopping edge destroys its
+// session. It follows the prefix with one blocking query and publishes
+// each answer as an immutable FleetSnapshot (Total, Size, Edge), which
+// fleet-scope limits and the fleet's /status view read. Everything read is
+// bounded (64 KiB a record, 256 edges, 256 pools, 4096 backends a pool),
+// versioned (FleetRecordVersion; another version is refused), bound to a
+// session, filed under its own id, and cut to the pools and backends the
+// edge has (FleetLoadOptions.Known): a hostile writer can skew the numbers
+// of registered backends, never name another. Status says when the sums
+// are stale (no answer within StaleAfter, or a failed query or
+// publication).
+//
 // # Join times
 //
 // A Watcher stamps a member that appears in an answer after its first with

@@ -1,0 +1,452 @@
+package discovery
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+)
+
+// Defaults for FleetLoadOptions.
+const (
+	// DefaultFleetPublishEvery is how often an edge looks at its load and
+	// publishes it if it changed; issue 21 bounds it at once every 2 s.
+	DefaultFleetPublishEvery = 2 * time.Second
+	// DefaultFleetSessionTTL is the TTL of the session an edge's record is
+	// bound to (Consul's minimum is 10 s); Consul deletes the record of an
+	// edge that stopped renewing between one and two TTLs later.
+	DefaultFleetSessionTTL = 10 * time.Second
+	// DefaultFleetWaitTime is the follower's blocking-query wait: a quiet
+	// fleet still answers this often, which is what tells fresh from stale.
+	DefaultFleetWaitTime = 5 * time.Second
+	// DefaultFleetStaleAfter is how long after the last answer the sums are
+	// stale: more than a whole wait, so a quiet fleet never looks stale.
+	DefaultFleetStaleAfter = 10 * time.Second
+)
+
+// maxFleetErrors is how many refusal reasons a snapshot keeps.
+const maxFleetErrors = 4
+
+// FleetLoadOptions configure a FleetLoad.
+type FleetLoadOptions struct {
+	Client *api.Client // required
+	// Prefix is the fleet's KV prefix, e.g. "edge"; records live under
+	// Prefix/edges/<id>. Required.
+	Prefix string
+	// ID names this edge in the fleet: a KV key segment (letters, digits,
+	// '.', '_', '-', ':'). Required.
+	ID string
+	// Collect returns this edge's record now; FleetLoad sets ID and
+	// Published. Required. It runs on the publisher's goroutine.
+	Collect func() FleetRecord
+	// Known, when set, filters what is read: pools and backends it refuses
+	// are dropped from every record (see DecodeFleetRecord).
+	Known func(pool, backend string) bool
+	// PublishEvery, SessionTTL, WaitTime and StaleAfter default to the
+	// DefaultFleet* values.
+	PublishEvery, SessionTTL, WaitTime, StaleAfter time.Duration
+	// MinBackoff and MaxBackoff bound the retry delay after errors.
+	MinBackoff, MaxBackoff time.Duration
+	Logger                 *slog.Logger
+	Now                    func() time.Time
+}
+
+// FleetLoad publishes this edge's load under the fleet prefix and follows
+// every edge's: one key per edge, bound to a Consul session with a TTL and
+// behaviour delete, so a dead edge's numbers vanish by themselves; written
+// at most once every PublishEvery and only when its load changed (no
+// per-connection event becomes a write); read with one blocking query on
+// the prefix, whose answers become immutable FleetSnapshots.
+type FleetLoad struct {
+	opts FleetLoadOptions
+	key  string
+
+	snap    atomic.Pointer[FleetSnapshot]
+	changed chan struct{} // one pending wake-up for whoever applies the sums
+
+	writes, wakeups, rounds atomic.Int64
+
+	mu     sync.Mutex
+	status FleetLoadStatus // guarded by mu
+	start  time.Time
+}
+
+// FleetLoadStatus is a point-in-time view for /status and metrics.
+type FleetLoadStatus struct {
+	ID     string `json:"id"`
+	Prefix string `json:"prefix"`
+	// Stale is true when the fleet sums cannot be trusted: Consul did not
+	// answer within StaleAfter, the last query or publication failed, or
+	// nothing was read yet. Limits then fall back to per-edge shares.
+	Stale bool `json:"stale"`
+	// Age is how long ago the sums were last read (since start when never).
+	Age time.Duration `json:"age_ns"`
+	// Edges is the fleet size last read.
+	Edges         int       `json:"edges"`
+	LastRead      time.Time `json:"last_read,omitzero"`
+	LastPublished time.Time `json:"last_published,omitzero"`
+	Session       string    `json:"session,omitempty"`
+	LastError     string    `json:"last_error,omitempty"`
+	LastErrorAt   time.Time `json:"last_error_at,omitzero"`
+	// Writes counts KV and session writes (create, acquire, renew); Wakeups
+	// the follower's answers.
+	Writes  int64 `json:"writes"`
+	Wakeups int64 `json:"wakeups"`
+	// Rounds counts the publisher's looks at the load, written or not.
+	Rounds int64 `json:"rounds"`
+
+	readFailed, publishFailed bool
+}
+
+// NewFleetLoad validates o and fills defaults.
+func NewFleetLoad(o FleetLoadOptions) (*FleetLoad, error) {
+	switch {
+	case o.Client == nil:
+		return nil, errors.New("discovery: fleet load: consul client is required")
+	case strings.Trim(o.Prefix, "/") == "":
+		return nil, errors.New("discovery: fleet load: prefix is required")
+	case o.Collect == nil:
+		return nil, errors.New("discovery: fleet load: collect is required")
+	}
+	if err := checkFleetID(o.ID); err != nil {
+		return nil, fmt.Errorf("discovery: fleet load: %w", err)
+	}
+	o.Prefix = strings.Trim(o.Prefix, "/")
+	fillFleetDefaults(&o)
+	f := &FleetLoad{opts: o, key: o.Prefix + "/edges/" + o.ID, changed: make(chan struct{}, 1), start: o.Now()}
+	f.status = FleetLoadStatus{ID: o.ID, Prefix: o.Prefix, Stale: true}
+	f.snap.Store(&FleetSnapshot{Self: o.ID})
+	return f, nil
+}
+
+func fillFleetDefaults(o *FleetLoadOptions) {
+	def := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	def(&o.PublishEvery, DefaultFleetPublishEvery)
+	def(&o.SessionTTL, DefaultFleetSessionTTL)
+	def(&o.WaitTime, DefaultFleetWaitTime)
+	def(&o.StaleAfter, DefaultFleetStaleAfter)
+	def(&o.MinBackoff, DefaultMinBackoff)
+	def(&o.MaxBackoff, min(DefaultMaxBackoff, o.StaleAfter/2))
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+}
+
+// checkFleetID refuses ids that are not one plain KV key segment.
+func checkFleetID(id string) error {
+	if id == "" || len(id) > 128 {
+		return fmt.Errorf("edge id %q: want 1 to 128 characters", id)
+	}
+	for _, r := range id {
+		ok := r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("._-:", r)
+		if !ok {
+			return fmt.Errorf("edge id %q: only letters, digits, '.', '_', '-' and ':'", id)
+		}
+	}
+	if id == "." || id == ".." {
+		return fmt.Errorf("edge id %q", id)
+	}
+	return nil
+}
+
+// Key is the KV key of this edge's record.
+func (f *FleetLoad) Key() string { return f.key }
+
+// Snapshot returns the fleet as last read. Never nil; safe for concurrent
+// use; the result must not be modified.
+func (f *FleetLoad) Snapshot() *FleetSnapshot { return f.snap.Load() }
+
+// Changed is signalled (one pending value) when a new snapshot is
+// published or the staleness may have changed.
+func (f *FleetLoad) Changed() <-chan struct{} { return f.changed }
+
+func (f *FleetLoad) notify() {
+	select {
+	case f.changed <- struct{}{}:
+	default:
+	}
+}
+
+// Status returns the current status, Stale and Age as of now.
+func (f *FleetLoad) Status() FleetLoadStatus {
+	now := f.opts.Now()
+	f.mu.Lock()
+	s := f.status
+	start := f.start
+	f.mu.Unlock()
+	s.Writes, s.Wakeups, s.Rounds = f.writes.Load(), f.wakeups.Load(), f.rounds.Load()
+	if s.LastRead.IsZero() {
+		s.Age = now.Sub(start)
+	} else {
+		s.Age = now.Sub(s.LastRead)
+	}
+	s.Stale = s.LastRead.IsZero() || s.readFailed || s.publishFailed || s.Age > f.opts.StaleAfter
+	return s
+}
+
+// Run publishes and follows until ctx ends, then destroys the session (so
+// the record goes at once) and returns nil. Errors are retried with
+// backoff; they make the sums stale, never block a connection.
+func (f *FleetLoad) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); f.follow(ctx) }()
+	go func() { defer wg.Done(); f.publish(ctx) }()
+	// Staleness by age needs no event: wake whoever applies the sums when
+	// the bound may have passed.
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			wg.Wait()
+			return nil
+		case <-t.C:
+			f.notify()
+		}
+	}
+}
+
+// follow runs blocking queries on the prefix until ctx ends.
+func (f *FleetLoad) follow(ctx context.Context) {
+	bo := newBackoff(f.opts.MinBackoff, f.opts.MaxBackoff)
+	var index uint64
+	for ctx.Err() == nil {
+		next, err := f.read(ctx, index)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			f.fail(&f.status.readFailed, err)
+			index = 0 // see Watcher.Run: an agent restarted has other indexes
+			if !sleep(ctx, bo.next()) {
+				return
+			}
+			continue
+		}
+		index = next
+		bo.reset()
+	}
+}
+
+// read performs one blocking query and publishes its snapshot.
+func (f *FleetLoad) read(ctx context.Context, index uint64) (uint64, error) {
+	wait := f.opts.WaitTime
+	qctx, cancel := context.WithTimeout(ctx, wait+wait/16+5*time.Second)
+	defer cancel()
+	q := (&api.QueryOptions{WaitIndex: index, WaitTime: wait}).WithContext(qctx)
+	pairs, meta, err := f.opts.Client.KV().List(f.opts.Prefix+"/edges/", q)
+	if err != nil {
+		return 0, fmt.Errorf("fleet load: consul kv %q: %w", f.opts.Prefix+"/edges/", err)
+	}
+	f.wakeups.Add(1)
+	next, changed := nextIndex(index, meta.LastIndex)
+	now := f.opts.Now()
+	f.mu.Lock()
+	f.status.LastRead, f.status.readFailed = now, false
+	f.mu.Unlock()
+	if changed || index == 0 {
+		s := f.snapshotOf(pairs, meta.LastIndex, now)
+		f.snap.Store(s)
+		f.mu.Lock()
+		f.status.Edges = s.Size()
+		f.mu.Unlock()
+	} else {
+		old := *f.snap.Load()
+		old.Read = now
+		f.snap.Store(&old)
+	}
+	f.notify()
+	return next, nil
+}
+
+// snapshotOf builds the snapshot of one answer: every record that decodes,
+// is bound to a session and sits under its own id's key, at most
+// MaxFleetEdges of them.
+func (f *FleetLoad) snapshotOf(pairs api.KVPairs, index uint64, now time.Time) *FleetSnapshot {
+	s := &FleetSnapshot{Self: f.opts.ID, Index: index, Read: now}
+	refuse := func(err error) {
+		s.Refused++
+		if len(s.Errors) < maxFleetErrors {
+			s.Errors = append(s.Errors, err.Error())
+		}
+	}
+	// Consul lists keys sorted, so records come sorted by id.
+	for _, p := range pairs {
+		id := strings.TrimPrefix(p.Key, f.opts.Prefix+"/edges/")
+		switch {
+		case len(s.Edges) == MaxFleetEdges:
+			refuse(fmt.Errorf("%s: more than %d edges", p.Key, MaxFleetEdges))
+			continue
+		case p.Session == "":
+			// A record no session holds would never vanish.
+			refuse(fmt.Errorf("%s: not bound to a session", p.Key))
+			continue
+		}
+		r, err := DecodeFleetRecord(p.Value, f.opts.Known)
+		if err == nil && r.ID != id {
+			err = fmt.Errorf("id %q under the key of %q", r.ID, id)
+		}
+		if err != nil {
+			refuse(fmt.Errorf("%s: %w", p.Key, err))
+			continue
+		}
+		if n := len(s.Edges); n > 0 && s.Edges[n-1].ID >= r.ID {
+			refuse(fmt.Errorf("%s: out of order", p.Key))
+			continue
+		}
+		s.Edges = append(s.Edges, r)
+	}
+	return s
+}
+
+// fail records an error of the follower or the publisher.
+func (f *FleetLoad) fail(flag *bool, err error) {
+	f.mu.Lock()
+	first := !*flag
+	*flag = true
+	f.status.LastError, f.status.LastErrorAt = err.Error(), f.opts.Now()
+	f.mu.Unlock()
+	if first {
+		f.opts.Logger.Warn("fleet load: consul; limits fall back to this edge's share", "err", err)
+	} else {
+		f.opts.Logger.Debug("fleet load: consul failed again", "err", err)
+	}
+	f.notify()
+}
+
+// publisher is the state of the publishing loop.
+type publisher struct {
+	session string
+	renewed time.Time
+	last    FleetRecord
+	wrote   bool // last holds what the key holds
+}
+
+// publish writes this edge's record when it changed, every PublishEvery,
+// and keeps its session alive, until ctx ends.
+func (f *FleetLoad) publish(ctx context.Context) {
+	var p publisher
+	defer f.destroy(&p)
+	bo := newBackoff(f.opts.MinBackoff, f.opts.MaxBackoff)
+	t := time.NewTicker(f.opts.PublishEvery)
+	defer t.Stop()
+	for {
+		delay := f.opts.PublishEvery
+		if err := f.publishOnce(ctx, &p); err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			f.fail(&f.status.publishFailed, err)
+			delay = min(bo.next(), f.opts.PublishEvery)
+		} else {
+			bo.reset()
+		}
+		t.Reset(delay)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// publishOnce makes sure of the session and writes the record if it
+// changed.
+func (f *FleetLoad) publishOnce(ctx context.Context, p *publisher) error {
+	w := (&api.WriteOptions{}).WithContext(ctx)
+	now := f.opts.Now()
+	if p.session != "" && now.Sub(p.renewed) >= f.opts.SessionTTL/3 {
+		f.writes.Add(1)
+		e, _, err := f.opts.Client.Session().Renew(p.session, w)
+		switch {
+		case err != nil:
+			return fmt.Errorf("fleet load: renew session: %w", err)
+		case e == nil:
+			// Invalidated (Consul lost us longer than the TTL): the key
+			// is gone with it, so start again.
+			f.opts.Logger.Warn("fleet load: session expired; publishing again under a new one", "key", f.key)
+			p.session, p.wrote = "", false
+		default:
+			p.renewed = now
+		}
+	}
+	if p.session == "" {
+		f.writes.Add(1)
+		id, _, err := f.opts.Client.Session().Create(&api.SessionEntry{
+			Name: "edge fleet load " + f.opts.ID, TTL: f.opts.SessionTTL.String(), Behavior: api.SessionBehaviorDelete,
+			// No lock-delay: the same edge restarted takes its key at once.
+			LockDelay: time.Millisecond,
+		}, w)
+		if err != nil {
+			return fmt.Errorf("fleet load: create session: %w", err)
+		}
+		p.session, p.renewed, p.wrote = id, now, false
+		f.mu.Lock()
+		f.status.Session = id
+		f.mu.Unlock()
+	}
+	f.rounds.Add(1)
+	rec := f.opts.Collect()
+	rec.ID = f.opts.ID
+	if p.wrote && rec.SameLoad(p.last) {
+		return f.published(nil)
+	}
+	rec.Published = now
+	v, err := EncodeFleetRecord(rec)
+	if err != nil {
+		return fmt.Errorf("fleet load: %w", err)
+	}
+	f.writes.Add(1)
+	held, _, err := f.opts.Client.KV().Acquire(&api.KVPair{Key: f.key, Value: v, Session: p.session}, w)
+	switch {
+	case err != nil:
+		return fmt.Errorf("fleet load: consul kv %q: %w", f.key, err)
+	case !held:
+		return fmt.Errorf("fleet load: consul kv %q is held by another session (another edge with id %q?)", f.key, f.opts.ID)
+	}
+	p.last, p.wrote = rec, true
+	return f.published(&now)
+}
+
+// published records a successful round.
+func (f *FleetLoad) published(at *time.Time) error {
+	f.mu.Lock()
+	was := f.status.publishFailed
+	f.status.publishFailed = false
+	if at != nil {
+		f.status.LastPublished = *at
+	}
+	f.mu.Unlock()
+	if was {
+		f.opts.Logger.Info("fleet load: publishing again")
+		f.notify()
+	}
+	return nil
+}
+
+// destroy ends the session, which deletes the record: a stopping edge's
+// numbers leave the sums at once. Its own short bound: ctx has ended.
+func (f *FleetLoad) destroy(p *publisher) {
+	if p.session == "" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if _, err := f.opts.Client.Session().Destroy(p.session, (&api.WriteOptions{}).WithContext(ctx)); err != nil {
+		f.opts.Logger.Warn("fleet load: destroying the session; the record goes with its TTL", "err", err)
+	}
+}
