@@ -26,7 +26,9 @@ func startFleetEdge(t *testing.T, agent *consultest.Agent, id string) *testFleet
 	f, err := NewFleetLoad(FleetLoadOptions{
 		Client: agent.Client, Prefix: "edge", ID: id,
 		PublishEvery: 100 * time.Millisecond, WaitTime: time.Second, StaleAfter: 3 * time.Second,
-		Known: func(pool, backend string) bool { return pool == "app" && (backend == "" || backend == "b1" || backend == "b2") },
+		Known: func(pool, backend string) bool {
+			return pool == "app" && (backend == "" || backend == "b1" || backend == "b2")
+		},
 		Collect: func() FleetRecord {
 			n := e.active.Load()
 			return FleetRecord{Ready: true, Connections: n, Pools: []FleetPoolLoad{{Name: "app", Backends: []FleetBackendLoad{{ID: "b1", Active: n}}}}}

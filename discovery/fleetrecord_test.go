@@ -8,7 +8,7 @@ import (
 
 func testRecord() FleetRecord {
 	return FleetRecord{ID: "edge-a", Address: "127.0.0.1:9000", Version: "v1", PID: 42, Ready: true, Connections: 5,
-		Pools: []FleetPoolLoad{{Name: "app", Rate: 2.5, Backends: []FleetBackendLoad{{ID: "b1", Active: 3}, {ID: "b2", Active: 2}}}},
+		Pools:     []FleetPoolLoad{{Name: "app", Rate: 2.5, Backends: []FleetBackendLoad{{ID: "b1", Active: 3}, {ID: "b2", Active: 2}}}},
 		Published: time.Date(2026, 12, 2, 0, 0, 0, 0, time.UTC)}
 }
 
