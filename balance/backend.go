@@ -20,6 +20,7 @@ type backendConfig struct {
 	startUnhealthy bool
 	// pool is the owner, whose members the ejection cap is judged over.
 	pool *Pool
+	fleetCounters
 }
 
 // Backend is one member of a pool with its live state. A *Backend is stable:
@@ -49,6 +50,7 @@ type Backend struct {
 	rampFrom     atomic.Int64 // unix nanoseconds the slow-start ramp began; 0 when at full weight
 	joined       atomic.Int64 // unix nanoseconds of the latest Member.Since applied
 	wasHealthy   atomic.Bool  // an active check passed once: a later pass is a return
+	connShare    atomic.Int64 // this edge's share of a fleet-wide limit, plus 1; 0 when none (SetConnShare)
 
 	// Guarded by the owning pool's writer mutex.
 	cookies   []string // one value per cookie key, in key order
@@ -105,16 +107,26 @@ func (b *Backend) Draining() (until time.Time, ok bool) {
 
 // Acquire counts one more active connection, regardless of any
 // MaxConnsPerBackend limit (see TryAcquire). Release must follow.
-func (b *Backend) Acquire() { b.active.Add(1) }
+func (b *Backend) Acquire() {
+	b.active.Add(1)
+	b.opened()
+}
+
+// opened counts a new connection for the pool's rate (Pool.Opened).
+func (b *Backend) opened() {
+	if b.cfg != nil {
+		b.cfg.opened.Add(1)
+	}
+}
 
 // TryAcquire counts one more active connection unless the backend is at the
 // pool's MaxConnsPerBackend limit, and reports whether it did. Pick skips
 // backends at their limit, but two concurrent picks can both see the last
 // free slot; TryAcquire closes that race. Release must follow a true result.
 func (b *Backend) TryAcquire() bool {
-	limit := b.limit()
-	if limit <= 0 {
-		b.active.Add(1)
+	limit, on := b.limit()
+	if !on {
+		b.Acquire()
 		return true
 	}
 	for {
@@ -123,6 +135,7 @@ func (b *Backend) TryAcquire() bool {
 			return false
 		}
 		if b.active.CompareAndSwap(n, n+1) {
+			b.opened()
 			return true
 		}
 	}
@@ -154,7 +167,7 @@ func (b *Backend) Available() bool {
 	if b.admin.Load() != int32(AdminReady) || !b.healthy.Load() {
 		return false
 	}
-	if limit := b.limit(); limit > 0 && b.active.Load() >= limit {
+	if limit, on := b.limit(); on && b.active.Load() >= limit {
 		return false
 	}
 	return !b.Ejected()
@@ -283,11 +296,17 @@ func (b *Backend) ReportSuccess() {
 	b.fmu.Unlock()
 }
 
-func (b *Backend) limit() int64 {
-	if b.cfg == nil {
-		return 0
+// limit is b's connection limit on this edge and whether there is one: the
+// edge's share of a fleet-wide limit when one is set (SetConnShare), else
+// the pool's MaxConnsPerBackend, where 0 is none.
+func (b *Backend) limit() (int64, bool) {
+	if s := b.connShare.Load(); s > 0 {
+		return s - 1, true
 	}
-	return b.cfg.maxConns
+	if b.cfg == nil {
+		return 0, false
+	}
+	return b.cfg.maxConns, b.cfg.maxConns > 0
 }
 
 func (b *Backend) now() time.Time {

@@ -84,4 +84,15 @@
 // client address (IPv6 grouped by /64 by default), in sharded maps that
 // forget idle clients, so a reconnect storm is refused early and memory
 // tracks live load rather than every address ever seen.
+//
+// # Fleet-scope limits
+//
+// A pool's MaxConnsPerBackend and its Bucket can hold the fleet's limit
+// instead of one process's: Backend.SetConnShare and Bucket.SetRate set
+// this edge's share, computed by ConnShare, RateShare and EdgeWeights from
+// the load every edge last published (fleet.go states the rule and its
+// bound), or by FallbackConnShare when those numbers are stale. Picks and
+// TryAcquire read the share as they read the pool's limit: one atomic.
+// client_ip hashing never reads fleet counts, so every edge still names
+// the same backend for an address.
 package balance
