@@ -426,6 +426,11 @@ routes: [{default: true, pool: app}]
 			`edge.yaml:6: listeners[0].tls.certificates[1].cert_file: required`,
 			`edge.yaml:6: listeners[0].tls.certificates[1].key_file: /: not a regular file`,
 		}},
+		{"fleet scope without a prefix", "admin: {api: {scope: fleet}}\n" + minimal, []string{`edge.yaml:1: admin.api.scope: fleet needs consul.fleet.prefix, the Consul KV prefix the fleet shares`}},
+		{"admin scope and fleet prefix", "admin: {api: {scope: world}}\nconsul: {fleet: {prefix: /edge}}\n" + minimal, []string{
+			`edge.yaml:1: admin.api.scope: "world" is not one of "local", "fleet"`,
+			`edge.yaml:2: consul.fleet.prefix: "/edge" is not a Consul KV path (no leading /, no spaces, at most 512 bytes)`,
+		}},
 		{"route to unknown pool", "listeners: [{address: 127.0.0.1:8080}]\npools: [{name: app, backends: [{address: 127.0.0.1:9001}]}]\nroutes: [{default: true, pool: ap}]\n",
 			[]string{`edge.yaml:3: routes[0].pool: no pool named "ap" (did you mean "app"?)`}},
 		{"two default routes", `listeners: [{address: 127.0.0.1:8080}]

@@ -12,6 +12,9 @@ const (
 	BalanceCookie    = "cookie"     // sticky cookie set on the 101 response, then least_conn
 	BalanceClientIP  = "client_ip"  // rendezvous hash of the client address with bounded load
 
+	ScopeLocal = "local" // admin actions on this process
+	ScopeFleet = "fleet" // admin actions on every edge following consul.fleet.prefix
+
 	SameSiteLax    = "lax"
 	SameSiteStrict = "strict"
 	SameSiteNone   = "none"
@@ -114,6 +117,12 @@ type AdminAPI struct {
 	// TokenEnv names an environment variable holding the token instead.
 	// Default "" (none).
 	TokenEnv string `yaml:"token_env"`
+	// Scope is where drain, disable, enable and weight act when a request
+	// does not say (?scope=local or ?scope=fleet): ScopeLocal, this
+	// process until it stops; ScopeFleet, every edge following
+	// consul.fleet.prefix, kept in Consul KV across restarts. Default
+	// local.
+	Scope string `yaml:"scope" default:"local"`
 }
 
 // Metrics configures the metrics-only listener.
@@ -659,6 +668,18 @@ type Consul struct {
 	// Routes says which routes services may declare for themselves in the
 	// registry (edge.host and edge.path tags).
 	Routes ConsulRoutes `yaml:"routes"`
+	// Fleet is what the edges of a fleet share in Consul KV besides keys
+	// and staples.
+	Fleet ConsulFleet `yaml:"fleet"`
+}
+
+// ConsulFleet configures the KV prefix every edge of a fleet follows.
+type ConsulFleet struct {
+	// Prefix is a Consul KV prefix shared by the fleet's edges, e.g.
+	// "edge/fleet": operator actions of fleet scope are kept at
+	// PREFIX/admin/<pool>/<backend id> and followed by every edge with a
+	// blocking query. Default "" (no fleet scope).
+	Prefix string `yaml:"prefix"`
 }
 
 // ConsulRoutes bounds the routes services declare in the registry. They are

@@ -157,6 +157,10 @@ func (v *validator) admin(a *Admin) {
 			v.errf(at, "%q is neither an IP address nor a host name (exact, without a port or a wildcard)", h)
 		}
 	}
+	v.oneOf("admin.api.scope", a.API.Scope, ScopeLocal, ScopeFleet)
+	if a.API.Scope == ScopeFleet && v.c.Consul.Fleet.Prefix == "" {
+		v.errf("admin.api.scope", "fleet needs consul.fleet.prefix, the Consul KV prefix the fleet shares")
+	}
 	host, _, _ := net.SplitHostPort(a.Address)
 	switch {
 	case isLoopback(host):
@@ -615,6 +619,9 @@ func (v *validator) consul() {
 	}
 	v.file("consul.ca_file", c.CAFile, false)
 	v.consulRegister(c.Register)
+	if p := c.Fleet.Prefix; p != "" {
+		v.consulKey("consul.fleet.prefix", p)
+	}
 	for i, h := range c.Routes.AllowedHosts {
 		if msg := checkHostPattern(h); msg != "" {
 			v.errf(index("consul.routes.allowed_hosts", i), "%q %s", h, msg)

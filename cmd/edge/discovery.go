@@ -25,12 +25,12 @@ import (
 
 // usesConsul reports whether the config asks for a Consul client: a pool
 // discovered from it, self-registration, ticket keys kept in its KV store,
-// routes the registry may declare (consul.routes), or an explicit agent
-// address. With a client, the registry's declarations are followed and
+// a fleet prefix, routes the registry may declare (consul.routes), or an
+// explicit agent address. With a client, the registry's declarations are followed and
 // shown in /status even when consul.routes admits none of them.
 func usesConsul(cfg *conf.Config) bool {
 	r := cfg.Consul.Routes
-	if cfg.Consul.Address != "" || cfg.Consul.Register.Enabled || len(r.AllowedHosts) > 0 || r.AllowAnyHost {
+	if cfg.Consul.Address != "" || cfg.Consul.Register.Enabled || len(r.AllowedHosts) > 0 || r.AllowAnyHost || cfg.Consul.Fleet.Prefix != "" {
 		return true
 	}
 	for _, l := range cfg.Listeners {
