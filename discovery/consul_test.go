@@ -712,3 +712,95 @@ func TestWatcherJoinTime(t *testing.T) {
 		t.Fatalf("after a restart from the state directory: c's join time %v, want %v", s, cWas)
 	}
 }
+
+// TestDeclaredPoolsFollowConsul: a RouteWatcher on a real agent drives
+// DeclaredPools: a service declaring a route gets a pool, declaring other
+// pool settings replaces it, and deregistering removes it.
+func TestDeclaredPoolsFollowConsul(t *testing.T) {
+	t.Parallel()
+	agent := consultest.Start(t)
+	c := agent.Client
+	host := &fakeHost{policy: RoutePolicy{AllowedHosts: []string{"chat.example.com"}}, events: make(chan string, 100)}
+	d := NewDeclaredPools(DeclaredPoolsOptions[*fakePool]{Host: host, Logger: slog.New(slog.DiscardHandler)})
+	rw, err := NewRouteWatcher(RouteWatcherOptions{Client: c, WaitTime: 2 * time.Second, OnChange: d.SetDeclared})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); _ = d.Run(ctx) }()
+	go func() { defer wg.Done(); _ = rw.Run(ctx) }()
+	defer func() { cancel(); wg.Wait() }()
+
+	await := func(want string) {
+		t.Helper()
+		select {
+		case got := <-host.events:
+			if got != want {
+				t.Fatalf("event %q, want %q", got, want)
+			}
+		case <-time.After(awaitTimeout):
+			t.Fatalf("no event %q", want)
+		}
+	}
+	register(t, c, "chat-1", "chat", 9001, []string{"edge.host=chat.example.com", "edge.path=/ws"}, false)
+	await("built chat")
+	d.Reconcile() // waits for the reconcile that built the pool
+	if a := d.Admitted(host.Policy()); len(a) != 1 || a[0].Decl.PathPrefix != "/ws" {
+		t.Fatalf("admitted %v, want chat on /ws", admittedKeys(a))
+	}
+	register(t, c, "chat-1", "chat", 9001, []string{"edge.host=chat.example.com", "edge.path=/ws", "edge.max-conns=5"}, false)
+	await("removed chat")
+	await("built chat")
+	deregister(t, c, "chat-1")
+	await("removed chat")
+	if ps := d.Pools(); len(ps) != 0 {
+		t.Fatalf("pools %v after the service left, want none", ps)
+	}
+}
+
+// TestKeepRegistered: both registrations reach the agent, and both are
+// gone once the context ends.
+func TestKeepRegistered(t *testing.T) {
+	t.Parallel()
+	agent := consultest.Start(t)
+	regs := []RegisterOptions{{Service: "edge", ID: "edge-a", Port: 8443}, {Service: "edge-metrics", ID: "edge-metrics-a", Port: 9100}}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		KeepRegistered(ctx, agent.Client, regs, slog.New(slog.DiscardHandler))
+	}()
+	// Blocking queries on the catalog until both services are listed.
+	var index uint64
+	deadline := time.After(awaitTimeout)
+	for {
+		svcs, meta, err := agent.Client.Catalog().Services(&api.QueryOptions{WaitIndex: index, WaitTime: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		index = meta.LastIndex
+		if _, ok := svcs["edge"]; ok {
+			if _, ok := svcs["edge-metrics"]; ok {
+				break
+			}
+		}
+		select {
+		case <-deadline:
+			t.Fatalf("services %v, want edge and edge-metrics", svcs)
+		default:
+		}
+	}
+	cancel()
+	<-done
+	svcs, err := agent.Client.Agent().Services()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"edge-a", "edge-metrics-a"} {
+		if _, ok := svcs[id]; ok {
+			t.Errorf("%s still registered after the context ended", id)
+		}
+	}
+}

@@ -87,10 +87,28 @@
 // otherwise the older registration (lower Registered) wins; a newcomer
 // cannot win by its name, which only breaks a tie of equal indexes.
 //
+// # Pools of declared routes
+//
+// DeclaredPools keeps one running pool per admitted declaration, fed by a
+// RouteWatcher (SetDeclared) and by the owner after a reload (Reconcile).
+// It decides, and the owner builds: a PoolHost (cmd/edge) supplies the
+// file's policy and turns a declaration into a DeclaredPool (a balance
+// pool with its watcher and checker), and hears when a pool is removed and
+// when the admitted routes changed. A declaration that changes only its
+// routes keeps its pool and its connections' backends; one that changes
+// the pool's settings (RouteDecl.SamePool) gets a new pool, the old one
+// stopped first; each refusal is logged once, for as long as it lasts.
+// Run owns the pools' goroutines: each pool runs under a context derived
+// from Run's, cancelled when its declaration goes, and Run returns only
+// once every pool has stopped.
+//
 // # Self-registration and client
 //
 // Register puts edge itself in the catalog with an HTTP check on the admin
-// /readyz and returns the deregistration for shutdown. NewClient starts from
+// /readyz and returns the deregistration for shutdown; KeepRegistered
+// registers several, retrying while the agent is away, and deregisters
+// them when its context ends (Advertised and CheckAddr say what to
+// announce for a bound address). NewClient starts from
 // api.DefaultConfig (CONSUL_HTTP_ADDR, CONSUL_HTTP_TOKEN, CONSUL_CACERT...)
 // and applies explicit settings on top; the token is never logged.
 //

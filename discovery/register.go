@@ -4,6 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/consul/api"
@@ -77,11 +82,96 @@ func Register(ctx context.Context, client *api.Client, opts RegisterOptions) (de
 		return nil, fmt.Errorf("discovery: register %q as %q: %w", opts.Service, opts.ID, err)
 	}
 	id := opts.ID
-	return func(ctx context.Context) error {
-		q := (&api.QueryOptions{}).WithContext(ctx)
-		if err := client.Agent().ServiceDeregisterOpts(id, q); err != nil {
-			return fmt.Errorf("discovery: deregister %q: %w", id, err)
+	return func(ctx context.Context) error { return deregisterID(ctx, client, id) }, nil
+}
+
+func deregisterID(ctx context.Context, client *api.Client, id string) error {
+	q := (&api.QueryOptions{}).WithContext(ctx)
+	if err := client.Agent().ServiceDeregisterOpts(id, q); err != nil {
+		return fmt.Errorf("discovery: deregister %q: %w", id, err)
+	}
+	return nil
+}
+
+// KeepRegistered registers each of regs (see Register; ID required),
+// retrying with backoff (1 s doubling to 30 s) while the agent is
+// unreachable, and deregisters what it registered once ctx ends, within
+// 3 s. A registration cut short by the end of ctx may have reached the agent
+// all the same, so it is deregistered too, quietly. It returns when ctx
+// ended and the deregistrations are done.
+func KeepRegistered(ctx context.Context, client *api.Client, regs []RegisterOptions, log *slog.Logger) {
+	var deregs []func(context.Context) error
+	inFlight := ""
+	defer func() {
+		dctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		for _, dereg := range deregs {
+			if err := dereg(dctx); err != nil {
+				log.Warn("consul deregistration failed", "err", err)
+			}
 		}
-		return nil
-	}, nil
+		if inFlight != "" {
+			_ = deregisterID(dctx, client, inFlight)
+		}
+	}()
+	for _, opts := range regs {
+		backoff := time.Second
+		for {
+			dereg, err := Register(ctx, client, opts)
+			if err == nil {
+				log.Info("registered in consul", "service", opts.Service, "id", opts.ID, "port", opts.Port)
+				deregs = append(deregs, dereg)
+				break
+			}
+			if ctx.Err() != nil {
+				inFlight = opts.ID
+				return
+			}
+			log.Warn("consul registration failed; retrying", "service", opts.Service, "err", err, "in", backoff.String())
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(backoff):
+			}
+			backoff = min(2*backoff, 30*time.Second)
+		}
+	}
+	<-ctx.Done()
+}
+
+// Advertised is the address and port to announce for a bound address: a
+// specific IP as is, a wildcard as "" (Consul then announces the node's
+// address).
+func Advertised(a net.Addr) (string, int) {
+	ap, err := netip.ParseAddrPort(a.String())
+	if err != nil {
+		return "", 0
+	}
+	if ap.Addr().IsUnspecified() {
+		return "", int(ap.Port())
+	}
+	return ap.Addr().Unmap().String(), int(ap.Port())
+}
+
+// CheckAddr is how the local Consul agent reaches a listener bound at a: a
+// wildcard bind is reachable on loopback.
+func CheckAddr(a net.Addr) string {
+	host, port := Advertised(a)
+	if host == "" {
+		host = "127.0.0.1"
+	}
+	return net.JoinHostPort(host, strconv.Itoa(port))
+}
+
+// ServiceIDPart keeps what Consul takes in a service ID that travels in
+// URL paths (/v1/agent/service/deregister/<id>): letters, digits, '.',
+// '_' and '-'; anything else becomes '-'.
+func ServiceIDPart(s string) string {
+	return strings.Map(func(r rune) rune {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '.', r == '_', r == '-':
+			return r
+		}
+		return '-'
+	}, s)
 }

@@ -3,11 +3,10 @@ package main
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net"
-	"net/netip"
 	"os"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -96,37 +95,54 @@ func newConsulTicketKeys(client *api.Client, st conf.SessionTickets) consulTicke
 }
 
 // dynamic owns everything that follows Consul: one watcher per discovered
-// pool, one checker per pool with active checks, the route watcher and the
-// pools it creates for services that declare their own routes.
+// pool of the file, one checker per pool with active checks, the route
+// watcher, and the pools services declare (discovery.DeclaredPools, with
+// dynamic as its host).
 type dynamic struct {
 	e      *edge
 	client *api.Client
 
 	mu       sync.Mutex
-	watchers map[string]*discovery.Watcher // by pool name
+	watchers map[string]*discovery.Watcher // the file's pools, by name
 	routes   *discovery.RouteWatcher
-	declared map[string]*declaredPool // by service
-	ctx      context.Context          // the route watcher's; declared pools end with it
-	g        *errgroup.Group          // serve's; the declared pools' loops run in it
-	all      []discovery.RouteDecl    // every valid declaration, as the registry last said
-	refused  []discovery.RouteRefusal // of all, what the file's policy or an older claim refused
-	logged   map[string]bool          // refusals already logged, so each is logged once
 
-	// reconcileMu serialises reconcile: a registry change and a reload
-	// may both ask for one.
-	reconcileMu sync.Mutex
+	declared *discovery.DeclaredPools[*declaredPool]
 }
 
-// declaredPool is a pool created for a service that declared a route.
+func newDynamic(e *edge) *dynamic {
+	d := &dynamic{e: e, watchers: map[string]*discovery.Watcher{}}
+	d.declared = discovery.NewDeclaredPools(discovery.DeclaredPoolsOptions[*declaredPool]{Host: d, Logger: e.log})
+	return d
+}
+
+// declaredPool is a pool created for a service that declared a route:
+// discovery.DeclaredPools runs it.
 type declaredPool struct {
-	decl   discovery.RouteDecl
-	ent    *poolEntry
-	cancel context.CancelFunc
-	done   chan struct{} // closed when its watcher and checker have stopped
+	ent     *poolEntry
+	watcher *discovery.Watcher
+	checker *health.Checker // nil without active checks
+	log     *slog.Logger
+}
+
+// Run implements discovery.DeclaredPool: the watcher and the checker until
+// ctx ends.
+func (p *declaredPool) Run(ctx context.Context) {
+	var g errgroup.Group
+	g.Go(func() error { return p.watcher.Run(ctx) }) // returns only nil
+	if p.checker != nil {
+		g.Go(func() error {
+			if err := p.checker.Run(ctx); err != nil && ctx.Err() == nil {
+				p.log.Error("health checks stopped", "err", err)
+			}
+			return nil
+		})
+	}
+	_ = g.Wait()
 }
 
 // startDynamic starts discovery watchers, health checkers, the route
-// watcher and self-registration in g; they all end with ctx.
+// watcher with the declared pools, and self-registration in g; they all
+// end with ctx.
 func (e *edge) startDynamic(ctx context.Context, g *errgroup.Group) {
 	e.mu.Lock()
 	cfg := e.cfg
@@ -140,6 +156,9 @@ func (e *edge) startDynamic(ctx context.Context, g *errgroup.Group) {
 			if err != nil {
 				e.log.Error("discovery not started", "pool", ent.spec.name, "err", err)
 			} else {
+				d.mu.Lock()
+				d.watchers[ent.spec.name] = w
+				d.mu.Unlock()
 				g.Go(func() error { return w.Run(ctx) })
 			}
 		}
@@ -153,12 +172,9 @@ func (e *edge) startDynamic(ctx context.Context, g *errgroup.Group) {
 	if d.client == nil {
 		return
 	}
-	d.mu.Lock()
-	d.ctx, d.g = ctx, g
-	d.mu.Unlock()
 	rw, err := discovery.NewRouteWatcher(discovery.RouteWatcherOptions{
 		Client:   d.client,
-		OnChange: d.setDeclared,
+		OnChange: d.declared.SetDeclared,
 		Logger:   e.log,
 	})
 	if err != nil {
@@ -167,14 +183,12 @@ func (e *edge) startDynamic(ctx context.Context, g *errgroup.Group) {
 		d.mu.Lock()
 		d.routes = rw
 		d.mu.Unlock()
-		g.Go(func() error {
-			err := rw.Run(ctx)
-			d.stopDeclared()
-			return err
-		})
+		g.Go(func() error { return d.declared.Run(ctx) })
+		g.Go(func() error { return rw.Run(ctx) })
 	}
 	if cfg.Consul.Register.Enabled {
-		g.Go(func() error { return e.registerSelf(ctx, cfg) })
+		regs := selfRegistrations(cfg, e.listeners[0].ln.Addr(), e.admin)
+		g.Go(func() error { discovery.KeepRegistered(ctx, d.client, regs, e.log); return nil })
 	}
 }
 
@@ -195,7 +209,7 @@ func (e *edge) newChecker(ent *poolEntry) (*health.Checker, error) {
 // come from Consul; stateDir is the running configuration's state_dir.
 func (d *dynamic) newWatcher(ent *poolEntry, stateDir string) (*discovery.Watcher, error) {
 	spec, target := ent.spec, ent.bal
-	w, err := discovery.NewWatcher(discovery.WatcherOptions{
+	return discovery.NewWatcher(discovery.WatcherOptions{
 		Pool:       spec.name,
 		Target:     target,
 		Client:     d.client,
@@ -208,21 +222,6 @@ func (d *dynamic) newWatcher(ent *poolEntry, stateDir string) (*discovery.Watche
 		Logger:     d.e.log.With("pool", spec.name),
 		Observer:   d.e.metrics,
 	})
-	if err != nil {
-		return nil, err
-	}
-	d.mu.Lock()
-	d.watchers[spec.name] = w
-	d.mu.Unlock()
-	return w, nil
-}
-
-// setDeclared takes the registry's current declarations and reconciles.
-func (d *dynamic) setDeclared(decls []discovery.RouteDecl) {
-	d.mu.Lock()
-	d.all = decls
-	d.mu.Unlock()
-	d.reconcile()
 }
 
 // routePolicy is what cfg lets the registry claim: the hosts it allows, and
@@ -240,76 +239,43 @@ func routePolicy(cfg *conf.Config) discovery.RoutePolicy {
 	return p
 }
 
-// admit applies cfg's policy to the registry's declarations; the routes
-// that run now are the holders (see discovery.AdmitRoutes). d.mu is held.
-func (d *dynamic) admit(cfg *conf.Config) ([]discovery.RouteDecl, []discovery.RouteRefusal) {
-	held := make([]discovery.RouteDecl, 0, len(d.declared))
-	for _, dp := range d.declared {
-		held = append(held, dp.decl)
+// Policy implements discovery.PoolHost: the running file's policy.
+func (d *dynamic) Policy() discovery.RoutePolicy { return routePolicy(d.e.config()) }
+
+// NewPool implements discovery.PoolHost: the pool of dc, built through the
+// same mapping as the file's pools.
+func (d *dynamic) NewPool(dc discovery.RouteDecl) (*declaredPool, error) {
+	pc := declaredPoolConf(dc)
+	if err := pc.Validate(); err != nil {
+		return nil, err
 	}
-	return discovery.AdmitRoutes(d.all, routePolicy(cfg), held)
+	spec, err := poolSpecOf(&pc)
+	if err != nil {
+		return nil, err
+	}
+	ent, err := d.e.newPoolEntry(spec, nil)
+	if err != nil {
+		return nil, err
+	}
+	w, err := d.newWatcher(ent, d.e.config().StateDir)
+	if err != nil {
+		return nil, err
+	}
+	c, err := d.e.newChecker(ent)
+	if err != nil {
+		return nil, err
+	}
+	return &declaredPool{ent: ent, watcher: w, checker: c, log: d.e.log.With("pool", spec.name)}, nil
 }
 
-// reconcile brings the pools of declared routes in line with what the
-// current file admits of the registry's declarations, logs each new
-// refusal once, and republishes the routes. It runs after every registry
-// change and every reload; nothing the registry says can make it fail.
-func (d *dynamic) reconcile() {
-	d.reconcileMu.Lock()
-	defer d.reconcileMu.Unlock()
-	cfg := d.e.config()
+// Removed implements discovery.PoolHost: the pool's series go with it.
+func (d *dynamic) Removed(p *declaredPool) { d.e.metrics.forgetPool(p.ent.bal) }
 
-	d.mu.Lock()
-	ctx, g := d.ctx, d.g
-	admitted, refused := d.admit(cfg)
-	d.refused = refused
-	logged := make(map[string]bool, len(refused))
-	for _, r := range refused {
-		key := r.String()
-		if !d.logged[key] {
-			d.e.log.Warn("declared route refused", "service", r.Service, "route", r.Route, "reason", r.Reason)
-		}
-		logged[key] = true
-	}
-	d.logged = logged
-	want := map[string]discovery.RouteDecl{}
-	for _, dc := range admitted {
-		want[dc.Service] = dc
-	}
-	var stop []*declaredPool
-	for svc, dp := range d.declared {
-		if w, ok := want[svc]; !ok || !w.SamePool(dp.decl) {
-			stop = append(stop, dp)
-			delete(d.declared, svc)
-			delete(d.watchers, declaredPoolName(svc))
-		} else {
-			dp.decl = w
-		}
-	}
-	d.mu.Unlock()
-	for _, dp := range stop {
-		dp.cancel()
-		<-dp.done
-		d.e.metrics.forgetPool(dp.ent.bal)
-	}
-	for svc, dc := range want {
-		d.mu.Lock()
-		_, have := d.declared[svc]
-		d.mu.Unlock()
-		if have || ctx == nil || ctx.Err() != nil {
-			continue
-		}
-		dp, err := d.startDeclared(ctx, g, dc, cfg.StateDir)
-		if err != nil {
-			d.e.log.Warn("declared route ignored", "service", svc, "err", err)
-			continue
-		}
-		d.mu.Lock()
-		d.declared[svc] = dp
-		d.mu.Unlock()
-	}
+// Changed implements discovery.PoolHost: the registry's routes are
+// republished, and a declared pool's series exist before its first event.
+func (d *dynamic) Changed() {
 	d.e.publishRoutes()
-	d.e.initMetrics() // a declared pool's series exist before its first event
+	d.e.initMetrics()
 }
 
 // declaredPoolName names the pool made for a service; the prefix keeps it
@@ -337,102 +303,22 @@ func declaredPoolConf(dc discovery.RouteDecl) conf.Pool {
 	return pc
 }
 
-// startDeclared builds the pool of dc through the same mapping as the
-// file's pools, and runs its watcher and checker in g until ctx ends or
-// the pool is stopped.
-func (d *dynamic) startDeclared(ctx context.Context, g *errgroup.Group, dc discovery.RouteDecl, stateDir string) (*declaredPool, error) {
-	pc := declaredPoolConf(dc)
-	if err := pc.Validate(); err != nil {
-		return nil, err
-	}
-	spec, err := poolSpecOf(&pc)
-	if err != nil {
-		return nil, err
-	}
-	ent, err := d.e.newPoolEntry(spec, nil)
-	if err != nil {
-		return nil, err
-	}
-	w, err := d.newWatcher(ent, stateDir)
-	if err != nil {
-		return nil, err
-	}
-	c, err := d.e.newChecker(ent)
-	if err != nil {
-		return nil, err
-	}
-	cctx, cancel := context.WithCancel(ctx)
-	dp := &declaredPool{decl: dc, ent: ent, cancel: cancel, done: make(chan struct{})}
-	g.Go(func() error {
-		defer close(dp.done)
-		// What the registry declares never stops edge: the loops end
-		// with the pool.
-		var pg errgroup.Group
-		pg.Go(func() error { d.runWatcher(cctx, spec.name, w); return nil })
-		if c != nil {
-			pg.Go(func() error {
-				if err := c.Run(cctx); err != nil && cctx.Err() == nil {
-					d.e.log.Error("health checks stopped", "pool", spec.name, "err", err)
-				}
-				return nil
-			})
-		}
-		return pg.Wait()
-	})
-	return dp, nil
-}
-
-// runWatcher runs w until ctx ends, restarting it after a failure.
-func (d *dynamic) runWatcher(ctx context.Context, pool string, w *discovery.Watcher) {
-	for ctx.Err() == nil {
-		if err := w.Run(ctx); err != nil && ctx.Err() == nil {
-			d.e.log.Error("discovery watcher stopped; restarting", "pool", pool, "err", err)
-			select {
-			case <-time.After(time.Second):
-			case <-ctx.Done():
-			}
-		}
-	}
-}
-
-func (d *dynamic) stopDeclared() {
-	d.mu.Lock()
-	list := make([]*declaredPool, 0, len(d.declared))
-	for svc, dp := range d.declared {
-		list = append(list, dp)
-		delete(d.declared, svc)
-	}
-	d.mu.Unlock()
-	for _, dp := range list {
-		dp.cancel()
-		<-dp.done
-	}
-}
-
 // declaredRoutes returns the routes of the declared pools that cfg admits.
 // The proxy matches them only for hosts the file's routes do not name
 // (proxy.Route.Declared), so even a declaration admitted under an older
 // file never takes a route from a newer one.
 func (d *dynamic) declaredRoutes(cfg *conf.Config) []proxy.Route {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	admitted, _ := d.admit(cfg)
 	var out []proxy.Route
-	for _, dc := range admitted {
-		dp := d.declared[dc.Service]
-		if dp == nil || dp.decl.Key() != dc.Key() {
-			continue // its pool starts at the next reconcile
-		}
-		out = append(out, proxy.Route{Hosts: dc.Hosts, PathPrefix: dc.PathPrefix, Declared: true, Pool: dp.ent.px})
+	for _, a := range d.declared.Admitted(routePolicy(cfg)) {
+		out = append(out, proxy.Route{Hosts: a.Decl.Hosts, PathPrefix: a.Decl.PathPrefix, Declared: true, Pool: a.Pool.ent.px})
 	}
 	return out
 }
 
 func (d *dynamic) pools() []*balance.Pool {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	out := make([]*balance.Pool, 0, len(d.declared))
-	for _, dp := range d.declared {
+	dps := d.declared.Pools()
+	out := make([]*balance.Pool, 0, len(dps))
+	for _, dp := range dps {
 		out = append(out, dp.ent.bal)
 	}
 	return out
@@ -449,49 +335,13 @@ func (e *edge) publishRoutes() {
 	}
 }
 
-// registerSelf registers edge in Consul twice: the public listener as
-// consul.register.service with a check on /readyz (so a draining edge
-// leaves the catalog before it stops), and the metrics endpoint as
+// selfRegistrations are edge's two registrations in Consul: the public
+// listener pub as consul.register.service with a check on /readyz (so a
+// draining edge leaves the catalog before it stops), and the metrics
+// endpoint (the metrics listener, else the admin listener) as
 // consul.register.metrics_service with a check on /healthz (it stays while
 // the edge drains, so the drain can be watched, and a dead edge shows as
-// down to Prometheus). It retries while the agent is unreachable and
-// deregisters both when ctx ends.
-func (e *edge) registerSelf(ctx context.Context, cfg *conf.Config) error {
-	regs := selfRegistrations(cfg, e.listeners[0].ln.Addr(), e.admin)
-	var deregs []func(context.Context) error
-	defer func() {
-		dctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-		defer cancel()
-		for _, dereg := range deregs {
-			if err := dereg(dctx); err != nil {
-				e.log.Warn("consul deregistration failed", "err", err)
-			}
-		}
-	}()
-	for _, opts := range regs {
-		backoff := time.Second
-		for {
-			dereg, err := discovery.Register(ctx, e.dyn.client, opts)
-			if err == nil {
-				e.log.Info("registered in consul", "service", opts.Service, "id", opts.ID, "port", opts.Port)
-				deregs = append(deregs, dereg)
-				break
-			}
-			e.log.Warn("consul registration failed; retrying", "service", opts.Service, "err", err, "in", backoff.String())
-			select {
-			case <-ctx.Done():
-				return nil
-			case <-time.After(backoff):
-			}
-			backoff = min(2*backoff, 30*time.Second)
-		}
-	}
-	<-ctx.Done()
-	return nil
-}
-
-// selfRegistrations are edge's two registrations: the public listener pub
-// and the metrics endpoint (the metrics listener, else the admin listener).
+// down to Prometheus).
 func selfRegistrations(cfg *conf.Config, pub net.Addr, a *admin.Server) []discovery.RegisterOptions {
 	r := cfg.Consul.Register
 	instance := r.Instance
@@ -502,16 +352,16 @@ func selfRegistrations(cfg *conf.Config, pub net.Addr, a *admin.Server) []discov
 		host, _ := os.Hostname()
 		instance = host + "-" + a.Addr().String()
 	}
-	instance = serviceIDPart(instance)
-	pubHost, pubPort := advertised(pub)
-	mHost, mPort := advertised(a.MetricsAddr())
+	instance = discovery.ServiceIDPart(instance)
+	pubHost, pubPort := discovery.Advertised(pub)
+	mHost, mPort := discovery.Advertised(a.MetricsAddr())
 	return []discovery.RegisterOptions{{
 		Service:         r.Service,
 		ID:              r.Service + "-" + instance,
 		Address:         pubHost,
 		Port:            pubPort,
 		Meta:            map[string]string{"instance": instance},
-		CheckURL:        "http://" + checkAddr(a.Addr()) + "/readyz",
+		CheckURL:        "http://" + discovery.CheckAddr(a.Addr()) + "/readyz",
 		Interval:        2 * time.Second,
 		DeregisterAfter: time.Minute,
 	}, {
@@ -520,7 +370,7 @@ func selfRegistrations(cfg *conf.Config, pub net.Addr, a *admin.Server) []discov
 		Address:  mHost,
 		Port:     mPort,
 		Meta:     map[string]string{"instance": instance},
-		CheckURL: "http://" + checkAddr(a.MetricsAddr()) + "/healthz",
+		CheckURL: "http://" + discovery.CheckAddr(a.MetricsAddr()) + "/healthz",
 		Interval: 10 * time.Second,
 		// Long enough for EdgeDown (up == 0 for 1m) to fire before a
 		// dead edge's target disappears from Prometheus.
@@ -528,51 +378,19 @@ func selfRegistrations(cfg *conf.Config, pub net.Addr, a *admin.Server) []discov
 	}}
 }
 
-// advertised is the address and port to announce for a bound address: a
-// specific IP as is, a wildcard as "" (Consul then announces the node's
-// address).
-func advertised(a net.Addr) (string, int) {
-	ap, err := netip.ParseAddrPort(a.String())
-	if err != nil {
-		return "", 0
-	}
-	if ap.Addr().IsUnspecified() {
-		return "", int(ap.Port())
-	}
-	return ap.Addr().Unmap().String(), int(ap.Port())
-}
-
-// checkAddr is how the local Consul agent reaches a listener: a wildcard
-// bind is reachable on loopback.
-func checkAddr(a net.Addr) string {
-	host, port := advertised(a)
-	if host == "" {
-		host = "127.0.0.1"
-	}
-	return net.JoinHostPort(host, strconv.Itoa(port))
-}
-
-// serviceIDPart keeps what Consul takes in a service ID that travels in
-// URL paths (/v1/agent/service/deregister/<id>): letters, digits, '.',
-// '_' and '-'; anything else becomes '-'.
-func serviceIDPart(s string) string {
-	return strings.Map(func(r rune) rune {
-		switch {
-		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '.', r == '_', r == '-':
-			return r
-		}
-		return '-'
-	}, s)
-}
-
-// watcherStatus is every discovered pool's status, in no order.
+// watcherStatus is every discovered pool's status, the file's and the
+// declared ones, by pool name.
 func (d *dynamic) watcherStatus() []discovery.Status {
 	d.mu.Lock()
-	defer d.mu.Unlock()
 	out := make([]discovery.Status, 0, len(d.watchers))
 	for _, w := range d.watchers {
 		out = append(out, w.Status())
 	}
+	d.mu.Unlock()
+	for _, dp := range d.declared.Pools() {
+		out = append(out, dp.watcher.Status())
+	}
+	slices.SortFunc(out, func(a, b discovery.Status) int { return strings.Compare(a.Pool, b.Pool) })
 	return out
 }
 
@@ -582,25 +400,18 @@ func (e *edge) discoveryStatus() any {
 	if d == nil || d.client == nil {
 		return nil
 	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
 	out := struct {
 		Pools  []discovery.Status     `json:"pools"`
 		Routes *discovery.RouteStatus `json:"routes,omitempty"`
 		// RefusedRoutes are declarations the file's consul.routes
 		// policy, the file's own routes or an older claim refused.
 		RefusedRoutes []discovery.RouteRefusal `json:"refused_routes,omitempty"`
-	}{RefusedRoutes: d.refused}
-	names := make([]string, 0, len(d.watchers))
-	for n := range d.watchers {
-		names = append(names, n)
-	}
-	slices.Sort(names)
-	for _, n := range names {
-		out.Pools = append(out.Pools, d.watchers[n].Status())
-	}
-	if d.routes != nil {
-		st := d.routes.Status()
+	}{Pools: d.watcherStatus(), RefusedRoutes: d.declared.Refused()}
+	d.mu.Lock()
+	rw := d.routes
+	d.mu.Unlock()
+	if rw != nil {
+		st := rw.Status()
 		out.Routes = &st
 	}
 	return out

@@ -72,7 +72,7 @@ func newEdge(cfg *conf.Config, path string, log *slog.Logger, up *upgrader) (*ed
 	if up != nil {
 		up.metrics = newUpgradeMetrics(e.metrics.reg)
 	}
-	e.dyn = &dynamic{e: e, watchers: map[string]*discovery.Watcher{}, declared: map[string]*declaredPool{}}
+	e.dyn = newDynamic(e)
 	if usesConsul(cfg) {
 		client, err := newConsulClient(cfg)
 		if err != nil {
@@ -435,7 +435,7 @@ func (e *edge) reload() string {
 		}
 	}
 	// The new file may allow or keep for itself other hosts than the old.
-	e.dyn.reconcile()
+	e.dyn.declared.Reconcile()
 	e.initMetrics()
 	e.metrics.reloads.WithLabelValues(result).Inc()
 	e.log.Info("configuration reloaded", "result", result)

@@ -50,14 +50,12 @@ consul: {address: "127.0.0.1:9", routes: {allow_any_host: true}}
 `)
 	ctx, cancel := context.WithCancel(context.Background())
 	var g errgroup.Group
-	e.dyn.mu.Lock()
-	e.dyn.ctx, e.dyn.g = ctx, &g
-	e.dyn.mu.Unlock()
+	g.Go(func() error { return e.dyn.declared.Run(ctx) })
 	t.Cleanup(func() {
 		cancel()
-		e.dyn.stopDeclared()
 		_ = g.Wait()
 	})
+	<-e.dyn.declared.Started()
 	var wg sync.WaitGroup
 	wg.Add(2)
 	reloaded := make(chan struct{})
@@ -80,7 +78,7 @@ consul: {address: "127.0.0.1:9", routes: {allow_any_host: true}}
 				return
 			default:
 			}
-			e.dyn.setDeclared([]discovery.RouteDecl{{Service: "chat", PathPrefix: "/chat", MaxConns: n}})
+			e.dyn.declared.SetDeclared([]discovery.RouteDecl{{Service: "chat", PathPrefix: "/chat", MaxConns: n}})
 		}
 	}()
 	wg.Wait()
