@@ -12,8 +12,8 @@ const (
 	BalanceCookie    = "cookie"     // sticky cookie set on the 101 response, then least_conn
 	BalanceClientIP  = "client_ip"  // rendezvous hash of the client address with bounded load
 
-	ScopeLocal = "local" // admin actions on this process
-	ScopeFleet = "fleet" // admin actions on every edge following consul.fleet.prefix
+	ScopeLocal = "local" // a limit or admin action of this process
+	ScopeFleet = "fleet" // a limit or admin action of every edge following consul.fleet.prefix
 
 	SameSiteLax    = "lax"
 	SameSiteStrict = "strict"
@@ -612,6 +612,14 @@ type PoolLimits struct {
 	ConnectionBurst int     `yaml:"connection_burst"` // default: the rate rounded up
 	// MaxConnectionsPerBackend caps each backend (HAProxy: server maxconn).
 	MaxConnectionsPerBackend int64 `yaml:"max_connections_per_backend"`
+	// MaxConnectionsPerBackendScope is ScopeLocal (each edge process
+	// holds up to the limit) or ScopeFleet (the limit is the fleet's, each
+	// edge enforces its share of it; needs consul.fleet.prefix). Default
+	// local.
+	MaxConnectionsPerBackendScope string `yaml:"max_connections_per_backend_scope" default:"local"`
+	// ConnectionRateScope is the scope of ConnectionRate and
+	// ConnectionBurst, as MaxConnectionsPerBackendScope. Default local.
+	ConnectionRateScope string `yaml:"connection_rate_scope" default:"local"`
 	// MaxConnectionsPerClientIP caps one client address (IPv6: its /64).
 	MaxConnectionsPerClientIP  int     `yaml:"max_connections_per_client_ip"`
 	ConnectionRatePerClientIP  float64 `yaml:"connection_rate_per_client_ip"`  // new connections per second
@@ -677,9 +685,25 @@ type Consul struct {
 type ConsulFleet struct {
 	// Prefix is a Consul KV prefix shared by the fleet's edges, e.g.
 	// "edge/fleet": operator actions of fleet scope are kept at
-	// PREFIX/admin/<pool>/<backend id> and followed by every edge with a
-	// blocking query. Default "" (no fleet scope).
+	// PREFIX/admin/<pool>/<backend id>, and each edge publishes its load at
+	// PREFIX/edges/<id>, bound to a session; every edge follows both with
+	// blocking queries. Default "" (no fleet scope).
 	Prefix string `yaml:"prefix"`
+	// ID names this edge in the fleet. Default empty: the host name and
+	// the admin listener's address, as consul.register.instance.
+	ID string `yaml:"id"`
+	// PublishEvery is how often the edge publishes its load when it
+	// changed; at least 2s. Default 2s.
+	PublishEvery Duration `yaml:"publish_every" default:"2s"`
+	// SessionTTL is the TTL of the session the record is bound to, 10s to
+	// 1h (Consul's bounds); a dead edge's record goes between one and two
+	// TTLs later. Default 10s.
+	SessionTTL Duration `yaml:"session_ttl" default:"10s"`
+	// StaleAfter is how long without an answer from Consul the fleet's
+	// numbers are trusted; past it (or at once on an error) fleet-scope
+	// limits fall back to the limit divided by the last known fleet size.
+	// More than 5s (the blocking query's wait). Default 10s.
+	StaleAfter Duration `yaml:"stale_after" default:"10s"`
 }
 
 // ConsulRoutes bounds the routes services declare in the registry. They are

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/edgelb/edge/internal/hostname"
 )
@@ -528,6 +529,8 @@ func (v *validator) passiveEjection(pe string, e PassiveEjection) {
 func (v *validator) poolLimits(lp string, l PoolLimits) {
 	v.nonNegative(lp+".max_connections", l.MaxConnections)
 	v.nonNegative(lp+".max_connections_per_backend", int64(l.MaxConnectionsPerBackend))
+	v.limitScope(lp+".max_connections_per_backend_scope", l.MaxConnectionsPerBackendScope, l.MaxConnectionsPerBackend > 0)
+	v.limitScope(lp+".connection_rate_scope", l.ConnectionRateScope, l.ConnectionRate > 0)
 	if r := l.ConnectionRate; math.IsNaN(r) || r < 0 {
 		v.errf(lp+".connection_rate", "%g must be >= 0 (0 is unlimited)", r)
 	}
@@ -537,6 +540,21 @@ func (v *validator) poolLimits(lp string, l PoolLimits) {
 		v.errf(lp+".connection_rate_per_client_ip", "%g must be >= 0 (0 is unlimited)", r)
 	}
 	v.nonNegative(lp+".connection_burst_per_client_ip", int64(l.ConnectionBurstPerClientIP))
+}
+
+// limitScope checks a limit's scope: fleet needs the fleet's prefix and a
+// limit to share.
+func (v *validator) limitScope(path, scope string, set bool) {
+	v.oneOf(path, scope, ScopeLocal, ScopeFleet)
+	if scope != ScopeFleet {
+		return
+	}
+	if v.c.Consul.Fleet.Prefix == "" {
+		v.errf(path, "fleet needs consul.fleet.prefix, the Consul KV prefix the fleet shares")
+	}
+	if !set {
+		v.warnf(path, "fleet scope of a limit that is 0 (unlimited): nothing to share")
+	}
 }
 
 // health checks the active health checks.
@@ -619,13 +637,31 @@ func (v *validator) consul() {
 	}
 	v.file("consul.ca_file", c.CAFile, false)
 	v.consulRegister(c.Register)
-	if p := c.Fleet.Prefix; p != "" {
-		v.consulKey("consul.fleet.prefix", p)
-	}
+	v.consulFleet(c.Fleet)
 	for i, h := range c.Routes.AllowedHosts {
 		if msg := checkHostPattern(h); msg != "" {
 			v.errf(index("consul.routes.allowed_hosts", i), "%q %s", h, msg)
 		}
+	}
+}
+
+// consulFleet checks the fleet's prefix and the bounds of its load
+// records.
+func (v *validator) consulFleet(f ConsulFleet) {
+	if f.Prefix != "" {
+		v.consulKey("consul.fleet.prefix", f.Prefix)
+	}
+	if f.ID != "" && strings.Trim(f.ID, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-:") != "" {
+		v.errf("consul.fleet.id", "%q: only letters, digits, '.', '_', '-' and ':'", f.ID)
+	}
+	if d := f.PublishEvery.Std(); d < 2*time.Second {
+		v.errf("consul.fleet.publish_every", "%s: at least 2s (no edge writes its load more often)", d)
+	}
+	if d := f.SessionTTL.Std(); d < 10*time.Second || d > time.Hour {
+		v.errf("consul.fleet.session_ttl", "%s: want 10s to 1h (Consul's bounds)", d)
+	}
+	if d := f.StaleAfter.Std(); d <= 5*time.Second {
+		v.errf("consul.fleet.stale_after", "%s: want more than 5s, the blocking query's wait", d)
 	}
 }
 
