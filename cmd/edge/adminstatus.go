@@ -10,7 +10,6 @@ import (
 	"github.com/edgelb/edge/conf"
 	"github.com/edgelb/edge/internal/admin"
 	"github.com/edgelb/edge/proxy"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
 // adminSettings maps the file onto the admin API's settings; a token that
@@ -46,7 +45,7 @@ func (e *edge) newAdmin(cfg *conf.Config) (*admin.Server, error) {
 	}
 	opts := admin.Options{
 		Address: cfg.Admin.Address, MetricsAddress: cfg.Metrics.Address, Pprof: cfg.Admin.Pprof,
-		Metrics: promhttp.HandlerFor(e.metrics.reg, promhttp.HandlerOpts{Registry: e.metrics.reg}),
+		Metrics: e.metrics.Handler(),
 		Status:  e.status, Pools: e.allPools, Conns: proxyConns{e.proxy}, Settings: s, Log: e.log,
 		Bind: func(addr string) (net.Listener, error) {
 			return e.up.listen(addr, func(a string) (net.Listener, error) { return net.Listen("tcp", a) })

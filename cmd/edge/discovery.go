@@ -269,7 +269,7 @@ func (d *dynamic) NewPool(dc discovery.RouteDecl) (*declaredPool, error) {
 }
 
 // Removed implements discovery.PoolHost: the pool's series go with it.
-func (d *dynamic) Removed(p *declaredPool) { d.e.metrics.forgetPool(p.ent.bal) }
+func (d *dynamic) Removed(p *declaredPool) { d.e.metrics.ForgetPool(p.ent.bal.Name()) }
 
 // Changed implements discovery.PoolHost: the registry's routes are
 // republished, and a declared pool's series exist before its first event.

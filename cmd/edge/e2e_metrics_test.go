@@ -11,10 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/edgelb/edge/balance"
+	"github.com/edgelb/edge/internal/metrics"
 	"github.com/edgelb/edge/internal/testkit"
 	"github.com/gorilla/websocket"
-	"github.com/prometheus/client_golang/prometheus"
 )
 
 // metricValue returns the value of the first series m matches, and
@@ -76,7 +75,7 @@ func series(name string, labels ...string) seriesMatch {
 }
 
 // poolLabel matches the pool's label under either name: the series of
-// metrics.go call it route today.
+// internal/metrics call it route today.
 const poolLabel = `(?:pool|route)="app"`
 
 // TestMetricsZeroEventsTLSFailure: before any traffic the known label
@@ -233,23 +232,16 @@ func TestMetricsPromtoolCleanAndInReadme(t *testing.T) {
 	}
 }
 
-// describedNames returns every edge_* metric name the registry of
-// metrics.go describes.
+// describedNames returns every edge_* metric name edge's registry
+// describes.
 func describedNames(t *testing.T) map[string]bool {
 	t.Helper()
-	m := newMetrics(func() []*balance.Pool { return nil })
-	m.reg.MustRegister(certCollector{}, connCollector{})
-	m.watchState(stateSource{})
-	ch := make(chan *prometheus.Desc, 200)
-	go func() {
-		m.reg.Describe(ch)
-		close(ch)
-	}()
+	m := metrics.New(metrics.Options{})
+	m.WatchState(metrics.State{})
 	out := map[string]bool{}
-	fq := regexp.MustCompile(`fqName: "(edge_[^"]+)"`)
-	for d := range ch {
-		if mm := fq.FindStringSubmatch(d.String()); mm != nil {
-			out[mm[1]] = true
+	for name := range m.Names() {
+		if strings.HasPrefix(name, "edge_") {
+			out[name] = true
 		}
 	}
 	return out

@@ -20,6 +20,7 @@ import (
 	"github.com/edgelb/edge/conf"
 	"github.com/edgelb/edge/discovery"
 	"github.com/edgelb/edge/internal/admin"
+	"github.com/edgelb/edge/internal/metrics"
 	"github.com/edgelb/edge/proxy"
 	edgetls "github.com/edgelb/edge/tls"
 	"golang.org/x/sync/errgroup"
@@ -39,7 +40,7 @@ type edge struct {
 	admin     *admin.Server
 	accept    *proxy.AcceptLimit // client sockets of every public listener
 	listeners []*listener
-	metrics   *metrics
+	metrics   *metrics.Registry
 	dyn       *dynamic
 	// cookieKeys follow the Consul KV entries of cookie pools with a
 	// consul_key, by pool name; fixed at start.
@@ -68,9 +69,9 @@ type listener struct {
 // listening sockets a previous process handed over and hands them on.
 func newEdge(cfg *conf.Config, path string, log *slog.Logger, up *upgrader) (*edge, error) {
 	e := &edge{path: path, log: log, cfg: cfg, pools: map[string]*poolEntry{}, up: up}
-	e.metrics = newMetrics(e.allPools)
+	e.metrics = metrics.New(metrics.Options{Pools: e.allPools, Build: metrics.BuildInfo(currentBuild())})
 	if up != nil {
-		up.metrics = newUpgradeMetrics(e.metrics.reg)
+		up.metrics = newUpgradeMetrics(e.metrics.Registerer())
 	}
 	e.dyn = newDynamic(e)
 	if usesConsul(cfg) {
@@ -91,7 +92,6 @@ func newEdge(cfg *conf.Config, path string, log *slog.Logger, up *upgrader) (*ed
 	if err := e.newCookieKeys(cfg); err != nil {
 		return nil, err
 	}
-	e.metrics.reg.MustRegister(certCollector{e})
 	access := slog.New(slog.DiscardHandler)
 	if cfg.Log.AccessLog {
 		access = log.With("log", "access")
@@ -127,9 +127,8 @@ func newEdge(cfg *conf.Config, path string, log *slog.Logger, up *upgrader) (*ed
 		}
 		e.listeners = append(e.listeners, l)
 	}
-	e.metrics.watchState(e.stateGauges())
+	e.metrics.WatchState(e.stateGauges())
 	e.initMetrics()
-	e.metrics.reg.MustRegister(connCollector{e})
 	return e, nil
 }
 
@@ -207,7 +206,7 @@ func (e *edge) buildListener(cfg *conf.Config, lc conf.Listener) (*listener, err
 			opts.OCSP.Share = discovery.NewStaples(e.dyn.client, p)
 		}
 		opts.Logger = e.log.With("listener", lc.Name)
-		opts.Observer = e.metrics.tlsObserver(lc.Name)
+		opts.Observer = e.metrics.TLSObserver(lc.Name)
 		term, err := edgetls.New(opts)
 		if err != nil {
 			return nil, fmt.Errorf("listener %s: %w", lc.Name, err)
@@ -232,7 +231,7 @@ func (e *edge) buildListener(cfg *conf.Config, lc conf.Listener) (*listener, err
 			// the record layer's (proxy.ListenTLS): say so, not nothing.
 			e.log.Warn("SSLKEYLOGFILE is ignored: the TLS key log hook carries edge's record layer", "listener", lc.Name)
 		}
-		e.metrics.countHandshakes(lc.Name, tlsCfg)
+		e.metrics.CountHandshakes(lc.Name, tlsCfg)
 		tln, cc, err := proxy.ListenTLS(ln, tlsCfg, e.accept, &l.conns)
 		if err != nil {
 			ln.Close()
@@ -256,7 +255,7 @@ func (e *edge) buildListener(cfg *conf.Config, lc conf.Listener) (*listener, err
 		ReadHeaderTimeout: rht,
 		MaxHeaderBytes:    lc.MaxHeaderBytes,
 		IdleTimeout:       2 * time.Minute,
-		ErrorLog:          e.metrics.httpErrorLog(lc.Name, e.log.With("listener", lc.Name)),
+		ErrorLog:          e.metrics.HTTPErrorLog(lc.Name, e.log.With("listener", lc.Name)),
 		// OPTIONS * goes to the proxy, which answers it within its answer
 		// timeout; net/http's own handler would write with no deadline.
 		DisableGeneralOptionsHandler: true,
@@ -386,7 +385,7 @@ func (e *edge) drain() {
 // nothing. It returns a one-line status for the service manager.
 func (e *edge) reload() string {
 	refuse := func(err error) string {
-		e.metrics.reloads.WithLabelValues("error").Inc()
+		e.metrics.Reloaded("error")
 		e.log.Error("reload refused, keeping the running configuration", "err", err)
 		return "serving; last reload refused: " + err.Error()
 	}
@@ -437,7 +436,7 @@ func (e *edge) reload() string {
 	// The new file may allow or keep for itself other hosts than the old.
 	e.dyn.declared.Reconcile()
 	e.initMetrics()
-	e.metrics.reloads.WithLabelValues(result).Inc()
+	e.metrics.Reloaded(result)
 	e.log.Info("configuration reloaded", "result", result)
 	return "serving; last reload " + result
 }
@@ -528,4 +527,45 @@ func (e *edge) status() any {
 	out.Discovery = e.discoveryStatus()
 	out.CookieKeys = e.cookieKeyStatus()
 	return out
+}
+
+// stateGauges is where the state gauges of e come from.
+func (e *edge) stateGauges() metrics.State {
+	return metrics.State{
+		Ready:        e.admin.Ready,
+		Draining:     e.admin.Draining,
+		RecordLayer:  e.proxy.RecordLayerTakeovers,
+		Discovery:    e.dyn.watcherStatus,
+		ClosePending: e.proxy.ClosePending,
+		TLS: func() []metrics.ListenerTLS {
+			var out []metrics.ListenerTLS
+			for _, l := range e.listeners {
+				if l.term != nil {
+					out = append(out, metrics.ListenerTLS{Name: l.cfg.Name, Status: l.term.Status(), RotateEvery: l.cfg.TLS.SessionTickets.RotateEvery.Std()})
+				}
+			}
+			return out
+		},
+		Listeners: func() []metrics.ListenerConns {
+			out := make([]metrics.ListenerConns, 0, len(e.listeners))
+			for _, l := range e.listeners {
+				out = append(out, metrics.ListenerConns{Name: l.cfg.Name, Open: l.conns.Open()})
+			}
+			return out
+		},
+	}
+}
+
+// initMetrics creates the known series of every pool and listener.
+func (e *edge) initMetrics() {
+	var pools, tlsListeners []string
+	for _, p := range e.allPools() {
+		pools = append(pools, p.Name())
+	}
+	for _, l := range e.listeners {
+		if l.term != nil {
+			tlsListeners = append(tlsListeners, l.cfg.Name)
+		}
+	}
+	e.metrics.InitSeries(pools, tlsListeners)
 }

@@ -1,10 +1,8 @@
-package main
+package metrics
 
 import (
 	"log/slog"
 	"testing"
-
-	"github.com/edgelb/edge/balance"
 )
 
 // TestTLSFailureReasons: crypto/tls's server-side handshake errors, as
@@ -35,7 +33,7 @@ func FuzzHTTPErrorLog(f *testing.F) {
 	f.Add("http: TLS handshake error from [::1]:5000: EOF\n")
 	f.Add("http: TLS handshake error from \n")
 	f.Add("http: superfluous response.WriteHeader call\n")
-	m := newMetrics(func() []*balance.Pool { return nil })
+	m := New(Options{})
 	w := &httpErrorLog{w: m.wsMetrics, listener: "l", log: slog.New(slog.DiscardHandler)}
 	f.Fuzz(func(t *testing.T, line string) {
 		if n, err := w.Write([]byte(line)); err != nil || n != len(line) {
@@ -58,7 +56,7 @@ func FuzzHTTPErrorLog(f *testing.F) {
 }
 
 // tlsSeries counts the series of edge_tls_handshake_failures_total.
-func tlsSeries(t *testing.T, m *metrics) int {
+func tlsSeries(t *testing.T, m *Registry) int {
 	t.Helper()
 	mfs, err := m.reg.Gather()
 	if err != nil {

@@ -1,0 +1,196 @@
+package metrics
+
+import (
+	"maps"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/edgelb/edge/balance"
+	"github.com/edgelb/edge/discovery"
+	"github.com/edgelb/edge/proxy"
+	edgetls "github.com/edgelb/edge/tls"
+)
+
+// series returns every series of name as "k=v,k=v" (sorted labels) to its
+// value.
+func series(t *testing.T, m *Registry, name string) map[string]float64 {
+	t.Helper()
+	mfs, err := m.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, mt := range mf.GetMetric() {
+			var ls []string
+			for _, l := range mt.GetLabel() {
+				ls = append(ls, l.GetName()+"="+l.GetValue())
+			}
+			v := -1.0
+			switch {
+			case mt.Counter != nil:
+				v = mt.Counter.GetValue()
+			case mt.Gauge != nil:
+				v = mt.Gauge.GetValue()
+			case mt.Histogram != nil:
+				v = float64(mt.Histogram.GetSampleCount())
+			}
+			out[strings.Join(ls, ",")] = v
+		}
+	}
+	return out
+}
+
+// TestPoolGaugesAtScrape: the pool gauges are read from the pools at
+// scrape time: a member that leaves stops being reported, except for its
+// live connections, which keep their series until they close.
+func TestPoolGaugesAtScrape(t *testing.T) {
+	p, err := balance.NewPool(balance.PoolOptions{Name: "app"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Update([]balance.Member{{ID: "b1", Addr: "127.0.0.1:1", Weight: 2}, {ID: "b2", Addr: "127.0.0.1:2"}}); err != nil {
+		t.Fatal(err)
+	}
+	m := New(Options{Pools: func() []*balance.Pool { return []*balance.Pool{p} }})
+	if got := series(t, m, "edge_pool_backends"); got["pool=app"] != 2 {
+		t.Fatalf("edge_pool_backends %v, want app 2", got)
+	}
+	if got := series(t, m, "edge_backend_weight"); got["address=127.0.0.1:1,backend=b1,pool=app"] != 2 {
+		t.Fatalf("edge_backend_weight %v, want b1 at 2", got)
+	}
+	var b2 *balance.Backend
+	for _, b := range p.Snapshot().Backends {
+		if b.ID() == "b2" {
+			b2 = b
+		}
+	}
+	b2.Acquire()
+	if _, err := p.UpdateLeft([]balance.Member{{ID: "b1", Addr: "127.0.0.1:1", Weight: 2}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := series(t, m, "edge_backend_weight"); len(got) != 1 {
+		t.Fatalf("edge_backend_weight %v after b2 left, want b1 only", got)
+	}
+	if got := series(t, m, "edge_backend_active_connections"); got["address=127.0.0.1:2,backend=b2,pool=app"] != 1 {
+		t.Fatalf("edge_backend_active_connections %v, want b2's live connection", got)
+	}
+	b2.Release()
+	if got := series(t, m, "edge_backend_active_connections"); len(got) != 1 {
+		t.Fatalf("edge_backend_active_connections %v after b2's last connection, want b1 only", got)
+	}
+}
+
+// TestInitSeriesAndForgetPool: every known label set of a pool exists at
+// zero before its first event, and goes with the pool.
+func TestInitSeriesAndForgetPool(t *testing.T) {
+	m := New(Options{})
+	m.InitSeries([]string{"app", "other"}, []string{"public"})
+	closes := series(t, m, "edge_websocket_closes_total")
+	for _, k := range []string{"code=1000,pool=app,side=client", "code=none,pool=app,side=edge", "code=other,pool=app,side=backend"} {
+		if v, ok := closes[k]; !ok || v != 0 {
+			t.Errorf("edge_websocket_closes_total{%s} = %v, %v; want 0, present", k, v, ok)
+		}
+	}
+	if got := series(t, m, "edge_tls_handshake_failures_total"); got["listener=public,reason=protocol_version"] != 0 || len(got) != len(tlsFailureReasons) {
+		t.Errorf("edge_tls_handshake_failures_total %v, want every reason at 0", got)
+	}
+	if got := series(t, m, "edge_config_reloads_total"); len(got) != 3 {
+		t.Errorf("edge_config_reloads_total %v, want ok, partial and error", got)
+	}
+	m.ForgetPool("app")
+	for _, name := range []string{"edge_websocket_closes_total", "edge_websocket_pings_sent_total", "edge_discovery_updates_total", "edge_websocket_upgrade_duration_seconds"} {
+		for k := range series(t, m, name) {
+			if strings.Contains(k, "pool=app") {
+				t.Errorf("%s{%s} left after ForgetPool", name, k)
+			}
+		}
+		if !hasPool(series(t, m, name), "other") {
+			t.Errorf("%s lost the other pool's series", name)
+		}
+	}
+}
+
+func hasPool(s map[string]float64, pool string) bool {
+	for k := range maps.Keys(s) {
+		if strings.Contains(k, "pool="+pool) {
+			return true
+		}
+	}
+	return false
+}
+
+// TestObserverCounts: a connection that moved to another process counts
+// as closed here, but its life and bytes are counted where it ends.
+func TestObserverCounts(t *testing.T) {
+	m := New(Options{})
+	var o proxy.Observer = m
+	o.ConnClosed("app", "b1", string(proxy.ReasonMoved), time.Minute, 10, 20)
+	o.ConnClosed("app", "b1", string(proxy.ReasonDrain), time.Second, 1, 2)
+	if got := series(t, m, "edge_connections_closed_total"); got["pool=app,reason=moved"] != 1 || got["pool=app,reason=drain"] != 1 {
+		t.Errorf("edge_connections_closed_total %v, want one moved and one drain", got)
+	}
+	if got := series(t, m, "edge_bytes_total"); got["direction=in,pool=app"] != 1 || got["direction=out,pool=app"] != 2 {
+		t.Errorf("edge_bytes_total %v, want only the drained connection's bytes", got)
+	}
+	if got := series(t, m, "edge_connection_duration_seconds"); got["pool=app"] != 1 {
+		t.Errorf("edge_connection_duration_seconds %v, want one observation", got)
+	}
+	m.ProbeResult("app", "b1", false, time.Millisecond)
+	m.Reloaded("partial")
+	if got := series(t, m, "edge_health_probes_total"); got["backend=b1,pool=app,result=fail"] != 1 {
+		t.Errorf("edge_health_probes_total %v", got)
+	}
+	if got := series(t, m, "edge_config_reloads_total"); got["result=partial"] != 1 {
+		t.Errorf("edge_config_reloads_total %v", got)
+	}
+}
+
+// TestStateGauges: the state gauges are what the sources say at scrape
+// time; a missing source reports nothing.
+func TestStateGauges(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	m := New(Options{})
+	ready := true
+	m.WatchState(State{
+		Ready:    func() bool { return ready },
+		Draining: func() bool { return false },
+		Discovery: func() []discovery.Status {
+			return []discovery.Status{{Pool: "app", LastContact: now.Add(-time.Second)}}
+		},
+		Now:          func() time.Time { return now },
+		Listeners:    func() []ListenerConns { return []ListenerConns{{Name: "public", Open: 7}} },
+		ClosePending: func() int { return 3 },
+		TLS: func() []ListenerTLS {
+			return []ListenerTLS{{Name: "public", RotateEvery: time.Hour, Status: edgetls.Status{
+				Tickets:      edgetls.TicketStatus{Enabled: true, LastChange: now.Add(-time.Minute), Source: "generated"},
+				Certificates: []edgetls.CertStatus{{CertFile: "a.pem", Served: true, NotAfter: now.Add(time.Hour)}},
+			}}}
+		},
+	})
+	want := map[string]map[string]float64{
+		"edge_ready":    {"": 1},
+		"edge_draining": {"": 0},
+		"edge_discovery_last_success_timestamp_seconds":    {"pool=app": float64(now.Unix() - 1)},
+		"edge_listener_active_connections":                 {"listener=public": 7},
+		"edge_drain_connections_pending":                   {"": 3},
+		"edge_tls_ticket_key_age_seconds":                  {"listener=public": 60},
+		"edge_tls_ticket_key_rotation_interval_seconds":    {"listener=public": 3600},
+		"edge_tls_certificate_served":                      {"cert_file=a.pem,listener=public": 1},
+		"edge_tls_certificate_not_after_timestamp_seconds": {"cert_file=a.pem,listener=public": float64(now.Unix() + 3600)},
+		"edge_tls_record_layer_total":                      {},
+	}
+	for name, w := range want {
+		if got := series(t, m, name); !maps.Equal(got, w) {
+			t.Errorf("%s = %v, want %v", name, got, w)
+		}
+	}
+	ready = false
+	if got := series(t, m, "edge_ready"); got[""] != 0 {
+		t.Errorf("edge_ready %v after readiness went, want 0", got)
+	}
+}
