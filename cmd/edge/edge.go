@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -417,7 +416,7 @@ func (e *edge) reload() string {
 	for _, d := range gone {
 		e.backendsLeft(d)
 	}
-	if !sameListeners(old, cfg) {
+	if !conf.ListenersEqual(old.Listeners, cfg.Listeners) {
 		e.log.Warn("listener settings changed; they take effect on restart")
 	}
 	result := "ok"
@@ -446,18 +445,6 @@ func (e *edge) sdNotify(err error) {
 	if err != nil {
 		e.log.Warn("service manager notification failed", "err", err)
 	}
-}
-
-func sameListeners(a, b *conf.Config) bool {
-	if len(a.Listeners) != len(b.Listeners) {
-		return false
-	}
-	for i := range a.Listeners {
-		if !reflect.DeepEqual(a.Listeners[i], b.Listeners[i]) {
-			return false
-		}
-	}
-	return true
 }
 
 // status is the admin /status document.

@@ -2,9 +2,11 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 
@@ -85,4 +87,69 @@ consul: {address: "127.0.0.1:9", routes: {allow_any_host: true}}
 	if got := len(e.dyn.pools()); got != 1 {
 		t.Fatalf("declared pools: %d, want 1", got)
 	}
+}
+
+// TestReloadWarnsOnlyWhenListenersChange: a reload that keeps the file's
+// listeners says nothing of them; one that changes a listener setting
+// says it waits for a restart.
+func TestReloadWarnsOnlyWhenListenersChange(t *testing.T) {
+	const base = `
+listeners: [{address: "127.0.0.1:0", trusted_proxies: [10.0.0.0/8]%s}]
+admin: {address: "127.0.0.1:0"}
+pools: [{name: app, backends: [{address: "127.0.0.1:9"}]}]
+routes: [{default: true, pool: app}]
+`
+	path := filepath.Join(t.TempDir(), "edge.yaml")
+	write := func(extra string) {
+		t.Helper()
+		if err := os.WriteFile(path, []byte(fmt.Sprintf(base, extra)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("")
+	cfg, err := conf.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs strings.Builder
+	var mu sync.Mutex
+	e, err := newEdge(cfg, path, slog.New(slog.NewTextHandler(lockedWriter{&mu, &logs}, nil)), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		e.closeListeners()
+		e.admin.Close()
+		_ = e.proxy.Close()
+	})
+	const warning = "listener settings changed"
+	if s := e.reload(); s != "serving; last reload ok" {
+		t.Fatalf("reload: %s", s)
+	}
+	mu.Lock()
+	if strings.Contains(logs.String(), warning) {
+		t.Errorf("an unchanged file warned of changed listeners:\n%s", logs.String())
+	}
+	mu.Unlock()
+	write(", max_header_bytes: 8192")
+	if s := e.reload(); s != "serving; last reload ok" {
+		t.Fatalf("reload: %s", s)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !strings.Contains(logs.String(), warning) {
+		t.Errorf("a changed listener was not reported:\n%s", logs.String())
+	}
+}
+
+// lockedWriter serialises writes to w.
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  *strings.Builder
+}
+
+func (l lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
