@@ -108,3 +108,38 @@ func (p *Pool) setOverride(id string, f func(o *override)) (*Backend, error) {
 	b.applyOverride(o, b.declared.Load())
 	return b, nil
 }
+
+// Override is an operator's setting on one member ID as a whole: its state
+// and its weight (0: the declared one). The zero Override is none.
+type Override struct {
+	State  AdminState
+	Weight int
+}
+
+// SetOverride replaces the operator's setting on id with o, whether or not
+// id is a member now: a member that joins later under that ID starts with
+// it, in the snapshot that adds it (a fleet's action, read before
+// discovery answered, is never missed by a Pick). The zero Override
+// removes it. It returns the member's backend, or nil when id is not a
+// member; the caller bounds how many IDs it sets that are not.
+func (p *Pool) SetOverride(id string, o Override) (*Backend, error) {
+	switch {
+	case o.State < AdminReady || o.State > AdminDisabled:
+		return nil, fmt.Errorf("balance: pool %q: backend %q: admin state %d unknown", p.name, id, int32(o.State))
+	case o.Weight < 0 || o.Weight > MaxWeight:
+		return nil, fmt.Errorf("balance: pool %q: backend %q: weight %d out of range 0..%d", p.name, id, o.Weight, MaxWeight)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	ov := override{state: o.State, weight: int64(o.Weight)}
+	if ov == (override{}) {
+		delete(p.overrides, id)
+	} else {
+		p.overrides[id] = ov
+	}
+	b := p.snap.Load().ByID(id)
+	if b != nil {
+		b.applyOverride(ov, b.declared.Load())
+	}
+	return b, nil
+}

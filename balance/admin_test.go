@@ -125,3 +125,38 @@ func TestAdminWeightSteersPicks(t *testing.T) {
 
 // addrN is the i-th of a range of client addresses.
 func addrN(i int) netip.Addr { return netip.AddrFrom4([4]byte{198, 51, byte(i >> 8), byte(i)}) }
+
+// TestSetOverrideBeforeJoin: an override set on an ID that is not a member
+// yet is live in the snapshot that adds it, and the zero Override clears
+// it like the separate setters do.
+func TestSetOverrideBeforeJoin(t *testing.T) {
+	p := newPool(t, balance.PoolOptions{}, members(2)...)
+	b, err := p.SetOverride("b02", balance.Override{State: balance.AdminDrain, Weight: 9})
+	if err != nil || b != nil {
+		t.Fatalf("SetOverride on a non-member: %v, %v; want nil, nil", b, err)
+	}
+	if err := p.Update(members(3)); err != nil {
+		t.Fatal(err)
+	}
+	joined := byID(t, p, "b02")
+	if joined.AdminState() != balance.AdminDrain || joined.Weight() != 9 || joined.Available() {
+		t.Fatalf("joined: state %v weight %d available %v; want drain, 9, false", joined.AdminState(), joined.Weight(), joined.Available())
+	}
+	for i := range 100 {
+		req := balance.Request{ClientIP: addrN(i)}
+		if res, err := p.Pick(&req); err != nil || res.Backend == joined {
+			t.Fatalf("pick %d: %v, %v; the drained joiner must not be picked", i, res.Backend, err)
+		}
+	}
+	if _, err := p.SetOverride("b02", balance.Override{}); err != nil {
+		t.Fatal(err)
+	}
+	if joined.AdminState() != balance.AdminReady || joined.WeightOverridden() || !joined.Available() {
+		t.Fatalf("cleared: state %v overridden %v available %v", joined.AdminState(), joined.WeightOverridden(), joined.Available())
+	}
+	for _, o := range []balance.Override{{State: balance.AdminState(7)}, {Weight: -1}, {Weight: balance.MaxWeight + 1}} {
+		if _, err := p.SetOverride("b00", o); err == nil {
+			t.Errorf("SetOverride(%+v) accepted", o)
+		}
+	}
+}

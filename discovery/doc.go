@@ -150,6 +150,23 @@
 // are stale (no answer within StaleAfter, or a failed query or
 // publication).
 //
+// # Fleet actions
+//
+// FleetActions keeps the operator's actions of fleet scope (drain, disable,
+// enable, weight; FleetAction) in Consul KV, one entry per pool and backend
+// under PREFIX/admin/<pool>/<backend> (path-escaped), written by Act with
+// a check-and-set and followed by every edge with one blocking query on
+// the folder; an edge that starts reads them (Load) before it serves, and a
+// backend that joins later gets its action in the snapshot that adds it
+// (Joining). An entry is applied through balance.Pool.SetOverride, and a
+// new drain sends the backend's live connections 1012 over its window,
+// like the local drain. What is read is bounded (MaxFleetActionBytes an
+// entry, MaxFleetActions entries, MaxFleetActionsResponse an answer
+// through ClientOptions.MaxResponseBytes), versioned (FleetActionVersion),
+// checked (state, weight, window, canonical keys) and applied only to
+// backends the edge has: a refused entry is logged once and changes
+// nothing.
+//
 // # Join times
 //
 // A Watcher stamps a member that appears in an answer after its first with

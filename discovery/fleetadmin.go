@@ -1,0 +1,516 @@
+package discovery
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/edgelb/edge/balance"
+	"github.com/hashicorp/consul/api"
+)
+
+// FleetActionTarget is what FleetActions acts on: this edge's pools and the
+// proxy's drain of a backend's live connections.
+type FleetActionTarget interface {
+	// FleetPool returns the running pool of that name, or nil.
+	FleetPool(name string) *balance.Pool
+	// DrainConns sends the live WebSockets on b close 1012 spread over
+	// window and returns how many it will close.
+	DrainConns(b *balance.Backend, window time.Duration) int
+}
+
+// ErrNoSuchBackend is returned by FleetActions.Act for a pool or backend
+// this edge does not have: an action is only written for a backend that
+// exists.
+var ErrNoSuchBackend = errors.New("no such pool or backend")
+
+// FleetActionsOptions configure a FleetActions.
+type FleetActionsOptions struct {
+	// Client reaches Consul; NewClient with MaxResponseBytes bounds what
+	// an answer on the prefix may make this edge read. Required.
+	Client *api.Client
+	// Prefix is the fleet's KV prefix (consul.fleet.prefix); actions live
+	// under Prefix/admin/. Required.
+	Prefix string
+	// Edge is this edge's id, written into the actions it stores.
+	Edge string
+	// Target receives the actions. Required.
+	Target FleetActionTarget
+	// WaitTime is the blocking-query wait; default DefaultWaitTime.
+	WaitTime time.Duration
+	// MinBackoff and MaxBackoff bound the retry delay after errors.
+	MinBackoff, MaxBackoff time.Duration
+	Logger                 *slog.Logger
+	Now                    func() time.Time
+}
+
+// FleetActions keeps the operator's actions of fleet scope (drain, disable,
+// enable, weight) in Consul KV, one entry per pool and backend under
+// Prefix/admin/, and follows them with one blocking query on the folder,
+// so every edge applies an action within the round trip of a blocking
+// query's answer, and an edge that starts applies them before it serves
+// (Load). An entry is applied through balance.Pool.SetOverride, and a new
+// drain also sends the backend's live connections 1012 spread over its
+// window, exactly like the admin API's local drain.
+//
+// Whatever is read is bounded and checked (DecodeFleetAction,
+// ParseFleetActionKey, MaxFleetActions): a refused entry is logged once and
+// changes nothing (an entry that was valid keeps its last valid value), and
+// an entry naming a pool or backend this edge does not have is not applied
+// until a member of that ID joins (Joining), so a writer of the prefix can
+// set the state and weight of registered backends but never reach another.
+type FleetActions struct {
+	opts FleetActionsOptions
+	dir  string
+
+	mu      sync.Mutex
+	desired map[string]FleetAction // guarded by mu; by key: the last valid entry
+	applied map[string]applied     // guarded by mu; by key: what this edge applied
+	refused map[string]uint64      // guarded by mu; by key: the ModifyIndex last refused (logged once)
+	missing map[string]bool        // guarded by mu; keys logged as naming nothing here
+	// written is, by key, the index at which this edge's own write was
+	// read back: an answer older than that (read before the write, applied
+	// after it) does not undo what Act applied. Guarded by mu.
+	written map[string]uint64
+	status  FleetActionsStatus     // guarded by mu
+}
+
+// applied is an action as this edge applied it, to which pool, and how
+// many live connections its drain asked to close.
+type applied struct {
+	a       FleetAction
+	pool    *balance.Pool
+	closing int
+}
+
+// FleetActionsStatus is a point-in-time view for /status.
+type FleetActionsStatus struct {
+	Prefix string `json:"prefix"`
+	// Actions are the valid entries, sorted by pool and backend.
+	Actions []FleetActionDoc `json:"actions"`
+	// Refused counts the entries of the last answer that were refused;
+	// Errors says why (the first few).
+	Refused     int       `json:"refused"`
+	Errors      []string  `json:"errors,omitempty"`
+	Index       uint64    `json:"index"`
+	LastRead    time.Time `json:"last_read,omitzero"`
+	LastError   string    `json:"last_error,omitempty"`
+	LastErrorAt time.Time `json:"last_error_at,omitzero"`
+}
+
+// FleetActionDoc is one action in /status.
+type FleetActionDoc struct {
+	Pool    string    `json:"pool"`
+	Backend string    `json:"backend"`
+	State   string    `json:"state"`
+	Weight  int       `json:"weight,omitempty"`
+	Window  float64   `json:"window_seconds,omitempty"`
+	At      time.Time `json:"at"`
+	By      string    `json:"by,omitempty"`
+	// Applied is false while this edge has no such pool or member.
+	Applied bool `json:"applied"`
+}
+
+// NewFleetActions validates o and fills defaults.
+func NewFleetActions(o FleetActionsOptions) (*FleetActions, error) {
+	switch {
+	case o.Client == nil:
+		return nil, errors.New("discovery: fleet actions: consul client is required")
+	case strings.Trim(o.Prefix, "/") == "":
+		return nil, errors.New("discovery: fleet actions: prefix is required")
+	case o.Target == nil:
+		return nil, errors.New("discovery: fleet actions: target is required")
+	}
+	if err := checkFleetName("edge id", o.Edge, true); err != nil {
+		return nil, fmt.Errorf("discovery: fleet actions: %w", err)
+	}
+	o.Prefix = strings.Trim(o.Prefix, "/")
+	if o.WaitTime <= 0 {
+		o.WaitTime = DefaultWaitTime
+	}
+	if o.MinBackoff <= 0 {
+		o.MinBackoff = DefaultMinBackoff
+	}
+	if o.MaxBackoff <= 0 {
+		o.MaxBackoff = DefaultMaxBackoff
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	return &FleetActions{
+		opts: o, dir: fleetActionsDir(o.Prefix),
+		desired: map[string]FleetAction{}, applied: map[string]applied{},
+		refused: map[string]uint64{}, missing: map[string]bool{}, written: map[string]uint64{},
+		status: FleetActionsStatus{Prefix: o.Prefix, Actions: []FleetActionDoc{}},
+	}, nil
+}
+
+// Load reads the actions once and applies them: an edge that starts calls
+// it before it serves, so what the fleet drained stays drained across its
+// restart.
+func (f *FleetActions) Load(ctx context.Context) error {
+	_, err := f.read(ctx, 0)
+	if err != nil {
+		f.fail(err)
+	}
+	return err
+}
+
+// Run follows the actions until ctx ends. Errors keep the actions in force
+// and are retried with backoff.
+func (f *FleetActions) Run(ctx context.Context) error {
+	bo := newBackoff(f.opts.MinBackoff, f.opts.MaxBackoff)
+	var index uint64
+	for ctx.Err() == nil {
+		next, err := f.read(ctx, index)
+		if err != nil {
+			if ctx.Err() != nil {
+				break
+			}
+			f.fail(err)
+			index = 0 // the agent may have restarted: ask afresh
+			if !sleep(ctx, bo.next()) {
+				break
+			}
+			continue
+		}
+		index = next
+		bo.reset()
+	}
+	return nil
+}
+
+// read performs one query on the folder (blocking from index when it is
+// not 0) and applies its answer; it returns the index to block on next.
+func (f *FleetActions) read(ctx context.Context, index uint64) (uint64, error) {
+	wait := f.opts.WaitTime
+	qctx, cancel := context.WithTimeout(ctx, wait+wait/16+10*time.Second)
+	defer cancel()
+	q := (&api.QueryOptions{WaitIndex: index, WaitTime: wait}).WithContext(qctx)
+	pairs, meta, err := f.opts.Client.KV().List(f.dir, q)
+	if err != nil {
+		return 0, fmt.Errorf("fleet actions: consul kv %q: %w", f.dir, err)
+	}
+	next, changed := nextIndex(index, meta.LastIndex)
+	f.mu.Lock()
+	f.status.LastRead, f.status.Index = f.opts.Now(), meta.LastIndex
+	f.status.LastError, f.status.LastErrorAt = "", time.Time{}
+	f.mu.Unlock()
+	if changed || index == 0 {
+		if err := f.apply(pairs, meta.LastIndex); err != nil {
+			// Refused whole: the actions in force stay; block from the
+			// new index, the next change may fix it.
+			f.fail(err)
+		}
+	}
+	return next, nil
+}
+
+// fail records an error.
+func (f *FleetActions) fail(err error) {
+	f.mu.Lock()
+	first := f.status.LastError == ""
+	f.status.LastError, f.status.LastErrorAt = err.Error(), f.opts.Now()
+	f.mu.Unlock()
+	if first {
+		f.opts.Logger.Warn("fleet actions: keeping the actions in force", "prefix", f.opts.Prefix, "err", err)
+	}
+}
+
+// apply takes one answer, of index: the valid entries become the desired
+// set (refused ones keep their last valid value, and keys this edge wrote
+// after the answer was read keep what it wrote), and every change is
+// applied.
+func (f *FleetActions) apply(pairs api.KVPairs, index uint64) error {
+	if len(pairs) > MaxFleetActions {
+		return fmt.Errorf("fleet actions: %d entries under %q, more than %d: answer refused", len(pairs), f.dir, MaxFleetActions)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	next := make(map[string]FleetAction, len(pairs))
+	refused := map[string]uint64{}
+	var errs []string
+	for _, p := range pairs {
+		a, err := f.decode(p, refused)
+		if err != nil {
+			errs = append(errs, err.Error())
+			if old, ok := f.desired[p.Key]; ok {
+				next[p.Key] = old
+			}
+			continue
+		}
+		next[p.Key] = a
+	}
+	f.refused = refused
+	for k, w := range f.written {
+		if index >= w {
+			delete(f.written, k)
+			continue
+		}
+		delete(next, k)
+		if a, ok := f.desired[k]; ok {
+			next[k] = a
+		}
+	}
+	f.desired = next
+	f.status.Refused = len(errs)
+	f.status.Errors = errs[:min(len(errs), maxFleetErrors)]
+	f.reconcileLocked()
+	return nil
+}
+
+// decode parses one entry, logging a refusal once per ModifyIndex; the
+// refused entries of this answer are recorded in refused.
+func (f *FleetActions) decode(p *api.KVPair, refused map[string]uint64) (FleetAction, error) {
+	pool, backend, err := ParseFleetActionKey(f.opts.Prefix, p.Key)
+	var a FleetAction
+	if err == nil {
+		a, err = DecodeFleetAction(pool, backend, p.Value)
+	}
+	if err == nil {
+		return a, nil
+	}
+	err = fmt.Errorf("fleet action %s: %w", p.Key, err)
+	refused[p.Key] = p.ModifyIndex
+	if f.refused[p.Key] != p.ModifyIndex {
+		f.opts.Logger.Warn("fleet action refused; nothing changed", "key", p.Key, "modify_index", p.ModifyIndex, "err", err)
+	}
+	return FleetAction{}, err
+}
+
+// Reapply applies the actions again to the pools as they are now: a reload
+// that rebuilt a pool, or a pool that appeared (declared in the registry).
+func (f *FleetActions) Reapply() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.reconcileLocked()
+}
+
+// reconcileLocked makes every pool agree with the desired set: new and
+// changed actions are applied, removed ones cleared. Callers hold mu.
+func (f *FleetActions) reconcileLocked() {
+	for k, ap := range f.applied {
+		if _, ok := f.desired[k]; !ok {
+			f.clearLocked(k, ap)
+		}
+	}
+	for k, a := range f.desired {
+		f.applyLocked(k, a, nil)
+	}
+	f.statusLocked()
+}
+
+// applyLocked applies one action if its pool has the backend (or it is in
+// joining, the IDs about to join the pool). It returns how many live
+// connections a new drain asked to close. Callers hold mu.
+func (f *FleetActions) applyLocked(key string, a FleetAction, joining map[string]bool) int {
+	pool := f.opts.Target.FleetPool(a.Pool)
+	var b *balance.Backend
+	if pool != nil {
+		b = pool.Snapshot().ByID(a.Backend)
+	}
+	if b == nil && !joining[a.Backend] {
+		if !f.missing[key] {
+			f.missing[key] = true
+			f.opts.Logger.Warn("fleet action names no backend of this edge; not applied unless one joins under that id",
+				"pool", a.Pool, "backend", a.Backend, "pool_exists", pool != nil)
+		}
+		return 0
+	}
+	delete(f.missing, key)
+	prev, had := f.applied[key]
+	if had && prev.pool == pool && prev.a.Same(a) {
+		// Applied already: by the blocking query's answer, when it came
+		// before the writer's own call.
+		return prev.closing
+	}
+	if _, err := pool.SetOverride(a.Backend, balance.Override{State: a.State, Weight: a.Weight}); err != nil {
+		f.opts.Logger.Error("fleet action not applied", "pool", a.Pool, "backend", a.Backend, "err", err)
+		return 0
+	}
+	n := 0
+	newDrain := a.State == balance.AdminDrain && (!had || prev.a.State != balance.AdminDrain || !prev.a.DrainAt.Equal(a.DrainAt))
+	if newDrain && b != nil {
+		// RFC 6455 §7.4.1 / IANA: 1012 "service restart", as the local
+		// drain sends, spread over the action's window.
+		n = f.opts.Target.DrainConns(b, a.Window)
+	}
+	f.applied[key] = applied{a: a, pool: pool, closing: n}
+	f.opts.Logger.Info("fleet action applied", "pool", a.Pool, "backend", a.Backend, "state", a.State.String(),
+		"weight", a.Weight, "window", a.Window.String(), "by", a.By, "at", a.At, "closing", n)
+	return n
+}
+
+// clearLocked removes an action this edge applied. Callers hold mu.
+func (f *FleetActions) clearLocked(key string, ap applied) {
+	delete(f.applied, key)
+	delete(f.missing, key)
+	if pool := f.opts.Target.FleetPool(ap.a.Pool); pool != nil {
+		if _, err := pool.SetOverride(ap.a.Backend, balance.Override{}); err != nil {
+			f.opts.Logger.Error("fleet action not cleared", "pool", ap.a.Pool, "backend", ap.a.Backend, "err", err)
+			return
+		}
+	}
+	f.opts.Logger.Info("fleet action cleared", "pool", ap.a.Pool, "backend", ap.a.Backend)
+}
+
+// Joining applies the actions on pool's backends among ids before they
+// join it: the caller calls it right before pool.Update with members of
+// those IDs, so the snapshot that adds a drained backend already has it
+// drained.
+func (f *FleetActions) Joining(pool *balance.Pool, ids []string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var joining map[string]bool
+	for k, a := range f.desired {
+		if a.Pool != pool.Name() || f.opts.Target.FleetPool(a.Pool) != pool {
+			continue
+		}
+		if ap, ok := f.applied[k]; ok && ap.pool == pool && ap.a.Same(a) {
+			continue
+		}
+		if joining == nil {
+			joining = make(map[string]bool, len(ids))
+			for _, id := range ids {
+				joining[id] = true
+			}
+		}
+		f.applyLocked(k, a, joining)
+	}
+	f.statusLocked()
+}
+
+// Act changes the fleet's action on a backend this edge has: change gets
+// the entry as stored (the zero action when there is none) and edits it (a
+// drain it leaves without DrainAt is a new drain, started now);
+// the result is written with a check-and-set on the index read (deleted
+// when it is no action), then applied here at once, as the other edges
+// apply it when their blocking query answers. It returns the action and
+// how many live connections on this edge a new drain asked to close.
+func (f *FleetActions) Act(ctx context.Context, pool, backend string, change func(a *FleetAction)) (FleetAction, int, error) {
+	if p := f.opts.Target.FleetPool(pool); p == nil || p.Snapshot().ByID(backend) == nil {
+		return FleetAction{}, 0, fmt.Errorf("fleet action on pool %q backend %q: %w", pool, backend, ErrNoSuchBackend)
+	}
+	key := FleetActionKey(f.opts.Prefix, pool, backend)
+	kv := f.opts.Client.KV()
+	q := (&api.QueryOptions{}).WithContext(ctx)
+	w := (&api.WriteOptions{}).WithContext(ctx)
+	// A lost check-and-set means another operator acted meanwhile: read
+	// theirs and apply the change on top, at most three times.
+	for range 3 {
+		pair, _, err := kv.Get(key, q)
+		if err != nil {
+			return FleetAction{}, 0, fmt.Errorf("fleet action: consul kv %q: %w", key, err)
+		}
+		a, index := FleetAction{Pool: pool, Backend: backend}, uint64(0)
+		if pair != nil {
+			index = pair.ModifyIndex
+			if cur, err := DecodeFleetAction(pool, backend, pair.Value); err == nil {
+				a = cur // a broken entry is replaced whole
+			}
+		}
+		change(&a)
+		now := f.opts.Now().UTC().Round(0)
+		a.Pool, a.Backend, a.By, a.At = pool, backend, f.opts.Edge, now
+		switch {
+		case a.State != balance.AdminDrain:
+			a.Window, a.DrainAt = 0, time.Time{}
+		case a.DrainAt.IsZero():
+			a.DrainAt = now
+		}
+		ok, err := f.store(key, a, index, w)
+		if err != nil {
+			return FleetAction{}, 0, err
+		}
+		if ok {
+			// Read the write back for its index: an answer of the
+			// blocking query older than it must not undo it here.
+			_, meta, err := kv.Get(key, q)
+			if err != nil {
+				return FleetAction{}, 0, fmt.Errorf("fleet action: consul kv %q: read back: %w", key, err)
+			}
+			return a, f.applyWritten(key, a, meta.LastIndex), nil
+		}
+	}
+	return FleetAction{}, 0, fmt.Errorf("fleet action: consul kv %q kept changing while it was written", key)
+}
+
+// store writes a (or deletes the entry for no action) with a check-and-set
+// on index; false means another write came first.
+func (f *FleetActions) store(key string, a FleetAction, index uint64, w *api.WriteOptions) (bool, error) {
+	kv := f.opts.Client.KV()
+	if a.None() {
+		if index == 0 {
+			return true, nil
+		}
+		ok, _, err := kv.DeleteCAS(&api.KVPair{Key: key, ModifyIndex: index}, w)
+		if err != nil {
+			return false, fmt.Errorf("fleet action: consul kv %q: delete: %w", key, err)
+		}
+		return ok, nil
+	}
+	v, err := EncodeFleetAction(a)
+	if err != nil {
+		return false, fmt.Errorf("fleet action %q: %w", key, err)
+	}
+	ok, _, err := kv.CAS(&api.KVPair{Key: key, Value: v, ModifyIndex: index}, w)
+	if err != nil {
+		return false, fmt.Errorf("fleet action: consul kv %q: write: %w", key, err)
+	}
+	return ok, nil
+}
+
+// applyWritten applies an action this edge just stored, so the answer to
+// the operator reflects it; the blocking query's answer then finds it
+// applied and does nothing twice.
+func (f *FleetActions) applyWritten(key string, a FleetAction, index uint64) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	defer f.statusLocked()
+	f.written[key] = index
+	if a.None() {
+		delete(f.desired, key)
+		if ap, ok := f.applied[key]; ok {
+			f.clearLocked(key, ap)
+		}
+		return 0
+	}
+	f.desired[key] = a
+	return f.applyLocked(key, a, nil)
+}
+
+// statusLocked rebuilds the list of actions in status. Callers hold mu.
+func (f *FleetActions) statusLocked() {
+	docs := make([]FleetActionDoc, 0, len(f.desired))
+	for k, a := range f.desired {
+		_, ok := f.applied[k]
+		d := FleetActionDoc{Pool: a.Pool, Backend: a.Backend, State: a.State.String(), Weight: a.Weight,
+			Window: a.Window.Seconds(), At: a.At, By: a.By, Applied: ok}
+		docs = append(docs, d)
+	}
+	slices.SortFunc(docs, func(x, y FleetActionDoc) int {
+		if c := strings.Compare(x.Pool, y.Pool); c != 0 {
+			return c
+		}
+		return strings.Compare(x.Backend, y.Backend)
+	})
+	f.status.Actions = docs
+}
+
+// Status returns the current status. Safe for concurrent use.
+func (f *FleetActions) Status() FleetActionsStatus {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	s := f.status
+	s.Actions = slices.Clone(s.Actions)
+	s.Errors = slices.Clone(s.Errors)
+	return s
+}
