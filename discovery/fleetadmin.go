@@ -77,7 +77,7 @@ type FleetActions struct {
 	// read back: an answer older than that (read before the write, applied
 	// after it) does not undo what Act applied. Guarded by mu.
 	written map[string]uint64
-	status  FleetActionsStatus     // guarded by mu
+	status  FleetActionsStatus // guarded by mu
 }
 
 // applied is an action as this edge applied it, to which pool, and how

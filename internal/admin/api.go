@@ -30,6 +30,9 @@ type Settings struct {
 	// DrainWindow spreads a drain's close frames unless the request
 	// names its own window.
 	DrainWindow time.Duration
+	// Scope is where drain, disable, enable and weight act when a request
+	// does not say (?scope=); "" is ScopeLocal.
+	Scope Scope
 }
 
 // Conns is what the API needs of the proxy.
@@ -84,12 +87,13 @@ type Handler func(r *http.Request) (any, error)
 type api struct {
 	pools    func() []*balance.Pool
 	conns    Conns
+	fleet    Fleet // nil: no fleet scope
 	settings atomic.Pointer[Settings]
 	extra    []Endpoint
 }
 
-func newAPI(pools func() []*balance.Pool, conns Conns, extra []Endpoint) *api {
-	return &api{pools: pools, conns: conns, extra: extra}
+func newAPI(pools func() []*balance.Pool, conns Conns, fleet Fleet, extra []Endpoint) *api {
+	return &api{pools: pools, conns: conns, fleet: fleet, extra: extra}
 }
 
 // register adds the API's routes to mux.
@@ -398,21 +402,33 @@ func (a *api) drain(r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
+	scope, err := a.scopeOf(r)
+	if err != nil {
+		return nil, err
+	}
 	p, b, err := a.backend(r)
 	if err != nil {
 		return nil, err
 	}
-	if _, err := p.SetAdminState(b.ID(), balance.AdminDrain); err != nil {
-		return nil, Errorf(http.StatusConflict, "%v", err)
+	var n int
+	if scope == ScopeFleet {
+		st := balance.AdminDrain
+		if n, err = a.actFleet(r, p, b, Change{State: &st, Window: window}); err != nil {
+			return nil, err
+		}
+	} else {
+		if _, err := p.SetAdminState(b.ID(), balance.AdminDrain); err != nil {
+			return nil, Errorf(http.StatusConflict, "%v", err)
+		}
+		// RFC 6455 §7.4.1 / IANA: 1012 "service restart" tells clients to
+		// reconnect, which lands them on another backend.
+		n = a.conns.DrainConns(b, window)
 	}
-	// RFC 6455 §7.4.1 / IANA: 1012 "service restart" tells clients to
-	// reconnect, which lands them on another backend.
-	n := a.conns.DrainConns(b, window)
 	return struct {
-		backendDoc
+		scoped
 		Closing int     `json:"closing"`
 		Window  float64 `json:"window_seconds"`
-	}{docOf(b), n, window.Seconds()}, nil
+	}{scoped{docOf(b), scope}, n, window.Seconds()}, nil
 }
 
 func (a *api) setState(s balance.AdminState) Handler {
@@ -420,14 +436,22 @@ func (a *api) setState(s balance.AdminState) Handler {
 		if err := DecodeBody(r, &struct{}{}); err != nil {
 			return nil, err
 		}
+		scope, err := a.scopeOf(r)
+		if err != nil {
+			return nil, err
+		}
 		p, b, err := a.backend(r)
 		if err != nil {
 			return nil, err
 		}
-		if _, err := p.SetAdminState(b.ID(), s); err != nil {
+		if scope == ScopeFleet {
+			if _, err := a.actFleet(r, p, b, Change{State: &s}); err != nil {
+				return nil, err
+			}
+		} else if _, err := p.SetAdminState(b.ID(), s); err != nil {
 			return nil, Errorf(http.StatusConflict, "%v", err)
 		}
-		return docOf(b), nil
+		return scoped{docOf(b), scope}, nil
 	}
 }
 
@@ -441,18 +465,26 @@ func (a *api) weight(r *http.Request) (any, error) {
 	if err := DecodeBody(r, &body); err != nil {
 		return nil, err
 	}
-	if body.Weight == nil {
+	if body.Weight == nil || *body.Weight < 0 || *body.Weight > balance.MaxWeight {
 		return nil, Errorf(http.StatusBadRequest, `body: want {"weight": N}, N from 1 to %d, or 0 for the declared weight`, balance.MaxWeight)
+	}
+	scope, err := a.scopeOf(r)
+	if err != nil {
+		return nil, err
 	}
 	p, b, err := a.backend(r)
 	if err != nil {
 		return nil, err
 	}
-	if _, err := p.SetAdminWeight(b.ID(), *body.Weight); err != nil {
+	if scope == ScopeFleet {
+		if _, err := a.actFleet(r, p, b, Change{Weight: body.Weight}); err != nil {
+			return nil, err
+		}
+	} else if _, err := p.SetAdminWeight(b.ID(), *body.Weight); err != nil {
 		if errors.Is(err, balance.ErrUnknownBackend) {
 			return nil, Errorf(http.StatusConflict, "%v", err)
 		}
 		return nil, Errorf(http.StatusBadRequest, "%v", err)
 	}
-	return docOf(b), nil
+	return scoped{docOf(b), scope}, nil
 }

@@ -26,7 +26,7 @@ func testAPI(t testing.TB, s Settings) (*api, *balance.Pool) {
 	if err := p.Update([]balance.Member{{ID: "b1", Addr: "127.0.0.1:1"}}); err != nil {
 		t.Fatal(err)
 	}
-	a := newAPI(func() []*balance.Pool { return []*balance.Pool{p} }, noConns{}, nil)
+	a := newAPI(func() []*balance.Pool { return []*balance.Pool{p} }, noConns{}, nil, nil)
 	a.settings.Store(&s)
 	return a, p
 }

@@ -35,6 +35,8 @@ type Options struct {
 	Pools func() []*balance.Pool
 	// Conns is the proxy side of drain and the connection list.
 	Conns Conns
+	// Fleet stores actions of fleet scope; nil refuses ?scope=fleet.
+	Fleet Fleet
 	// Endpoints are further API endpoints (the process upgrade, actions
 	// of a wider scope), under the same authorization as the built-in ones.
 	Endpoints []Endpoint
@@ -88,7 +90,7 @@ func New(opts Options) (*Server, error) {
 		s.metricsLn = m
 	}
 	s.loopback = isLoopback(l.Addr())
-	s.api = newAPI(opts.Pools, opts.Conns, opts.Endpoints)
+	s.api = newAPI(opts.Pools, opts.Conns, opts.Fleet, opts.Endpoints)
 	s.api.settings.Store(&opts.Settings)
 	if opts.Status != nil {
 		s.page = newStatusPage(opts.Status)
