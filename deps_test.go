@@ -49,6 +49,10 @@ func TestImportRules(t *testing.T) {
 		{pkg: "internal/admin", ours: []string{"balance", "internal/hostname"}},
 		// The collectors implement the core packages' Observers and read
 		// their status types; nothing of cmd/edge, the file or the admin.
+		// Binding sockets and the descriptor budget: system calls only.
+		{pkg: "internal/sockets", noStdNet: true, external: []string{"golang.org/x/sys/"}},
+		// GC pacing reads the runtime and touches nothing else.
+		{pkg: "internal/gcpace", noStdNet: true, noNet: true, external: []string{}},
 		{pkg: "internal/metrics", prometheus: true, ours: []string{"balance", "discovery", "health", "proxy", "tls",
 			"internal/hostname", "internal/wswire", "proxy/internal/handoff", "proxy/internal/ready", "proxy/internal/wsession", "tls/record"}},
 	}

@@ -12,14 +12,15 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/edgelb/edge/balance"
 	"github.com/edgelb/edge/conf"
 	"github.com/edgelb/edge/discovery"
 	"github.com/edgelb/edge/internal/admin"
+	"github.com/edgelb/edge/internal/gcpace"
 	"github.com/edgelb/edge/internal/metrics"
+	"github.com/edgelb/edge/internal/sockets"
 	"github.com/edgelb/edge/proxy"
 	edgetls "github.com/edgelb/edge/tls"
 	"golang.org/x/sync/errgroup"
@@ -45,7 +46,7 @@ type edge struct {
 	// consul_key, by pool name; fixed at start.
 	cookieKeys map[string]*discovery.CookieKeys
 	notify     *notifier // the service manager (systemd), if any
-	gcTune     bool      // serve runs the GC tuner (gctune.go)
+	gcTune     bool      // serve runs the GC tuner (internal/gcpace)
 	up         *upgrader // nil: no upgrades (tests building an edge in-process)
 	usr2       <-chan os.Signal
 
@@ -95,11 +96,11 @@ func newEdge(cfg *conf.Config, path string, log *slog.Logger, up *upgrader) (*ed
 	if cfg.Log.AccessLog {
 		access = log.With("log", "access")
 	}
-	nofile := descriptorLimit()
-	maxConns, sockets := connBudget(nofile, cfg.Limits.MaxConnections, cfg.MaxConnectionsDerived())
-	e.accept = proxy.NewAcceptLimit(sockets, log)
-	log.Info("descriptor budget", "rlimit_nofile", nofile, "max_connections", maxConns, "max_client_sockets", sockets)
-	if nofile > 0 && maxConns > (nofile-fdReserve)/2 {
+	nofile := sockets.DescriptorLimit()
+	maxConns, socks := sockets.ConnBudget(nofile, cfg.Limits.MaxConnections, cfg.MaxConnectionsDerived())
+	e.accept = proxy.NewAcceptLimit(socks, log)
+	log.Info("descriptor budget", "rlimit_nofile", nofile, "max_connections", maxConns, "max_client_sockets", socks)
+	if nofile > 0 && maxConns > (nofile-sockets.FDReserve)/2 {
 		log.Warn("limits.max_connections needs more descriptors than RLIMIT_NOFILE allows; new sockets are closed at max_client_sockets",
 			"max_connections", maxConns, "rlimit_nofile", nofile)
 	}
@@ -109,7 +110,7 @@ func newEdge(cfg *conf.Config, path string, log *slog.Logger, up *upgrader) (*ed
 		Logger:    log,
 		AccessLog: access,
 		Observer:  e.metrics,
-		Quiet:     returnMemory,
+		Quiet:     gcpace.ReturnMemory,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("routes: %w", err)
@@ -151,38 +152,9 @@ func (e *edge) allPools() []*balance.Pool {
 	return append(out, e.dyn.pools()...)
 }
 
-// listenReusePort binds with SO_REUSEPORT so several edge processes can
-// share a port on one box (and a new process can bind before the old one
-// has finished draining). Further options of the listening socket, and
-// whether Go sets keep-alive on each accepted socket, depend on the system
-// (sockopt_*.go).
-func listenReusePort(addr string) (net.Listener, error) {
-	lc := net.ListenConfig{
-		KeepAlive: acceptedKeepAlive,
-		Control: func(_, _ string, c syscall.RawConn) error {
-			var serr error
-			err := c.Control(func(fd uintptr) {
-				for _, o := range listenerOptions() {
-					if serr = setsockoptInt(fd, o.level, o.opt, o.v); serr != nil {
-						serr = fmt.Errorf("listener %s: setsockopt %s: %w", addr, o.name, serr)
-						return
-					}
-				}
-			})
-			if err != nil {
-				return err
-			}
-			return serr
-		},
-	}
-	return lc.Listen(context.Background(), "tcp", addr)
-}
-
-// sockopt is one integer option of the listening socket.
-type sockopt struct {
-	name          string
-	level, opt, v int
-}
+// listenReusePort binds a public listener (sockets.Listen: SO_REUSEPORT,
+// keep-alive on the listening socket).
+func listenReusePort(addr string) (net.Listener, error) { return sockets.Listen(addr) }
 
 func (e *edge) buildListener(cfg *conf.Config, lc conf.Listener) (*listener, error) {
 	l := &listener{cfg: lc}
@@ -291,7 +263,7 @@ func (e *edge) serve(ctx context.Context, hup <-chan os.Signal) error {
 	defer stopAdmin()
 	if e.gcTune {
 		// Until the drain is over: pacing matters during a drain too.
-		g.Go(func() error { newGCTuner().run(gctx); return nil })
+		g.Go(func() error { gcpace.New().Run(gctx); return nil })
 	}
 	// The readiness runtime before the listeners: the first WebSockets
 	// take it too. It stops once the drain closed the proxy.

@@ -1,4 +1,4 @@
-package main
+package gcpace
 
 import (
 	"runtime/debug"
@@ -19,8 +19,8 @@ func TestGCPercentFor(t *testing.T) {
 		{1 << 30, gcBasePercent},        // a big edge stays lean
 		{(32 << 20) - 1, gcBasePercent}, // rounding never goes under the base
 	} {
-		if got := gcPercentFor(c.live); got != c.want {
-			t.Errorf("gcPercentFor(%d MiB) = %d, want %d", c.live>>20, got, c.want)
+		if got := PercentFor(c.live); got != c.want {
+			t.Errorf("PercentFor(%d MiB) = %d, want %d", c.live>>20, got, c.want)
 		}
 	}
 }
@@ -30,14 +30,14 @@ func TestGCPercentFor(t *testing.T) {
 func TestGCTunerSetsPercent(t *testing.T) {
 	old := debug.SetGCPercent(100)
 	defer debug.SetGCPercent(old)
-	tu := newGCTuner()
+	tu := New()
 	if got := debug.SetGCPercent(gcBasePercent); got != gcBasePercent {
-		t.Fatalf("after newGCTuner percent = %d, want %d", got, gcBasePercent)
+		t.Fatalf("after New percent = %d, want %d", got, gcBasePercent)
 	}
 	tu.step()
 	live := tu.sample[0].Value.Uint64()
 	got := debug.SetGCPercent(gcBasePercent)
-	if want := gcPercentFor(live); got != want || got <= gcBasePercent {
+	if want := PercentFor(live); got != want || got <= gcBasePercent {
 		t.Fatalf("live heap %d B: percent = %d, want %d (> base)", live, got, want)
 	}
 }

@@ -1,6 +1,6 @@
 //go:build unix && !linux && !solaris
 
-package main
+package sockets
 
 import "golang.org/x/sys/unix"
 

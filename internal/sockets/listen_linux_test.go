@@ -1,4 +1,4 @@
-package main
+package sockets
 
 import (
 	"net"
@@ -11,7 +11,7 @@ import (
 // carry it all the same (the kernel copies it), or half-open clients on a
 // silent path would never be probed.
 func TestAcceptedSocketsInheritKeepAlive(t *testing.T) {
-	ln, err := listenReusePort("127.0.0.1:0")
+	ln, err := Listen("127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package main
+package sockets
 
 import "golang.org/x/sys/unix"
 

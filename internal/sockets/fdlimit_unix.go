@@ -1,13 +1,13 @@
 //go:build unix
 
-package main
+package sockets
 
 import "golang.org/x/sys/unix"
 
-// descriptorLimit is RLIMIT_NOFILE (the soft limit, which the Go runtime
+// DescriptorLimit is RLIMIT_NOFILE (the soft limit, which the Go runtime
 // raises to the hard one at start), or 0 when it is unknown or too large
 // to matter.
-func descriptorLimit() int64 {
+func DescriptorLimit() int64 {
 	var r unix.Rlimit
 	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &r); err != nil || r.Cur > 1<<30 {
 		return 0

@@ -1,4 +1,4 @@
-package main
+package sockets
 
 import "testing"
 
@@ -16,9 +16,9 @@ func TestConnBudget(t *testing.T) {
 		{nofile: 100, derived: true, conns: 1, sockets: 1},        // tiny limits still admit one
 		{nofile: 0, maxConns: 7, conns: 7, sockets: 0},            // unknown limit: no cap
 	} {
-		conns, sockets := connBudget(tc.nofile, tc.maxConns, tc.derived)
+		conns, sockets := ConnBudget(tc.nofile, tc.maxConns, tc.derived)
 		if conns != tc.conns || sockets != tc.sockets {
-			t.Errorf("connBudget(%d, %d, %v) = %d, %d; want %d, %d", tc.nofile, tc.maxConns, tc.derived, conns, sockets, tc.conns, tc.sockets)
+			t.Errorf("ConnBudget(%d, %d, %v) = %d, %d; want %d, %d", tc.nofile, tc.maxConns, tc.derived, conns, sockets, tc.conns, tc.sockets)
 		}
 	}
 }

@@ -1,4 +1,4 @@
-package main
+package gcpace
 
 import (
 	"context"
@@ -24,16 +24,16 @@ const (
 	gcTuneEvery   = 500 * time.Millisecond
 )
 
-// returnMemory is the proxy's Quiet: once a burst of new connections is
+// ReturnMemory is the proxy's Quiet (proxy.Options.Quiet): once a burst of new connections is
 // over and nothing moves, one forced collection gives back the garbage
 // every TLS handshake left, which the collector keeps as headroom (RSS
 // after a burst is otherwise about twice the live heap). While traffic
 // flows the runtime's own scavenger gives it back, more slowly, without
 // a pause.
-func returnMemory() { debug.FreeOSMemory() }
+func ReturnMemory() { debug.FreeOSMemory() }
 
-// gcPercentFor returns the GOGC percent for a live heap of live bytes.
-func gcPercentFor(live uint64) int {
+// PercentFor returns the GOGC percent for a live heap of live bytes.
+func PercentFor(live uint64) int {
 	if live == 0 {
 		return gcMaxPercent
 	}
@@ -47,14 +47,16 @@ func gcPercentFor(live uint64) int {
 	return int(p)
 }
 
-// gcTuner follows the live heap and sets the GC percent from it.
-type gcTuner struct {
+// Tuner follows the live heap and sets the GC percent from it.
+type Tuner struct {
 	cur    int
 	sample []rtmetrics.Sample
 }
 
-func newGCTuner() *gcTuner {
-	t := &gcTuner{sample: []rtmetrics.Sample{{Name: "/gc/heap/live:bytes"}}}
+// New sets the base percent and returns the tuner that follows the heap
+// from there; Run it.
+func New() *Tuner {
+	t := &Tuner{sample: []rtmetrics.Sample{{Name: "/gc/heap/live:bytes"}}}
 	t.cur = gcBasePercent
 	debug.SetGCPercent(t.cur)
 	return t
@@ -62,20 +64,20 @@ func newGCTuner() *gcTuner {
 
 // step reads the live heap and changes the percent when it moved by more
 // than a tenth, so a steady heap never touches the pacer.
-func (t *gcTuner) step() {
+func (t *Tuner) step() {
 	rtmetrics.Read(t.sample)
 	if t.sample[0].Value.Kind() != rtmetrics.KindUint64 {
 		return
 	}
-	want := gcPercentFor(t.sample[0].Value.Uint64())
+	want := PercentFor(t.sample[0].Value.Uint64())
 	if d := want - t.cur; d*10 > t.cur || -d*10 > t.cur {
 		t.cur = want
 		debug.SetGCPercent(want)
 	}
 }
 
-// run steps every gcTuneEvery until ctx ends.
-func (t *gcTuner) run(ctx context.Context) {
+// Run steps every gcTuneEvery until ctx ends.
+func (t *Tuner) Run(ctx context.Context) {
 	tk := time.NewTicker(gcTuneEvery)
 	defer tk.Stop()
 	for {

@@ -1,6 +1,6 @@
 //go:build !unix || solaris
 
-package main
+package sockets
 
 import (
 	"errors"
