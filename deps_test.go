@@ -55,6 +55,9 @@ func TestImportRules(t *testing.T) {
 		{pkg: "internal/gcpace", noStdNet: true, noNet: true, external: []string{}},
 		{pkg: "internal/metrics", prometheus: true, ours: []string{"balance", "discovery", "health", "proxy", "tls",
 			"internal/hostname", "internal/wswire", "proxy/internal/handoff", "proxy/internal/ready", "proxy/internal/wsession", "tls/record"}},
+		// The process upgrade: exec, pipes and descriptors; nothing of
+		// HTTP, the proxy, the file or metrics (cmd/edge counts).
+		{pkg: "internal/upgrade", noStdNet: true},
 	}
 	for _, r := range rules {
 		t.Run(r.pkg, func(t *testing.T) {

@@ -3,7 +3,6 @@ module github.com/edgelb/edge
 go 1.26.8
 
 require (
-	github.com/cloudflare/tableflip v1.2.3
 	github.com/gorilla/websocket v1.5.3
 	github.com/hashicorp/consul/api v1.34.5
 	github.com/pires/go-proxyproto v0.15.0

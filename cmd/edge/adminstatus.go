@@ -48,7 +48,7 @@ func (e *edge) newAdmin(cfg *conf.Config) (*admin.Server, error) {
 		Metrics: e.metrics.Handler(),
 		Status:  e.status, Pools: e.allPools, Conns: proxyConns{e.proxy}, Settings: s, Log: e.log,
 		Bind: func(addr string) (net.Listener, error) {
-			return e.up.listen(addr, func(a string) (net.Listener, error) { return net.Listen("tcp", a) })
+			return e.up.Listen(addr, func(a string) (net.Listener, error) { return net.Listen("tcp", a) })
 		},
 	}
 	if e.up != nil {

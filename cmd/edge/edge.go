@@ -21,6 +21,7 @@ import (
 	"github.com/edgelb/edge/internal/gcpace"
 	"github.com/edgelb/edge/internal/metrics"
 	"github.com/edgelb/edge/internal/sockets"
+	"github.com/edgelb/edge/internal/upgrade"
 	"github.com/edgelb/edge/proxy"
 	edgetls "github.com/edgelb/edge/tls"
 	"golang.org/x/sync/errgroup"
@@ -45,9 +46,10 @@ type edge struct {
 	// cookieKeys follow the Consul KV entries of cookie pools with a
 	// consul_key, by pool name; fixed at start.
 	cookieKeys map[string]*discovery.CookieKeys
-	notify     *notifier // the service manager (systemd), if any
-	gcTune     bool      // serve runs the GC tuner (internal/gcpace)
-	up         *upgrader // nil: no upgrades (tests building an edge in-process)
+	notify     *notifier         // the service manager (systemd), if any
+	gcTune     bool              // serve runs the GC tuner (internal/gcpace)
+	up         *upgrade.Upgrader // nil: no upgrades (tests building an edge in-process)
+	upMetrics  *upgradeMetrics   // edge_upgrades_total and the fate of handed-over connections
 	usr2       <-chan os.Signal
 
 	// Drain progress for /status: when it began (unix nanoseconds, 0
@@ -67,12 +69,10 @@ type listener struct {
 
 // newEdge builds every component of cfg; up, when not nil, supplies the
 // listening sockets a previous process handed over and hands them on.
-func newEdge(cfg *conf.Config, path string, log *slog.Logger, up *upgrader) (*edge, error) {
+func newEdge(cfg *conf.Config, path string, log *slog.Logger, up *upgrade.Upgrader) (*edge, error) {
 	e := &edge{path: path, log: log, cfg: cfg, pools: map[string]*poolEntry{}, up: up}
 	e.metrics = metrics.New(metrics.Options{Pools: e.allPools, Build: metrics.BuildInfo(currentBuild())})
-	if up != nil {
-		up.metrics = newUpgradeMetrics(e.metrics.Registerer())
-	}
+	e.upMetrics = newUpgradeMetrics(e.metrics.Registerer())
 	e.dyn = newDynamic(e)
 	if usesConsul(cfg) {
 		client, err := newConsulClient(cfg)
@@ -185,7 +185,7 @@ func (e *edge) buildListener(cfg *conf.Config, lc conf.Listener) (*listener, err
 		l.term = term
 		lo.ClientCertHeader = lc.TLS.ClientCertHeader
 	}
-	ln, err := e.up.listen(lc.Address, listenReusePort)
+	ln, err := e.up.Listen(lc.Address, listenReusePort)
 	if err != nil {
 		return nil, fmt.Errorf("listener %s: %w", lc.Name, err)
 	}
@@ -304,8 +304,8 @@ loop:
 			status := e.reload()
 			e.sdNotify(e.notify.ready(status))
 		case <-e.usr2:
-			g.Go(func() error { _ = e.up.upgrade("", "SIGUSR2"); return nil })
-		case <-e.up.handedOff():
+			g.Go(func() error { _ = e.upgrade("", "SIGUSR2"); return nil })
+		case <-e.up.HandedOff():
 			handedOff = true
 			break loop
 		}
@@ -335,7 +335,7 @@ func (e *edge) drain() {
 	e.mu.Unlock()
 	e.admin.SetReady(false)
 	// No upgrade from here on; one under way is called off.
-	e.up.stop()
+	e.up.Stop()
 	e.drainFrom.Store(int64(e.proxy.Active()))
 	e.drainStart.Store(time.Now().UnixNano())
 	e.admin.SetDraining()
@@ -447,7 +447,7 @@ func (e *edge) status() any {
 		Upgrade    string                       `json:"upgrade,omitempty"`
 	}{Active: e.proxy.Active(), TLS: map[string]any{}, Listeners: e.listenerDocs(), Routes: e.routeDocs(), Drain: e.drainDoc(), PID: os.Getpid()}
 	if e.up != nil {
-		out.Upgrade = e.up.state()
+		out.Upgrade = e.up.State()
 	}
 	bi := currentBuild()
 	out.Version, out.Revision, out.GoVersion = bi.Version, bi.Revision, bi.GoVersion

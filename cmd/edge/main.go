@@ -110,7 +110,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	// waiting for the drain.
 	context.AfterFunc(ctx, stop)
 	notify := newNotifier()
-	up := newUpgrader(cfg.Upgrade.Timeout.Std(), notify.socket(), log)
+	up := newUpgrader(cfg, args, notify.socket(), log)
 	e, err := newEdge(cfg, *path, log, up)
 	if err != nil {
 		log.Error("startup failed", "err", err)
