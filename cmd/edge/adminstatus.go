@@ -19,7 +19,8 @@ import (
 // own user alone.
 func adminSettings(cfg *conf.Config) (admin.Settings, error) {
 	a := cfg.Admin.API
-	s := admin.Settings{Enabled: a.Enabled, Write: a.Write, DrainWindow: cfg.Drain.Window.Std(), AllowedHosts: admin.CanonicalHosts(cfg.Admin.AllowedHosts)}
+	s := admin.Settings{Enabled: a.Enabled, Write: a.Write, DrainWindow: cfg.Drain.Window.Std(), AllowedHosts: admin.CanonicalHosts(cfg.Admin.AllowedHosts),
+		Scope: admin.Scope(a.Scope)}
 	tok, err := a.Token()
 	if err != nil {
 		return admin.Settings{}, err
@@ -53,6 +54,9 @@ func (e *edge) newAdmin(cfg *conf.Config) (*admin.Server, error) {
 	}
 	if e.up != nil {
 		opts.Endpoints = e.upgradeEndpoints()
+	}
+	if cfg.Consul.Fleet.Prefix != "" {
+		opts.Fleet = fleetAdmin{e}
 	}
 	return admin.New(opts)
 }

@@ -211,7 +211,7 @@ func (d *dynamic) newWatcher(ent *poolEntry, stateDir string) (*discovery.Watche
 	spec, target := ent.spec, ent.bal
 	return discovery.NewWatcher(discovery.WatcherOptions{
 		Pool:       spec.name,
-		Target:     target,
+		Target:     d.e.fleetTarget(target),
 		Client:     d.client,
 		Service:    spec.consul.Service,
 		Tag:        spec.consul.Tag,

@@ -52,6 +52,10 @@ type edge struct {
 	upMetrics  *upgradeMetrics   // edge_upgrades_total and the fate of handed-over connections
 	usr2       <-chan os.Signal
 
+	// fleetActions follows the operator's actions of fleet scope under
+	// consul.fleet.prefix; nil without one. Fixed at start.
+	fleetActions *discovery.FleetActions
+
 	// Drain progress for /status: when it began (unix nanoseconds, 0
 	// before) and how many connections were live then.
 	drainStart, drainFrom atomic.Int64
@@ -116,6 +120,10 @@ func newEdge(cfg *conf.Config, path string, log *slog.Logger, up *upgrade.Upgrad
 		return nil, fmt.Errorf("routes: %w", err)
 	}
 	if e.admin, err = e.newAdmin(cfg); err != nil {
+		return nil, err
+	}
+	if err := e.newFleetActions(cfg); err != nil {
+		e.admin.Close()
 		return nil, err
 	}
 	for i := range cfg.Listeners {
@@ -277,6 +285,7 @@ func (e *edge) serve(ctx context.Context, hup <-chan os.Signal) error {
 	}
 	e.startDynamic(gctx, g)
 	e.runCookieKeys(gctx, g)
+	e.runFleetActions(gctx, g)
 	// Ready before the admin listener answers: a process an upgrade
 	// started shares that socket with its parent, and must not answer
 	// /readyz 503 to a health check while the parent serves. Until Run
@@ -385,6 +394,7 @@ func (e *edge) reload() string {
 	e.cfg = cfg
 	e.mu.Unlock()
 	e.reapplyCookieKeys(cfg, pools)
+	e.reapplyFleetActions()
 	for _, d := range gone {
 		e.backendsLeft(d)
 	}
@@ -441,10 +451,12 @@ func (e *edge) status() any {
 		Discovery any            `json:"discovery,omitempty"`
 		// CookieKeys are the pools' signing keys kept in Consul KV.
 		CookieKeys []discovery.CookieKeysStatus `json:"cookie_keys,omitempty"`
-		Listeners  []listenerDoc                `json:"listeners"`
-		Routes     []routeDoc                   `json:"routes"`
-		Drain      drainDoc                     `json:"drain"`
-		Upgrade    string                       `json:"upgrade,omitempty"`
+		// FleetActions are the operator's actions of fleet scope.
+		FleetActions *discovery.FleetActionsStatus `json:"fleet_actions,omitempty"`
+		Listeners    []listenerDoc                 `json:"listeners"`
+		Routes       []routeDoc                    `json:"routes"`
+		Drain        drainDoc                      `json:"drain"`
+		Upgrade      string                        `json:"upgrade,omitempty"`
 	}{Active: e.proxy.Active(), TLS: map[string]any{}, Listeners: e.listenerDocs(), Routes: e.routeDocs(), Drain: e.drainDoc(), PID: os.Getpid()}
 	if e.up != nil {
 		out.Upgrade = e.up.State()
@@ -485,6 +497,7 @@ func (e *edge) status() any {
 	}
 	out.Discovery = e.discoveryStatus()
 	out.CookieKeys = e.cookieKeyStatus()
+	out.FleetActions = e.fleetStatus()
 	return out
 }
 

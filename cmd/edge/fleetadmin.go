@@ -1,0 +1,172 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/edgelb/edge/balance"
+	"github.com/edgelb/edge/conf"
+	"github.com/edgelb/edge/discovery"
+	"github.com/edgelb/edge/internal/admin"
+	"golang.org/x/sync/errgroup"
+)
+
+// fleetActionLoadWait bounds the first read of the fleet's actions at
+// start: long enough for a healthy agent, short enough that an edge whose
+// Consul is down starts anyway (and applies them once Consul answers).
+const fleetActionLoadWait = 5 * time.Second
+
+// fleetEdgeID is this edge's id in the fleet: consul.fleet.id, else the
+// host name and the admin listener's address (no two processes on a host
+// share the admin port), as consul.register.instance.
+func fleetEdgeID(cfg *conf.Config, a *admin.Server) string {
+	if id := cfg.Consul.Fleet.ID; id != "" {
+		return id
+	}
+	host, _ := os.Hostname()
+	return discovery.ServiceIDPart(host + "-" + a.Addr().String())
+}
+
+// newFleetActions follows the fleet's operator actions when the file names
+// a fleet prefix, and applies them once, bounded by fleetActionLoadWait,
+// before edge serves: what the fleet drained stays drained across this
+// edge's restart.
+func (e *edge) newFleetActions(cfg *conf.Config) error {
+	p := cfg.Consul.Fleet.Prefix
+	if p == "" {
+		return nil
+	}
+	tok, err := cfg.Consul.ACLToken()
+	if err != nil {
+		return fmt.Errorf("consul: %w", err)
+	}
+	// A client of its own, so an answer on the prefix is bounded before it
+	// is decoded: whoever writes the prefix cannot make edge read without
+	// bound.
+	client, err := discovery.NewClient(discovery.ClientOptions{
+		Address: cfg.Consul.Address, Token: string(tok), CAFile: cfg.Consul.CAFile,
+		MaxResponseBytes: discovery.MaxFleetActionsResponse,
+	})
+	if err != nil {
+		return fmt.Errorf("consul: %w", err)
+	}
+	fa, err := discovery.NewFleetActions(discovery.FleetActionsOptions{
+		Client: client, Prefix: p, Edge: fleetEdgeID(cfg, e.admin), Target: fleetPools{e}, Logger: e.log,
+	})
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), fleetActionLoadWait)
+	defer cancel()
+	if err := fa.Load(ctx); err != nil {
+		e.log.Warn("fleet actions not read from consul yet: applied once it answers", "prefix", p, "err", err)
+	}
+	e.fleetActions = fa
+	return nil
+}
+
+// runFleetActions follows the fleet's actions on g.
+func (e *edge) runFleetActions(ctx context.Context, g *errgroup.Group) {
+	if e.fleetActions != nil {
+		g.Go(func() error { return e.fleetActions.Run(ctx) })
+	}
+}
+
+// reapplyFleetActions gives pools a reload rebuilt the fleet's actions.
+func (e *edge) reapplyFleetActions() {
+	if e.fleetActions != nil {
+		e.fleetActions.Reapply()
+	}
+}
+
+// fleetStatus is /status's view of the fleet's actions; nil without a
+// fleet prefix.
+func (e *edge) fleetStatus() *discovery.FleetActionsStatus {
+	if e.fleetActions == nil {
+		return nil
+	}
+	s := e.fleetActions.Status()
+	return &s
+}
+
+// fleetPools is edge's side of the fleet's actions: its pools, and the
+// proxy's drain.
+type fleetPools struct{ e *edge }
+
+// FleetPool implements discovery.FleetActionTarget.
+func (f fleetPools) FleetPool(name string) *balance.Pool {
+	for _, p := range f.e.allPools() {
+		if p.Name() == name {
+			return p
+		}
+	}
+	return nil
+}
+
+// DrainConns implements discovery.FleetActionTarget: the local drain's
+// 1012 spread over the window.
+func (f fleetPools) DrainConns(b *balance.Backend, window time.Duration) int {
+	return proxyConns{f.e.proxy}.DrainConns(b, window)
+}
+
+var _ discovery.FleetActionTarget = fleetPools{}
+
+// fleetTarget is what a discovery watcher of pool feeds: the pool itself,
+// or, with fleet actions, the pool with the actions on joining backends
+// applied before the snapshot that adds them.
+func (e *edge) fleetTarget(pool *balance.Pool) discovery.Target {
+	if e.fleetActions == nil {
+		return pool
+	}
+	return joinTarget{pool: pool, fa: e.fleetActions}
+}
+
+// joinTarget applies the fleet's actions on members about to join.
+type joinTarget struct {
+	pool *balance.Pool
+	fa   *discovery.FleetActions
+}
+
+// Update implements discovery.Target.
+func (j joinTarget) Update(members []balance.Member) error {
+	ids := make([]string, 0, len(members))
+	for _, m := range members {
+		id := m.ID
+		if id == "" {
+			id = m.Addr // balance's rule for a member without an ID
+		}
+		ids = append(ids, id)
+	}
+	j.fa.Joining(j.pool, ids)
+	return j.pool.Update(members)
+}
+
+// fleetAdmin is the admin API's store of fleet scope.
+type fleetAdmin struct{ e *edge }
+
+// Act implements admin.Fleet.
+func (f fleetAdmin) Act(ctx context.Context, pool, backend string, c admin.Change) (int, error) {
+	fa := f.e.fleetActions
+	if fa == nil {
+		return 0, errors.New("no fleet prefix")
+	}
+	_, n, err := fa.Act(ctx, pool, backend, func(a *discovery.FleetAction) {
+		if c.State != nil {
+			a.State = *c.State
+			if *c.State == balance.AdminDrain {
+				// Every drain request is a new drain: its clients get
+				// 1012 again, as the local drain does.
+				a.Window, a.DrainAt = c.Window, time.Time{}
+			}
+		}
+		if c.Weight != nil {
+			a.Weight = *c.Weight
+		}
+	})
+	return n, err
+}
+
+var _ admin.Fleet = fleetAdmin{}
