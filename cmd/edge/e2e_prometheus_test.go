@@ -294,7 +294,9 @@ func dashboardExprs(t *testing.T) (rows []string, exprs []panelExpr) {
 // edge processes registering themselves, and a real Prometheus with the
 // shipped scrape config (only the Consul address substituted, and a 1s
 // scrape interval). Prometheus must find both edges' metrics listeners
-// through Consul and scrape them up; then, after traffic that exercises
+// through Consul and scrape them up; before any traffic, every query of
+// the shipped dashboard must already return data (failure counters exist
+// at zero from the first scrape); then, after traffic that exercises
 // every panel (connections, closes, full and resumed handshakes, a refused
 // request, failing health checks, a discovery update and a failing
 // discovery query, a drain), every query of the shipped dashboard must
@@ -344,6 +346,28 @@ func TestPrometheusFindsFleetAndEveryPanelHasData(t *testing.T) {
 		slices.Sort(got)
 		return slices.Equal(got, want), fmt.Sprintf("up instances %v, want the metrics listeners %v", got, want)
 	})
+
+	// Before any traffic, as soon as Prometheus holds two scrapes of each
+	// edge (what rate() needs), every query of the dashboard has data:
+	// series that count failures exist at zero, not from the first failure.
+	testkit.Await(t, 30*time.Second, "two scrapes of each edge", func() (bool, string) {
+		ss, err := p.query(t, `count_over_time(up{job="edge"}[1m]) >= 2`)
+		return err == nil && len(ss) == 2, fmt.Sprintf("%v %v", ss, err)
+	})
+	_, exprs := dashboardExprs(t)
+	var none []string
+	for _, pe := range exprs {
+		ss, err := p.query(t, pe.expr)
+		if err != nil {
+			t.Fatalf("panel %q %s: %v", pe.panel, pe.refID, err)
+		}
+		if len(ss) == 0 {
+			none = append(none, pe.panel+" "+pe.refID+": "+pe.expr)
+		}
+	}
+	if len(none) > 0 {
+		t.Errorf("%d of %d dashboard queries have no data before the first event:\n%s", len(none), len(exprs), strings.Join(none, "\n"))
+	}
 
 	for _, e := range fleet {
 		fleetTraffic(t, e, pki)

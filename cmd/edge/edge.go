@@ -533,6 +533,7 @@ func (e *edge) initMetrics() {
 	var pools, tlsListeners []string
 	for _, p := range e.allPools() {
 		pools = append(pools, p.Name())
+		e.metrics.InitBackends(p)
 	}
 	for _, l := range e.listeners {
 		if l.term != nil {

@@ -72,6 +72,10 @@ type Registry struct {
 	discErrors *prometheus.CounterVec
 	probes     *prometheus.CounterVec
 
+	// pools are the running pools, whose backends' counters are created
+	// at zero (InitBackends).
+	pools func() []*balance.Pool
+
 	*wsMetrics // ws.go
 }
 
@@ -83,7 +87,7 @@ func New(opts Options) *Registry {
 	if pools == nil {
 		pools = func() []*balance.Pool { return nil }
 	}
-	m := &Registry{reg: newRegistry(opts.Build)}
+	m := &Registry{reg: newRegistry(opts.Build), pools: pools}
 	f := func(c prometheus.Collector) { m.reg.MustRegister(c) }
 	m.opened = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "edge_connections_opened_total", Help: "WebSocket connections spliced to a backend."}, []string{"pool", "backend"})
 	m.closed = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "edge_connections_closed_total", Help: "WebSocket connections ended, by reason."}, []string{"pool", "reason"})
@@ -145,8 +149,28 @@ func (m *Registry) HTTPRequest(route, backend string, status int, dur time.Durat
 
 var _ proxy.Observer = (*Registry)(nil)
 
-// Updated implements discovery.Observer.
-func (m *Registry) Updated(pool string, _ int) { m.discovery.WithLabelValues(pool).Inc() }
+// Updated implements discovery.Observer: the pool's new members get their
+// counters at zero.
+func (m *Registry) Updated(pool string, _ int) {
+	m.discovery.WithLabelValues(pool).Inc()
+	for _, p := range m.pools() {
+		if p.Name() == pool {
+			m.InitBackends(p)
+		}
+	}
+}
+
+// InitBackends creates the per-backend counters of p's members at zero, so
+// a dashboard query or an alert on dial failures or failing probes has a
+// series (of zeros) from the first scrape, not from the first failure.
+func (m *Registry) InitBackends(p *balance.Pool) {
+	for _, b := range p.Snapshot().Backends {
+		m.opened.WithLabelValues(p.Name(), b.ID()).Add(0)
+		m.dialFail.WithLabelValues(p.Name(), b.ID()).Add(0)
+		m.probes.WithLabelValues(p.Name(), b.ID(), "pass").Add(0)
+		m.probes.WithLabelValues(p.Name(), b.ID(), "fail").Add(0)
+	}
+}
 
 // Error implements discovery.Observer.
 func (m *Registry) Error(pool string, _ error) { m.discErrors.WithLabelValues(pool).Inc() }
@@ -165,6 +189,8 @@ func (m *Registry) ForgetPool(pool string) {
 	m.discovery.DeleteLabelValues(pool)
 	m.discErrors.DeleteLabelValues(pool)
 	m.probes.DeletePartialMatch(prometheus.Labels{"pool": pool})
+	m.opened.DeletePartialMatch(prometheus.Labels{"pool": pool})
+	m.dialFail.DeletePartialMatch(prometheus.Labels{"pool": pool})
 	m.forgetPoolSeries(pool)
 }
 

@@ -194,3 +194,51 @@ func TestStateGauges(t *testing.T) {
 		t.Errorf("edge_ready %v after readiness went, want 0", got)
 	}
 }
+
+// TestFailureSeriesExistBeforeAFailure: every member's dial-failure,
+// probe and opened counters exist at zero before any event, for the
+// members a pool has at start and for those a discovery update adds; a
+// certificate that names a responder reports 0 for its staple until it
+// has one, and one without a responder reports nothing.
+func TestFailureSeriesExistBeforeAFailure(t *testing.T) {
+	p, err := balance.NewPool(balance.PoolOptions{Name: "app"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Update([]balance.Member{{ID: "b1", Addr: "127.0.0.1:1"}}); err != nil {
+		t.Fatal(err)
+	}
+	m := New(Options{Pools: func() []*balance.Pool { return []*balance.Pool{p} }})
+	m.InitBackends(p)
+	if err := p.Update([]balance.Member{{ID: "b1", Addr: "127.0.0.1:1"}, {ID: "b2", Addr: "127.0.0.1:2"}}); err != nil {
+		t.Fatal(err)
+	}
+	m.Updated("app", 2)
+	for name, want := range map[string][]string{
+		"edge_dial_failures_total":      {"backend=b1,pool=app", "backend=b2,pool=app"},
+		"edge_connections_opened_total": {"backend=b1,pool=app", "backend=b2,pool=app"},
+		"edge_health_probes_total":      {"backend=b1,pool=app,result=fail", "backend=b2,pool=app,result=fail", "backend=b2,pool=app,result=pass"},
+	} {
+		got := series(t, m, name)
+		for _, k := range want {
+			if v, ok := got[k]; !ok || v != 0 {
+				t.Errorf("%s{%s}: %v, %v; want a series at 0 before any event", name, k, v, ok)
+			}
+		}
+	}
+	for _, c := range []struct {
+		o    edgetls.OCSPStatus
+		want float64
+		ok   bool
+	}{
+		{edgetls.OCSPStatus{State: "pending"}, 0, true},
+		{edgetls.OCSPStatus{State: "error"}, 0, true},
+		{edgetls.OCSPStatus{State: "good", Stapled: true, NextUpdate: time.Unix(1000, 0)}, 1000, true},
+		{edgetls.OCSPStatus{State: "none"}, 0, false},
+		{edgetls.OCSPStatus{State: "disabled"}, 0, false},
+	} {
+		if got, ok := stapleNext(c.o); got != c.want || ok != c.ok {
+			t.Errorf("stapleNext(%+v) = %v, %v; want %v, %v", c.o, got, ok, c.want, c.ok)
+		}
+	}
+}

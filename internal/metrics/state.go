@@ -63,7 +63,7 @@ func newStateCollector(src State) *stateCollector {
 		ready:       prometheus.NewDesc("edge_ready", "1 while /readyz answers 200.", nil, nil),
 		draining:    prometheus.NewDesc("edge_draining", "1 from the start of the drain until the process exits.", nil, nil),
 		discoveryOK: prometheus.NewDesc("edge_discovery_last_success_timestamp_seconds", "When Consul last answered for the pool (for a restored set, when it was saved); 0 before the first answer.", []string{"pool"}, nil),
-		stapleNext:  prometheus.NewDesc("edge_tls_ocsp_staple_next_update_timestamp_seconds", "nextUpdate of the OCSP staple being served; absent without a staple.", ln, nil),
+		stapleNext:  prometheus.NewDesc("edge_tls_ocsp_staple_next_update_timestamp_seconds", "nextUpdate of the OCSP staple being served; 0 while a certificate that names a responder has none (absent without a responder).", ln, nil),
 		keyAge:      prometheus.NewDesc("edge_tls_ticket_key_age_seconds", "Time since the session-ticket keys last changed.", []string{"listener"}, nil),
 		keyInt:      prometheus.NewDesc("edge_tls_ticket_key_rotation_interval_seconds", "How often the keys are meant to rotate (absent for keys from a file, which edge does not rotate).", []string{"listener"}, nil),
 		certServed: prometheus.NewDesc("edge_tls_certificate_served",
@@ -145,10 +145,25 @@ func (c *stateCollector) collectCerts(ch chan<- prometheus.Metric, l ListenerTLS
 	for _, cs := range l.Status.Certificates {
 		ch <- prometheus.MustNewConstMetric(c.certServed, prometheus.GaugeValue, b2f(cs.Served), l.Name, cs.CertFile)
 		ch <- prometheus.MustNewConstMetric(c.certNotAfter, prometheus.GaugeValue, float64(cs.NotAfter.Unix()), l.Name, cs.CertFile)
-		if o := cs.OCSP; o.Stapled && !o.NextUpdate.IsZero() {
-			ch <- prometheus.MustNewConstMetric(c.stapleNext, prometheus.GaugeValue, unixSeconds(o.NextUpdate), l.Name, cs.CertFile)
+		if next, ok := stapleNext(cs.OCSP); ok {
+			ch <- prometheus.MustNewConstMetric(c.stapleNext, prometheus.GaugeValue, next, l.Name, cs.CertFile)
 		}
 	}
+}
+
+// stapleNext is the staple gauge of a certificate: its staple's
+// nextUpdate, 0 for a certificate that names a responder but has no staple
+// (pending, failed, no issuer), so the series exists from the first scrape
+// and EdgeOCSPStapleStale fires when it stays without one; none without a
+// responder, with stapling off, or for a pair that is not served.
+func stapleNext(o edgetls.OCSPStatus) (float64, bool) {
+	switch {
+	case o.Stapled && !o.NextUpdate.IsZero():
+		return unixSeconds(o.NextUpdate), true
+	case o.State == "none" || o.State == "disabled" || o.State == "unusable":
+		return 0, false
+	}
+	return 0, true
 }
 
 // unixSeconds is t as a Prometheus timestamp gauge; 0 for the zero time.
