@@ -53,6 +53,8 @@ func TestImportRules(t *testing.T) {
 		{pkg: "internal/sockets", noStdNet: true, external: []string{"golang.org/x/sys/"}},
 		// GC pacing reads the runtime and touches nothing else.
 		{pkg: "internal/gcpace", noStdNet: true, noNet: true, external: []string{}},
+		// The service manager's datagrams: a socket, the clock, nothing more.
+		{pkg: "internal/sdnotify", noStdNet: true, external: []string{"golang.org/x/sys/"}},
 		{pkg: "internal/metrics", prometheus: true, ours: []string{"balance", "discovery", "health", "proxy", "tls",
 			"internal/hostname", "internal/wswire", "proxy/internal/handoff", "proxy/internal/ready", "proxy/internal/wsession", "tls/record"}},
 		// The process upgrade: exec, pipes and descriptors; nothing of

@@ -20,6 +20,7 @@ import (
 	"github.com/edgelb/edge/internal/admin"
 	"github.com/edgelb/edge/internal/gcpace"
 	"github.com/edgelb/edge/internal/metrics"
+	"github.com/edgelb/edge/internal/sdnotify"
 	"github.com/edgelb/edge/internal/sockets"
 	"github.com/edgelb/edge/internal/upgrade"
 	"github.com/edgelb/edge/proxy"
@@ -46,10 +47,10 @@ type edge struct {
 	// cookieKeys follow the Consul KV entries of cookie pools with a
 	// consul_key, by pool name; fixed at start.
 	cookieKeys map[string]*discovery.CookieKeys
-	notify     *notifier         // the service manager (systemd), if any
-	gcTune     bool              // serve runs the GC tuner (internal/gcpace)
-	up         *upgrade.Upgrader // nil: no upgrades (tests building an edge in-process)
-	upMetrics  *upgradeMetrics   // edge_upgrades_total and the fate of handed-over connections
+	notify     *sdnotify.Notifier // the service manager (systemd), if any
+	gcTune     bool               // serve runs the GC tuner (internal/gcpace)
+	up         *upgrade.Upgrader  // nil: no upgrades (tests building an edge in-process)
+	upMetrics  *upgradeMetrics    // edge_upgrades_total and the fate of handed-over connections
 	usr2       <-chan os.Signal
 
 	// fleetActions follows the operator's actions of fleet scope under
@@ -309,9 +310,9 @@ loop:
 			failed = context.Cause(gctx)
 			break loop
 		case <-hup:
-			e.sdNotify(e.notify.reloading())
+			e.sdNotify(e.notify.Reloading())
 			status := e.reload()
-			e.sdNotify(e.notify.ready(status))
+			e.sdNotify(e.notify.Ready(status))
 		case <-e.usr2:
 			g.Go(func() error { _ = e.upgrade("", "SIGUSR2"); return nil })
 		case <-e.up.HandedOff():
@@ -348,7 +349,7 @@ func (e *edge) drain() {
 	e.drainFrom.Store(int64(e.proxy.Active()))
 	e.drainStart.Store(time.Now().UnixNano())
 	e.admin.SetDraining()
-	e.sdNotify(e.notify.stopping())
+	e.sdNotify(e.notify.Stopping())
 	e.log.Info("draining", "connections", e.proxy.Active(), "delay", d.Delay.String(), "window", d.Window.String(), "timeout", d.Timeout.String())
 	if d.Delay > 0 {
 		// Keep accepting while whatever is in front of edge notices /readyz.

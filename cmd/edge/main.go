@@ -34,6 +34,7 @@ import (
 	"syscall"
 
 	"github.com/edgelb/edge/conf"
+	"github.com/edgelb/edge/internal/sdnotify"
 )
 
 func main() {
@@ -109,8 +110,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	// After the first signal, a second one stops at once instead of
 	// waiting for the drain.
 	context.AfterFunc(ctx, stop)
-	notify := newNotifier()
-	up := newUpgrader(cfg, args, notify.socket(), log)
+	notify := sdnotify.FromEnv()
+	up := newUpgrader(cfg, args, notify.Socket(), log)
 	e, err := newEdge(cfg, *path, log, up)
 	if err != nil {
 		log.Error("startup failed", "err", err)

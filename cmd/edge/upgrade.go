@@ -249,9 +249,9 @@ func (e *edge) becomeReady(ctx context.Context, g *errgroup.Group) {
 	}
 	e.log.Info("edge started", "version", versionString(), "pid", os.Getpid(), "parent", e.up.HasParent(), "listeners", len(e.listeners), "admin", e.admin.Addr().String(), "metrics", e.admin.MetricsAddress())
 	if e.up.HasParent() {
-		e.sdNotify(e.notify.readyAsMain(os.Getpid(), "serving; upgraded from pid "+strconv.Itoa(os.Getppid())))
+		e.sdNotify(e.notify.ReadyAsMain(os.Getpid(), "serving; upgraded from pid "+strconv.Itoa(os.Getppid())))
 	} else {
-		e.sdNotify(e.notify.ready("serving"))
+		e.sdNotify(e.notify.Ready("serving"))
 	}
 	if err := e.up.Ready(); err != nil {
 		e.log.Error("upgrade", "err", err)
