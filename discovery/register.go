@@ -175,3 +175,59 @@ func ServiceIDPart(s string) string {
 		return '-'
 	}, s)
 }
+
+// SelfOptions describe edge's own two registrations (SelfRegistrations).
+type SelfOptions struct {
+	Service        string // consul.register.service
+	MetricsService string // consul.register.metrics_service
+	// Instance names this edge among the others; "" is Host and the admin
+	// address, which no two processes on a host share.
+	Instance string
+	Host     string // this machine's name, for the default Instance
+	// Public is the bound public listener, Admin the admin listener, and
+	// Metrics the endpoint Prometheus scrapes (the metrics listener, else
+	// the admin one).
+	Public, Admin, Metrics net.Addr
+}
+
+// SelfRegistrations are edge's two registrations: the public listener as
+// Service with a check on the admin /readyz every 2 s (so a draining edge
+// leaves the catalog before it stops, and a dead one is removed after a
+// minute), and the metrics endpoint as MetricsService with a check on its
+// /healthz every 10 s (it stays while the edge drains, so the drain can be
+// watched, and a dead edge shows as down to Prometheus for ten minutes).
+// IDs are the service and the instance, kept to the characters Consul
+// takes in a URL path (ServiceIDPart).
+func SelfRegistrations(o SelfOptions) []RegisterOptions {
+	instance := o.Instance
+	if instance == "" {
+		// The admin port is the one no two processes on a host share:
+		// the public one may be (SO_REUSEPORT), and several edges
+		// registering one ID overwrite each other in the catalog.
+		instance = o.Host + "-" + o.Admin.String()
+	}
+	instance = ServiceIDPart(instance)
+	pubHost, pubPort := Advertised(o.Public)
+	mHost, mPort := Advertised(o.Metrics)
+	return []RegisterOptions{{
+		Service:         o.Service,
+		ID:              o.Service + "-" + instance,
+		Address:         pubHost,
+		Port:            pubPort,
+		Meta:            map[string]string{"instance": instance},
+		CheckURL:        "http://" + CheckAddr(o.Admin) + "/readyz",
+		Interval:        2 * time.Second,
+		DeregisterAfter: time.Minute,
+	}, {
+		Service:  o.MetricsService,
+		ID:       o.MetricsService + "-" + instance,
+		Address:  mHost,
+		Port:     mPort,
+		Meta:     map[string]string{"instance": instance},
+		CheckURL: "http://" + CheckAddr(o.Metrics) + "/healthz",
+		Interval: 10 * time.Second,
+		// Long enough for EdgeDown (up == 0 for 1m) to fire before a
+		// dead edge's target disappears from Prometheus.
+		DeregisterAfter: 10 * time.Minute,
+	}}
+}

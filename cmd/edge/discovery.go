@@ -9,7 +9,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/edgelb/edge/balance"
 	"github.com/edgelb/edge/conf"
@@ -335,47 +334,16 @@ func (e *edge) publishRoutes() {
 	}
 }
 
-// selfRegistrations are edge's two registrations in Consul: the public
-// listener pub as consul.register.service with a check on /readyz (so a
-// draining edge leaves the catalog before it stops), and the metrics
-// endpoint (the metrics listener, else the admin listener) as
-// consul.register.metrics_service with a check on /healthz (it stays while
-// the edge drains, so the drain can be watched, and a dead edge shows as
-// down to Prometheus).
+// selfRegistrations are edge's two registrations in Consul
+// (discovery.SelfRegistrations): the public listener pub, and the metrics
+// endpoint (the metrics listener, else the admin listener).
 func selfRegistrations(cfg *conf.Config, pub net.Addr, a *admin.Server) []discovery.RegisterOptions {
 	r := cfg.Consul.Register
-	instance := r.Instance
-	if instance == "" {
-		// The admin port is the one no two processes on a host share:
-		// the public one may be (SO_REUSEPORT), and several edges
-		// registering one ID overwrite each other in the catalog.
-		host, _ := os.Hostname()
-		instance = host + "-" + a.Addr().String()
-	}
-	instance = discovery.ServiceIDPart(instance)
-	pubHost, pubPort := discovery.Advertised(pub)
-	mHost, mPort := discovery.Advertised(a.MetricsAddr())
-	return []discovery.RegisterOptions{{
-		Service:         r.Service,
-		ID:              r.Service + "-" + instance,
-		Address:         pubHost,
-		Port:            pubPort,
-		Meta:            map[string]string{"instance": instance},
-		CheckURL:        "http://" + discovery.CheckAddr(a.Addr()) + "/readyz",
-		Interval:        2 * time.Second,
-		DeregisterAfter: time.Minute,
-	}, {
-		Service:  r.MetricsService,
-		ID:       r.MetricsService + "-" + instance,
-		Address:  mHost,
-		Port:     mPort,
-		Meta:     map[string]string{"instance": instance},
-		CheckURL: "http://" + discovery.CheckAddr(a.MetricsAddr()) + "/healthz",
-		Interval: 10 * time.Second,
-		// Long enough for EdgeDown (up == 0 for 1m) to fire before a
-		// dead edge's target disappears from Prometheus.
-		DeregisterAfter: 10 * time.Minute,
-	}}
+	host, _ := os.Hostname()
+	return discovery.SelfRegistrations(discovery.SelfOptions{
+		Service: r.Service, MetricsService: r.MetricsService, Instance: r.Instance, Host: host,
+		Public: pub, Admin: a.Addr(), Metrics: a.MetricsAddr(),
+	})
 }
 
 // watcherStatus is every discovered pool's status, the file's and the
