@@ -69,7 +69,11 @@ func (s *Server) Handoff(ctx context.Context, to *net.UnixConn, window time.Dura
 
 	var left []*wsConn
 	pending := s.reg.appendAll(nil)
-	until := time.Now().Add(moveRetryFor)
+	retryFor := moveRetryFor
+	if s.testMoveRetryFor > 0 {
+		retryFor = s.testMoveRetryFor
+	}
+	until := time.Now().Add(retryFor)
 	for round := 0; len(pending) > 0 && (round == 0 || time.Now().Before(until)) && ctx.Err() == nil; round++ {
 		if round > 0 {
 			time.Sleep(moveRetryWait)

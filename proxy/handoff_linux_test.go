@@ -211,6 +211,11 @@ func handoffKeepsEchoing(t *testing.T, n int, tlsOn bool) *pair {
 		}
 		return true
 	})
+	// Every connection is busy most of the time, and on a loaded machine
+	// (the race detector, other tests) a run can outlast the production
+	// bound on retries many times over: the test asks that each one
+	// moves once it is quiet, within the hand-off's 20 s context.
+	pr.a.srv.testMoveRetryFor = 15 * time.Second
 	moved, closed, adopted := pr.handoff(t, time.Second)
 	if moved != n || closed != 0 || adopted != n {
 		t.Fatalf("moved %d closed %d adopted %d, want %d 0 %d", moved, closed, adopted, n, n)
@@ -641,6 +646,7 @@ func nodeAcrossHandoff(t *testing.T, tlsOn bool) {
 		t.Fatalf("wsecho.js: %q %v\n%s", out.Text(), out.Err(), stderr.String())
 	}
 	testkit.WaitFor(t, "every connection in A", func() bool { return pr.a.srv.Active() == n })
+	pr.a.srv.testMoveRetryFor = 15 * time.Second // busy clients, as in handoffKeepsEchoing
 	if moved, closed, adopted := pr.handoff(t, time.Second); moved != n || closed != 0 || adopted != n {
 		t.Fatalf("moved %d closed %d adopted %d, want %d 0 %d", moved, closed, adopted, n, n)
 	}

@@ -58,6 +58,9 @@ type Server struct {
 	// handoffPlan is when Handoff's 1012s go, in order (for tests);
 	// guarded by reg.mu.
 	handoffPlan []time.Duration
+	// testMoveRetryFor, when set by a test, replaces Handoff's bound on
+	// retrying busy connections (moveRetryFor).
+	testMoveRetryFor time.Duration
 }
 
 // New returns a Server for the routes in opts.
