@@ -454,6 +454,13 @@ func (v *validator) cookie(cp string, p *Pool) {
 	if k.PreviousSecretFile != "" && k.PreviousSecretEnv != "" {
 		v.errf(cp+".previous_secret_env", "set only one of previous_secret_file and previous_secret_env")
 	}
+	v.cookieFleet(cp, k)
+	v.cookieSecrets(cp, p)
+}
+
+// cookieFleet checks the fleet's cookie keys (consul_key and what goes
+// with it).
+func (v *validator) cookieFleet(cp string, k Cookie) {
 	if k.ConsulKey != "" {
 		if k.SecretFile != "" || k.SecretEnv != "" || k.PreviousSecretFile != "" || k.PreviousSecretEnv != "" {
 			v.errf(cp+".consul_key", "set the secret settings or consul_key, not both")
@@ -464,6 +471,12 @@ func (v *validator) cookie(cp string, p *Pool) {
 			v.errf(cp+".keep", "%d is outside 1..15", k.Keep)
 		}
 	}
+}
+
+// cookieSecrets reads the cookie secrets of a cookie pool and judges
+// them, and warns when cookie settings are set for another mode.
+func (v *validator) cookieSecrets(cp string, p *Pool) {
+	k := p.Cookie
 	if p.Balance == BalanceCookie {
 		cur, prev, err := k.Secrets()
 		switch {

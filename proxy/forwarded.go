@@ -207,50 +207,17 @@ func backendHeader(r *http.Request, lo *ListenerOptions, id identity) http.Heade
 	if r.TLS != nil || lo.TLS {
 		proto = "https"
 	}
-	host := r.Host
-	port := localPort(r, proto)
-
-	peer := ""
-	if id.peer.IsValid() {
-		peer = id.peer.String()
-	}
-	if id.trusted {
-		if v := r.Header["X-Forwarded-For"]; len(v) > 0 {
-			h.Set("X-Forwarded-For", strings.Join(v, ", ")+", "+peer)
-		} else {
-			h.Set("X-Forwarded-For", peer)
-		}
-		setIfEmpty(h, "X-Forwarded-Proto", proto)
-		setIfEmpty(h, "X-Forwarded-Host", host)
-		setIfEmpty(h, "X-Forwarded-Port", port)
-	} else {
-		// An untrusted client's own forwarding claims are discarded, never
-		// extended (gorouter#179).
-		h.Set("X-Forwarded-For", peer)
-		h.Set("X-Forwarded-Proto", proto)
-		h.Set("X-Forwarded-Host", host)
-		h.Set("X-Forwarded-Port", port)
-	}
+	setXForwarded(h, r, id, proto)
 	if id.client.IsValid() {
 		h.Set("X-Real-Ip", id.client.String())
 	} else {
 		delete(h, "X-Real-Ip")
 	}
-
 	if lo.Forwarded {
-		elem := "for=" + forwardedNode(id.peer) + ";proto=" + proto
-		if host != "" {
-			elem += ";host=" + forwardedValue(host)
-		}
-		if v := r.Header["Forwarded"]; id.trusted && len(v) > 0 {
-			h.Set("Forwarded", strings.Join(v, ", ")+", "+elem)
-		} else {
-			h.Set("Forwarded", elem)
-		}
+		setForwarded(h, r, id, proto)
 	} else if !id.trusted {
 		delete(h, "Forwarded")
 	}
-
 	if lo.ClientCertHeader != "" {
 		// Always drop a client-sent copy: only a verified certificate may
 		// speak through this header.
@@ -262,6 +229,49 @@ func backendHeader(r *http.Request, lo *ListenerOptions, id identity) http.Heade
 		}
 	}
 	return h
+}
+
+// setXForwarded sets the X-Forwarded-* fields of h: a trusted hop's are
+// extended (For) or kept (Proto, Host, Port), an untrusted client's
+// replaced.
+func setXForwarded(h http.Header, r *http.Request, id identity, proto string) {
+	host := r.Host
+	port := localPort(r, proto)
+	peer := ""
+	if id.peer.IsValid() {
+		peer = id.peer.String()
+	}
+	if !id.trusted {
+		// An untrusted client's own forwarding claims are discarded, never
+		// extended (gorouter#179).
+		h.Set("X-Forwarded-For", peer)
+		h.Set("X-Forwarded-Proto", proto)
+		h.Set("X-Forwarded-Host", host)
+		h.Set("X-Forwarded-Port", port)
+		return
+	}
+	if v := r.Header["X-Forwarded-For"]; len(v) > 0 {
+		h.Set("X-Forwarded-For", strings.Join(v, ", ")+", "+peer)
+	} else {
+		h.Set("X-Forwarded-For", peer)
+	}
+	setIfEmpty(h, "X-Forwarded-Proto", proto)
+	setIfEmpty(h, "X-Forwarded-Host", host)
+	setIfEmpty(h, "X-Forwarded-Port", port)
+}
+
+// setForwarded sets RFC 7239's Forwarded field of h: a trusted hop's list
+// extended by this hop's element, anyone else's replaced by it.
+func setForwarded(h http.Header, r *http.Request, id identity, proto string) {
+	elem := "for=" + forwardedNode(id.peer) + ";proto=" + proto
+	if r.Host != "" {
+		elem += ";host=" + forwardedValue(r.Host)
+	}
+	if v := r.Header["Forwarded"]; id.trusted && len(v) > 0 {
+		h.Set("Forwarded", strings.Join(v, ", ")+", "+elem)
+	} else {
+		h.Set("Forwarded", elem)
+	}
 }
 
 func setIfEmpty(h http.Header, k, v string) {

@@ -65,24 +65,7 @@ func compileRoutes(routes []Route) (*routeTable, error) {
 			poolSeen[r.Pool] = true
 			t.pools = append(t.pools, r.Pool)
 		}
-		var rerrs []error
-		switch {
-		case r.PathPrefix != "" && r.PathPrefix[0] != '/':
-			rerrs = append(rerrs, fmt.Errorf("route %d: path prefix %q does not start with /", i, r.PathPrefix))
-		case r.Default && r.Declared:
-			rerrs = append(rerrs, fmt.Errorf("route %d: a declared route cannot be the default route", i))
-		case r.Default && t.def != nil:
-			rerrs = append(rerrs, fmt.Errorf("route %d: more than one default route", i))
-		case r.Default:
-			t.def = r
-			if len(r.Hosts) > 0 {
-				rerrs = t.file.add(i, r)
-			}
-		case r.Declared:
-			rerrs = t.declared.add(i, r)
-		default:
-			rerrs = t.file.add(i, r)
-		}
+		rerrs := t.place(i, r)
 		if r.Declared {
 			for _, err := range rerrs {
 				t.dropped = append(t.dropped, err.Error())
@@ -97,6 +80,29 @@ func compileRoutes(routes []Route) (*routeTable, error) {
 	t.file.finish()
 	t.declared.finish()
 	return t, nil
+}
+
+// place puts route i into its tier (and is the default route when it
+// says so); what is wrong with it is returned, and that part left out.
+func (t *routeTable) place(i int, r *Route) []error {
+	switch {
+	case r.PathPrefix != "" && r.PathPrefix[0] != '/':
+		return []error{fmt.Errorf("route %d: path prefix %q does not start with /", i, r.PathPrefix)}
+	case r.Default && r.Declared:
+		return []error{fmt.Errorf("route %d: a declared route cannot be the default route", i)}
+	case r.Default && t.def != nil:
+		return []error{fmt.Errorf("route %d: more than one default route", i)}
+	case r.Default:
+		t.def = r
+		if len(r.Hosts) > 0 {
+			return t.file.add(i, r)
+		}
+		return nil
+	case r.Declared:
+		return t.declared.add(i, r)
+	default:
+		return t.file.add(i, r)
+	}
 }
 
 func (h *hostTable) init() {

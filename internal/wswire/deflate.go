@@ -409,29 +409,15 @@ func RewriteAnswer(clientVals, vals []string, mode DeflateMode, maxBits int) (st
 	if len(vals) == 0 {
 		return "", false, nil
 	}
-	offer, _ := RewriteOffer(clientVals, mode, maxBits)
-	offered, err := ParseExtensions([]string{offer})
+	offered, od, err := sentOffer(clientVals, mode, maxBits)
 	if err != nil {
-		return "", false, fmt.Errorf("%w: %w", ErrAnswer, err)
+		return "", false, err
 	}
 	es, err := ParseExtensions(vals)
 	if err != nil {
 		return "", false, fmt.Errorf("%w: %w", ErrAnswer, err)
 	}
-	var od, cd deflateParams
-	for _, e := range offered {
-		if e.Name == PerMessageDeflate {
-			od, _ = parseDeflate(e)
-		}
-	}
-	if ces, err := ParseExtensions(clientVals); err == nil {
-		for _, e := range ces {
-			if d, ok := parseDeflate(e); ok && e.Name == PerMessageDeflate {
-				cd = d // the offer RewriteOffer kept is the first well-formed one
-				break
-			}
-		}
-	}
+	cd := clientDeflate(clientVals)
 	negotiated := false
 	for i, e := range es {
 		if !offeredName(offered, e.Name) {
@@ -444,26 +430,67 @@ func RewriteAnswer(clientVals, vals []string, mode DeflateMode, maxBits int) (st
 			return "", false, fmt.Errorf("%w: %s twice", ErrAnswer, PerMessageDeflate)
 		}
 		negotiated = true
-		d, ok := parseDeflate(e)
-		switch {
-		case !ok:
-			return "", false, fmt.Errorf("%w: %s parameters %q", ErrAnswer, PerMessageDeflate, FormatExtensions([]Extension{e}))
-		case d.clientBits != 0 && od.clientBits == 0:
-			// §7.1.2.2: only when the offer had client_max_window_bits.
-			return "", false, fmt.Errorf("%w: client_max_window_bits was not offered", ErrAnswer)
-		case d.clientBits < 0:
-			return "", false, fmt.Errorf("%w: client_max_window_bits without a value", ErrAnswer)
-		case cd.serverBits > 0 && (d.serverBits <= 0 || d.serverBits > cd.serverBits):
-			// §7.1.2.1: the client asked for at most this window; the
-			// client would fail the connection on this answer.
-			return "", false, fmt.Errorf("%w: %d, the client's %d", ErrClientWindow, d.serverBits, cd.serverBits)
+		if es[i], err = deflateAnswer(e, od, cd, maxBits); err != nil {
+			return "", false, err
 		}
-		if maxBits > 0 && od.clientBits != 0 {
-			d.clientBits = capBits(d.clientBits, maxBits)
-		}
-		es[i] = d.extension()
 	}
 	return FormatExtensions(es), negotiated, nil
+}
+
+// sentOffer is the offer RewriteOffer made of the client's clientVals:
+// its extensions and its permessage-deflate parameters.
+func sentOffer(clientVals []string, mode DeflateMode, maxBits int) ([]Extension, deflateParams, error) {
+	offer, _ := RewriteOffer(clientVals, mode, maxBits)
+	offered, err := ParseExtensions([]string{offer})
+	if err != nil {
+		return nil, deflateParams{}, fmt.Errorf("%w: %w", ErrAnswer, err)
+	}
+	var od deflateParams
+	for _, e := range offered {
+		if e.Name == PerMessageDeflate {
+			od, _ = parseDeflate(e)
+		}
+	}
+	return offered, od, nil
+}
+
+// clientDeflate is the client's own permessage-deflate offer: the first
+// well-formed one, which is the one RewriteOffer kept.
+func clientDeflate(clientVals []string) deflateParams {
+	ces, err := ParseExtensions(clientVals)
+	if err != nil {
+		return deflateParams{}
+	}
+	for _, e := range ces {
+		if d, ok := parseDeflate(e); ok && e.Name == PerMessageDeflate {
+			return d
+		}
+	}
+	return deflateParams{}
+}
+
+// deflateAnswer checks the backend's permessage-deflate answer e against
+// edge's offer od and the client's cd, and returns it as the client gets
+// it: client_max_window_bits lowered to maxBits.
+func deflateAnswer(e Extension, od, cd deflateParams, maxBits int) (Extension, error) {
+	d, ok := parseDeflate(e)
+	switch {
+	case !ok:
+		return e, fmt.Errorf("%w: %s parameters %q", ErrAnswer, PerMessageDeflate, FormatExtensions([]Extension{e}))
+	case d.clientBits != 0 && od.clientBits == 0:
+		// §7.1.2.2: only when the offer had client_max_window_bits.
+		return e, fmt.Errorf("%w: client_max_window_bits was not offered", ErrAnswer)
+	case d.clientBits < 0:
+		return e, fmt.Errorf("%w: client_max_window_bits without a value", ErrAnswer)
+	case cd.serverBits > 0 && (d.serverBits <= 0 || d.serverBits > cd.serverBits):
+		// §7.1.2.1: the client asked for at most this window; the
+		// client would fail the connection on this answer.
+		return e, fmt.Errorf("%w: %d, the client's %d", ErrClientWindow, d.serverBits, cd.serverBits)
+	}
+	if maxBits > 0 && od.clientBits != 0 {
+		d.clientBits = capBits(d.clientBits, maxBits)
+	}
+	return d.extension(), nil
 }
 
 func offeredName(offered []Extension, name string) bool {

@@ -179,17 +179,26 @@ func Decode(msg []byte) (*State, error) {
 	if h.Flags&FlagTLS13 != 0 {
 		s.TLS13 = &TLS13{Record: r.blob(), Pending: r.blob()}
 	}
-	switch {
-	case r.err != nil:
-		return nil, fmt.Errorf("%w: %w", ErrMalformed, r.err)
-	case len(r.b) != 0:
-		return nil, fmt.Errorf("%w: %d bytes after the record", ErrMalformed, len(r.b))
-	case s.In < 0 || s.Out < 0 || s.Upgrade < 0:
-		return nil, fmt.Errorf("%w: negative count", ErrMalformed)
-	case s.Pool == "" || s.BackendID == "":
-		return nil, fmt.Errorf("%w: no pool or backend", ErrMalformed)
+	if err := s.check(&r); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrMalformed, err)
 	}
 	return s, nil
+}
+
+// check judges a State Decode read with r: r read it whole and without
+// error, and its counts and names make sense.
+func (s *State) check(r *reader) error {
+	switch {
+	case r.err != nil:
+		return r.err
+	case len(r.b) != 0:
+		return fmt.Errorf("%d bytes after the record", len(r.b))
+	case s.In < 0 || s.Out < 0 || s.Upgrade < 0:
+		return errors.New("negative count")
+	case s.Pool == "" || s.BackendID == "":
+		return errors.New("no pool or backend")
+	}
+	return nil
 }
 
 // reader reads big-endian fields; the first error sticks.

@@ -81,76 +81,99 @@ func (t *tracker) feedCounting(p []byte, stop bool, z *zcount, limit uint64, ps 
 	if t.tooBig {
 		return 0
 	}
+	c := counting{z: z, limit: limit, ps: ps, starts: starts}
 	i := 0
 	for i < len(p) && !t.broken {
+		var n int
+		var done bool
 		if t.remaining > 0 {
-			k := min(uint64(len(p)-i), t.remaining)
-			if t.closing {
-				t.closeBytes(p[i : i+int(k)])
-			}
-			if z != nil {
-				if keep, over := z.payload(p[i:i+int(k)], limit, ps); over {
-					t.tooBig, t.tooBigMsg, t.inflated, t.split = true, true, true, true
-					return i + keep
-				}
-			}
-			i += int(k)
-			t.remaining -= k
-			if t.remaining == 0 && z != nil && z.frameEnd(ps, limit) {
-				// Between two frames: the backend's stream can end with a close.
-				t.tooBig, t.tooBigMsg, t.inflated = true, true, true
-				return i
-			}
-			if t.remaining == 0 && stop {
-				return i
-			}
-			continue
+			n, done = t.feedPayload(p[i:], stop, &c)
+		} else {
+			n, done = t.feedHeader(p[i:], stop, &c)
 		}
-		// Collect header bytes: copy what may belong to the header, parse,
-		// and hand back whatever turned out to be payload.
-		before := t.hn
-		k := copy(t.hdr[t.hn:], p[i:])
-		t.hn += k
-		h, err := wswire.ParseHeader(t.hdr[:t.hn])
-		if err != nil {
-			t.broken = true
-			return len(p)
-		}
-		if h.Size == 0 {
-			i += k
-			continue
-		}
-		if t.over(h) {
-			t.tooBig, t.split = true, before > 0
-			t.hn = 0
-			return i
-		}
-		i += h.Size - before
-		t.hn = 0
-		t.remaining = h.Length
-		if starts != nil && h.Opcode != wswire.OpContinuation {
-			// Control frames count too: no part of a message (RFC 6455
-			// §5.5), but each one is work for the backend (a ping a pong),
-			// and a client sending only pings must not escape the rate.
-			*starts++
-		}
-		if z != nil {
-			z.frame(h.Fin, h.Rsv1, h.Opcode, h.IsControl(), t.hdr[h.Size-4*b2i(h.Masked):h.Size])
-			if h.Length == 0 && z.frameEnd(ps, limit) {
-				// Between two frames: the backend's stream can end with a close.
-				t.tooBig, t.tooBigMsg, t.inflated = true, true, true
-				return i
-			}
-		}
-		if h.Opcode == wswire.OpClose {
-			t.closeSeen = true
-			t.closeStart(h, t.hdr[:h.Size])
-		}
-		if t.remaining == 0 && stop {
+		i += n
+		if done {
 			return i
 		}
 	}
 	return len(p)
+}
+
+// counting is what feedCounting counts with, passed down to its two steps.
+type counting struct {
+	z      *zcount // nil: no inflated count
+	limit  uint64
+	ps     *Inflaters
+	starts *int // nil: no count of message starts
+}
+
+// feedPayload consumes payload bytes of the current frame from p and
+// returns how many, and whether feedCounting stops there: stop asked and
+// the frame ended, or the inflated count went over its limit.
+func (t *tracker) feedPayload(p []byte, stop bool, c *counting) (int, bool) {
+	k := min(uint64(len(p)), t.remaining)
+	if t.closing {
+		t.closeBytes(p[:k])
+	}
+	if c.z != nil {
+		if keep, over := c.z.payload(p[:k], c.limit, c.ps); over {
+			t.tooBig, t.tooBigMsg, t.inflated, t.split = true, true, true, true
+			return keep, true
+		}
+	}
+	t.remaining -= k
+	if t.remaining == 0 && c.z != nil && c.z.frameEnd(c.ps, c.limit) {
+		// Between two frames: the backend's stream can end with a close.
+		t.tooBig, t.tooBigMsg, t.inflated = true, true, true
+		return int(k), true
+	}
+	return int(k), t.remaining == 0 && stop
+}
+
+// feedHeader collects header bytes from p (copying what may belong to the
+// header, parsing, and handing back whatever turned out to be payload)
+// and returns how many bytes were header, and whether feedCounting stops
+// there: a framing error (everything consumed), a frame over a limit
+// (nothing of it consumed), or stop asked and the frame ended.
+func (t *tracker) feedHeader(p []byte, stop bool, c *counting) (int, bool) {
+	before := t.hn
+	k := copy(t.hdr[t.hn:], p)
+	t.hn += k
+	h, err := wswire.ParseHeader(t.hdr[:t.hn])
+	if err != nil {
+		t.broken = true
+		return len(p), true
+	}
+	if h.Size == 0 {
+		return k, false
+	}
+	if t.over(h) {
+		t.tooBig, t.split = true, before > 0
+		t.hn = 0
+		return 0, true
+	}
+	n := h.Size - before
+	t.hn = 0
+	t.remaining = h.Length
+	if c.starts != nil && h.Opcode != wswire.OpContinuation {
+		// Control frames count too: no part of a message (RFC 6455
+		// §5.5), but each one is work for the backend (a ping a pong),
+		// and a client sending only pings must not escape the rate.
+		*c.starts++
+	}
+	if c.z != nil {
+		c.z.frame(h.Fin, h.Rsv1, h.Opcode, h.IsControl(), t.hdr[h.Size-4*b2i(h.Masked):h.Size])
+		if h.Length == 0 && c.z.frameEnd(c.ps, c.limit) {
+			// Between two frames: the backend's stream can end with a close.
+			t.tooBig, t.tooBigMsg, t.inflated = true, true, true
+			return n, true
+		}
+	}
+	if h.Opcode == wswire.OpClose {
+		t.closeSeen = true
+		t.closeStart(h, t.hdr[:h.Size])
+	}
+	return n, t.remaining == 0 && stop
 }
 
 // over reports whether the frame with header h takes the stream over the
