@@ -34,7 +34,12 @@
 // Zero values with a meaning: timeouts.idle 0 never closes a quiet
 // WebSocket; drain.window 0 closes everything at once; passive_ejection
 // failures 0 turns ejection off; limits 0 are unlimited; cookie max_age 0
-// makes a session cookie; a backend weight of 0 means 1.
+// makes a session cookie; a backend weight of 0 means 1. A bound that
+// must hold (timeouts.dial, handshake and write, websocket.linger_bytes)
+// refuses 0. docs/ARCHITECTURE.md ("Where defaults live") states this
+// convention once for the file and every component: cmd/edge maps the
+// file's 0 onto each component's "off" (a negative value where the
+// component's 0 is a default).
 //
 // # Paths and secrets
 //

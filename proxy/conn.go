@@ -24,7 +24,7 @@ type wsConn struct {
 	client  net.Conn
 	backend *net.TCPConn
 	be      *balance.Backend
-	pool    *Pool
+	pool    *pool
 
 	timer *time.Timer // jittered close request; guarded by the registry lock
 
@@ -65,7 +65,7 @@ type driver interface {
 
 func newWSConn(s *Server, x *exchange, client net.Conn, bc *backendConn) *wsConn {
 	c := &wsConn{s: s, x: x, client: client, backend: bc.conn, be: bc.backend, pool: x.pool}
-	c.sess.Init(&x.pool.settings().ws, time.Now().UnixNano())
+	c.sess.Init(&x.pool.ws, time.Now().UnixNano())
 	if bc.deflate {
 		c.sess.DeflateOn()
 		x.deflate = deflatePassed
@@ -274,11 +274,11 @@ func (c *wsConn) forward(p []byte) (n int, a wsession.Action, ok bool) {
 	if v.Wake {
 		c.d.wake()
 		if c.sess.Reason() == ReasonRateLimited {
-			c.s.obs.RateLimited(c.pool.Name, RateClose)
+			c.s.obs.RateLimited(c.pool.name, RateClose)
 		}
 	}
 	if v.Pause != 0 {
-		c.s.obs.RateLimited(c.pool.Name, RateSlow)
+		c.s.obs.RateLimited(c.pool.name, RateSlow)
 	}
 	p = p[:v.N]
 	if len(p) > 0 {
@@ -310,7 +310,7 @@ func (c *wsConn) head(head, backendBuffered []byte) ([]byte, int, bool) {
 // (base/base#2655), and there is no boundary left to send a close at.
 func (c *wsConn) backendTooBig() error {
 	c.s.log.Warn("backend frame over the limit; closing the connection",
-		"pool", c.pool.Name, "backend", c.be.ID(), "max_frame_bytes", c.pool.MaxFrameBytes)
+		"pool", c.pool.name, "backend", c.be.ID(), "max_frame_bytes", c.pool.ws.MaxFrameBytes)
 	return errBackendFrameTooBig
 }
 

@@ -53,11 +53,11 @@ func (s *Server) dialUpgrade(ctx context.Context, x *exchange) (bc *backendConn,
 	var triedArr [4]*balance.Backend
 	req.Tried = triedArr[:0]
 	head := s.upgradeRequest(x)
-	for attempt := 0; attempt <= p.Retries; attempt++ {
+	for attempt := 0; attempt <= p.retries; attempt++ {
 		if attempt > 0 {
 			s.obs.Retried(x.routeName(), LegUpgrade)
 		}
-		res, perr := p.Balancer.Pick(&req)
+		res, perr := p.balancer.Pick(&req)
 		if perr != nil {
 			if attempt == 0 {
 				return nil, errNoBackend(p, perr)
@@ -162,8 +162,7 @@ func (s *Server) upgradeRequest(x *exchange) []byte {
 	h := backendHeader(r, x.lo, x.id)
 	h.Set("X-Request-Id", x.reqID)
 	if vals := h["Sec-Websocket-Extensions"]; len(vals) > 0 {
-		set := x.pool.settings()
-		offer, deflate := wswire.RewriteOffer(vals, set.deflate, set.deflateBits)
+		offer, deflate := wswire.RewriteOffer(vals, x.pool.deflate, x.pool.deflateBits)
 		if offer == "" {
 			delete(h, "Sec-Websocket-Extensions")
 		} else {
@@ -191,9 +190,9 @@ func (s *Server) upgradeRequest(x *exchange) []byte {
 // 103) are skipped. A 101 must carry the right Sec-WebSocket-Accept
 // (RFC 6455 §4.1), otherwise it is a broken handshake. Every error is a
 // *handshakeError saying whose fault it is.
-func (s *Server) handshake(ctx context.Context, p *Pool, b *balance.Backend, head []byte, key string, ext []string) (*backendConn, error) {
+func (s *Server) handshake(ctx context.Context, p *pool, b *balance.Backend, head []byte, key string, ext []string) (*backendConn, error) {
 	d := net.Dialer{
-		Timeout: p.settings().dialTimeout,
+		Timeout: p.dialTimeout,
 		// A backend host that vanishes without a reset leaves an idle
 		// WebSocket open forever unless probed. Go's defaults (15 s, 15 s,
 		// 9), except that the count is the kernel's (also 9 unless tuned):
@@ -212,12 +211,12 @@ func (s *Server) handshake(ctx context.Context, p *Pool, b *balance.Backend, hea
 	// The request context ends when the client goes away: stop waiting then.
 	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
-	conn.SetDeadline(time.Now().Add(p.settings().handshakeTimeout))
+	conn.SetDeadline(time.Now().Add(p.handshakeTimeout))
 	if _, err := conn.Write(head); err != nil {
 		conn.Close()
 		return nil, ioFault(fmt.Errorf("backend %s: write handshake: %w", b.ID(), err))
 	}
-	lim := &headLimit{r: conn, n: int64(p.settings().maxResponseHeaderBytes), hook: s.testReadHook}
+	lim := &headLimit{r: conn, n: int64(p.maxResponseHeaderBytes), hook: s.testReadHook}
 	// Pooled: a fresh 4 KiB reader per connection is garbage the collector
 	// keeps as headroom (see doc.go), and the handshake needs it only here.
 	// Nothing read from br outlives it (a 101 has no body; a relayed body
@@ -229,7 +228,7 @@ func (s *Server) handshake(ctx context.Context, p *Pool, b *balance.Backend, hea
 		conn.Close()
 		err = fmt.Errorf("backend %s: read handshake: %w", b.ID(), err)
 		if lim.hit {
-			return nil, &handshakeError{fault: "head_too_large", err: fmt.Errorf("%w (limit %d bytes)", err, p.settings().maxResponseHeaderBytes)}
+			return nil, &handshakeError{fault: "head_too_large", err: fmt.Errorf("%w (limit %d bytes)", err, p.maxResponseHeaderBytes)}
 		}
 		return nil, readFault(err)
 	}
@@ -266,7 +265,7 @@ func (s *Server) handshake(ctx context.Context, p *Pool, b *balance.Backend, hea
 // streamed to the client by relayResponse, so no answer is refused for its
 // size and memory stays bounded. Whatever breaks after the head is not a
 // handshake failure of the backend: it answered.
-func (s *Server) relayable(bc *backendConn, br *bufio.Reader, p *Pool, b *balance.Backend) (*backendConn, error) {
+func (s *Server) relayable(bc *backendConn, br *bufio.Reader, p *pool, b *balance.Backend) (*backendConn, error) {
 	resp := bc.resp
 	body, err := io.ReadAll(io.LimitReader(resp.Body, maxRelayBody+1))
 	if err != nil {
@@ -280,7 +279,7 @@ func (s *Server) relayable(bc *backendConn, br *bufio.Reader, p *Pool, b *balanc
 		bc.conn, bc.buffered = nil, body
 		return bc, nil
 	}
-	conn, timeout := bc.conn, p.settings().handshakeTimeout
+	conn, timeout := bc.conn, p.handshakeTimeout
 	bc.stream = io.MultiReader(bytes.NewReader(body), &idleReader{conn: conn, r: resp.Body, timeout: timeout})
 	bc.release = func() {
 		conn.Close()
@@ -513,15 +512,14 @@ func readFault(err error) error {
 // answerExtensions checks the backend's Sec-WebSocket-Extensions answer
 // against what was offered it and rewrites it for the client, per the
 // pool's deflate policy (wswire.RewriteAnswer); ext is the client's offer.
-func answerExtensions(bc *backendConn, p *Pool, ext []string) error {
-	set := p.settings()
+func answerExtensions(bc *backendConn, p *pool, ext []string) error {
 	vals := bc.resp.Header["Sec-Websocket-Extensions"]
-	ans, on, err := wswire.RewriteAnswer(ext, vals, set.deflate, set.deflateBits)
+	ans, on, err := wswire.RewriteAnswer(ext, vals, p.deflate, p.deflateBits)
 	if err != nil {
 		return err
 	}
 	bc.deflate = on
-	if set.deflate == wswire.DeflatePass && set.deflateBits == 0 {
+	if p.deflate == wswire.DeflatePass && p.deflateBits == 0 {
 		return nil // the backend's answer as it is
 	}
 	if ans == "" {

@@ -10,8 +10,11 @@
 //
 //	handler.go    Handler -> ServeHTTP: drain gate, validate, client, route,
 //	              admit, then serveWebSocket: dial and upgrade, hijack, splice
-//	options.go    Options, Route, Pool, CookieSettings, ListenerOptions and
-//	              their defaults, filled once (Pool.settings)
+//	options.go    Options, Route, Pool, CookieSettings, ListenerOptions:
+//	              what the caller asks for, and the defaults
+//	pool.go       a Pool compiled by SetRoutes: every field effective, the
+//	              balancer, limiter, admission, counter and transport
+//	              resolved; the data path reads only this
 //	server.go     the Server: New, SetRoutes, Close, the exchange and its log line
 //	request.go    requests refused with 400 before routing (Host, target, CONNECT)
 //	routes.go     Host (exact and "*.suffix") and longest path-prefix matching

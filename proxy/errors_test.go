@@ -18,7 +18,7 @@ func TestUpgradeStatus(t *testing.T) {
 		answer bool
 	}{
 		{fmt.Errorf("b: %w: %w", errClientGone, context.Canceled), 0, false},
-		{errNoBackend(&Pool{Name: "p"}, balance.ErrNoBackend), http.StatusServiceUnavailable, true},
+		{errNoBackend(&pool{name: "p"}, balance.ErrNoBackend), http.StatusServiceUnavailable, true},
 		{fmt.Errorf("%w: x", errLocalResource), http.StatusServiceUnavailable, true},
 		{fmt.Errorf("b: %w", errBackendFull), http.StatusServiceUnavailable, true},
 		{fmt.Errorf("%w: %w", errAnswerBroken, os.ErrDeadlineExceeded), http.StatusBadGateway, true},

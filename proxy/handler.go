@@ -78,7 +78,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		x.reject(w, http.StatusMisdirectedRequest, "no_route")
 		return
 	}
-	x.pool = x.route.Pool
+	x.pool = x.route.pool
 	if ws {
 		if e := checkUpgrade(r); e != nil {
 			x.status, x.reason = e.status, e.reason
@@ -108,24 +108,24 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // given back, is last. On success x.release undoes them exactly once.
 func (x *exchange) admit(w http.ResponseWriter) bool {
 	s, p, ip := x.s, x.pool, x.id.client
-	if ok, after := p.Limiter.Admit(ip); !ok {
+	if ok, after := p.limiter.Admit(ip); !ok {
 		if after > 0 {
 			// A rate limit: the client may come back after the bucket refills.
 			return x.refuse(w, http.StatusTooManyRequests, "rate_limit", strconv.FormatInt(int64(math.Ceil(after.Seconds())), 10))
 		}
 		return x.refuse(w, http.StatusServiceUnavailable, "client_max_conns", retryAfterBusy)
 	}
-	x.admitted = s.poolCounter(p.Name)
+	x.admitted = p.use
 	n, total := x.admitted.Add(1), s.inflight.Add(1)
 	switch {
-	case p.MaxConns > 0 && n > p.MaxConns:
+	case p.maxConns > 0 && n > p.maxConns:
 		x.release()
 		return x.refuse(w, http.StatusServiceUnavailable, "pool_max_conns", retryAfterBusy)
 	case s.maxConns > 0 && total > s.maxConns:
 		x.release()
 		return x.refuse(w, http.StatusServiceUnavailable, "max_conns", retryAfterBusy)
 	}
-	if ok, after := p.Admission.Take(); !ok {
+	if ok, after := p.admission.Take(); !ok {
 		x.release()
 		return x.refuse(w, http.StatusServiceUnavailable, "pool_rate_limit", spreadRetryAfter(after))
 	}
@@ -142,7 +142,7 @@ func (x *exchange) release() {
 	}
 	x.admitted.Add(-1)
 	x.s.inflight.Add(-1)
-	x.pool.Limiter.Done(x.id.client)
+	x.pool.limiter.Done(x.id.client)
 }
 
 // refuse answers a request admit turned away, with its Retry-After.
@@ -183,7 +183,7 @@ func (s *Server) serveWebSocket(w http.ResponseWriter, x *exchange) {
 		// The slots are held until the answer is relayed: a streamed one
 		// keeps its backend connection open, and relays stalled by clients
 		// that do not read must not add up past the pool's limits.
-		n, err := relayResponse(w, bc, x.pool.settings().writeTimeout)
+		n, err := relayResponse(w, bc, x.pool.writeTimeout)
 		bc.backend.Release()
 		x.release()
 		x.out = n

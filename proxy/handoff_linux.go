@@ -241,7 +241,7 @@ func (c *wsConn) handoffState() *handoff.State {
 	x := c.x
 	sess, _ := c.sess.MarshalBinary()
 	st := &handoff.State{
-		Pool: c.pool.Name, BackendID: c.be.ID(), BackendAddr: c.be.Addr(),
+		Pool: c.pool.name, BackendID: c.be.ID(), BackendAddr: c.be.Addr(),
 		Method: x.method, Host: x.host, Path: x.path, RequestID: x.reqID, TLS: x.tls,
 		Client: x.id.client, Peer: x.id.peer,
 		Start: x.start.UnixNano(), Upgrade: int64(x.upgrade),
@@ -386,7 +386,7 @@ func (s *Server) adoptPrepare(m *handoff.Message) (*readyState, CloseReason, err
 // now and this stream's position is unknown, so it is resumed without
 // client limits, to be closed 1012.
 func (c *wsConn) resumeSession(b []byte) (restart bool, err error) {
-	cfg := &c.pool.settings().ws
+	cfg := &c.pool.ws
 	c.sess.Init(cfg, time.Now().UnixNano())
 	err = c.sess.UnmarshalBinary(b)
 	if errors.Is(err, wsession.ErrIncompatible) {
@@ -409,21 +409,20 @@ func (c *wsConn) resumeSession(b []byte) (restart bool, err error) {
 // backend (same ID and address) no longer here gets a stand-in that only
 // counts, and ReasonBackendGone: the connection is closed 1012 like one
 // whose backend left its pool.
-func (s *Server) adoptTarget(st *handoff.State) (*Pool, *balance.Backend, CloseReason) {
-	var pool *Pool
+func (s *Server) adoptTarget(st *handoff.State) (*pool, *balance.Backend, CloseReason) {
+	var pool *pool
 	for _, p := range s.routes.Load().pools {
-		if p.Name == st.Pool && p.Balancer != nil {
+		if p.name == st.Pool {
 			pool = p
 			break
 		}
 	}
 	if pool != nil {
-		if b := pool.Balancer.Snapshot().ByID(st.BackendID); b != nil && b.Addr() == st.BackendAddr {
+		if b := pool.balancer.Snapshot().ByID(st.BackendID); b != nil && b.Addr() == st.BackendAddr {
 			return pool, b, ""
 		}
 	} else {
-		pool = &Pool{Name: st.Pool}
-		pool.prepare()
+		pool = s.standIn(st.Pool)
 	}
 	bp, err := balance.NewPool(balance.PoolOptions{Name: st.Pool})
 	if err != nil || bp.Update([]balance.Member{{ID: st.BackendID, Addr: st.BackendAddr}}) != nil {
@@ -438,10 +437,10 @@ func (s *Server) adoptTarget(st *handoff.State) (*Pool, *balance.Backend, CloseR
 func (s *Server) adoptStart(r *readyState, why CloseReason) {
 	c, x := r.c, r.c.x
 	c.be.Acquire()
-	x.admitted = s.poolCounter(c.pool.Name)
+	x.admitted = c.pool.use
 	x.admitted.Add(1)
 	s.inflight.Add(1)
-	c.pool.Limiter.Hold(x.id.client)
+	c.pool.limiter.Hold(x.id.client)
 	s.obs.ConnOpened(x.routeName(), c.be.ID())
 	if !s.rt.Running() || !s.reg.add(c) {
 		c.closeBoth(ReasonShutdown)

@@ -44,11 +44,12 @@ var (
 	errResponseTooLarge = errors.New("response body over the pool's max_body_bytes")
 )
 
-// hostClients caches one http.Transport (a keep-alive pool per backend
-// address) per pool name. A pool whose dial timeout changed gets a new
-// one; pools no longer routed lose theirs when another is added.
-// Connections to a backend that left its pool close when idle for
-// IdleConnTimeout.
+// hostClients keeps one http.Transport (a keep-alive pool per backend
+// address) per pool name across reloads, and hands it to the compiled pool
+// (attach, from SetRoutes) so a plain request finds it without a lookup. A
+// pool whose dial timeout changed gets a new one; pools no longer routed
+// lose theirs. Connections to a backend that left its pool close when idle
+// for IdleConnTimeout.
 type hostClients struct {
 	mu sync.Mutex
 	m  map[string]*poolTransport
@@ -59,23 +60,33 @@ type poolTransport struct {
 	t    *http.Transport
 }
 
-func (h *hostClients) get(s *Server, p *Pool) *http.Transport {
-	dt := p.settings().dialTimeout
+// attach sets the transport of every pool of a table about to be
+// published, and drops those of pools it no longer routes.
+func (h *hostClients) attach(pools []*pool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if pt := h.m[p.Name]; pt != nil && pt.dial == dt {
-		return pt.t
-	}
 	if h.m == nil {
 		h.m = map[string]*poolTransport{}
 	}
-	if pt := h.m[p.Name]; pt != nil {
-		pt.t.CloseIdleConnections()
+	live := make(map[string]bool, len(pools))
+	for _, p := range pools {
+		live[p.name] = true
+		pt := h.m[p.name]
+		if pt == nil || pt.dial != p.dialTimeout {
+			if pt != nil {
+				pt.t.CloseIdleConnections()
+			}
+			pt = &poolTransport{dial: p.dialTimeout, t: newTransport(p.dialTimeout)}
+			h.m[p.name] = pt
+		}
+		p.transport = pt.t
 	}
-	h.pruneLocked(s)
-	t := newTransport(dt)
-	h.m[p.Name] = &poolTransport{dial: dt, t: t}
-	return t
+	for k, pt := range h.m {
+		if !live[k] {
+			pt.t.CloseIdleConnections()
+			delete(h.m, k)
+		}
+	}
 }
 
 func newTransport(dt time.Duration) *http.Transport {
@@ -99,20 +110,7 @@ func newTransport(dt time.Duration) *http.Transport {
 	}
 }
 
-// pruneLocked drops transports of pools no longer routed.
-func (h *hostClients) pruneLocked(s *Server) {
-	live := map[string]bool{}
-	for _, p := range s.routes.Load().pools {
-		live[p.Name] = true
-	}
-	for k, pt := range h.m {
-		if !live[k] {
-			pt.t.CloseIdleConnections()
-			delete(h.m, k)
-		}
-	}
-}
-
+// closeAll drops every transport, closing their idle connections (Close).
 func (h *hostClients) closeAll() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -324,7 +322,7 @@ func plainHeader(x *exchange) http.Header {
 // socket.io and SockJS use these) through the same pick and stickiness.
 func (s *Server) servePlain(w http.ResponseWriter, x *exchange) {
 	r, p := x.r, x.pool
-	limit := p.settings().maxBodyBytes
+	limit := p.maxBodyBytes
 	if r.ContentLength > limit {
 		w.Header().Set("Connection", "close")
 		x.rejectBackend(w, http.StatusRequestEntityTooLarge, "body_too_large")
@@ -336,7 +334,7 @@ func (s *Server) servePlain(w http.ResponseWriter, x *exchange) {
 		cb = newClientBody(r, rc, x.lo.ReadBodyTimeout, limit)
 		defer cb.detach()
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), p.settings().requestTimeout)
+	ctx, cancel := context.WithTimeout(r.Context(), p.requestTimeout)
 	defer cancel()
 	hdr := plainHeader(x)
 
@@ -344,11 +342,11 @@ func (s *Server) servePlain(w http.ResponseWriter, x *exchange) {
 	var triedArr [4]*balance.Backend
 	preq.Tried = triedArr[:0]
 	var lastErr error
-	for i := 0; i <= p.Retries; i++ {
+	for i := 0; i <= p.retries; i++ {
 		if i > 0 {
 			s.obs.Retried(x.routeName(), LegPlain)
 		}
-		res, perr := p.Balancer.Pick(&preq)
+		res, perr := p.balancer.Pick(&preq)
 		if perr != nil {
 			if i == 0 {
 				x.rejectBackend(w, http.StatusServiceUnavailable, "no_backend")
@@ -391,7 +389,7 @@ func (s *Server) plainAttempt(ctx context.Context, w http.ResponseWriter, rc *ht
 	a := &attempt{}
 	body, n := plainBody(x.r, cb)
 	out := outRequest(httptrace.WithClientTrace(ctx, a.trace()), x.r, b.Addr(), hdr, body, n)
-	resp, err := s.hc.get(s, x.pool).RoundTrip(out)
+	resp, err := x.pool.transport.RoundTrip(out)
 	if err != nil {
 		wrote, reused := a.sent()
 		if backendsFault(x.r, cb, err, wrote, reused) {
@@ -415,7 +413,7 @@ func (s *Server) plainAttempt(ctx context.Context, w http.ResponseWriter, rc *ht
 	}
 	defer resp.Body.Close()
 	b.ReportSuccess()
-	if resp.ContentLength > x.pool.settings().maxBodyBytes {
+	if resp.ContentLength > x.pool.maxBodyBytes {
 		return false, false, errResponseTooLarge
 	}
 	s.relayPlain(w, rc, x, resp, res, b)
@@ -510,7 +508,7 @@ func (s *Server) relayPlain(w http.ResponseWriter, rc *http.ResponseController, 
 	} else if v := resp.Header.Get("Content-Length"); x.r.Method == http.MethodHead && v != "" {
 		h.Set("Content-Length", v)
 	}
-	wt := x.pool.settings().writeTimeout
+	wt := x.pool.writeTimeout
 	setDeadline := func() {
 		if wt > 0 {
 			_ = rc.SetWriteDeadline(time.Now().Add(wt))
@@ -521,7 +519,7 @@ func (s *Server) relayPlain(w http.ResponseWriter, rc *http.ResponseController, 
 	x.status, x.reason = resp.StatusCode, "done"
 	setDeadline()
 	w.WriteHeader(resp.StatusCode)
-	err := s.copyPlain(w, rc, resp.Body, x.pool.settings().maxBodyBytes, &x.out, setDeadline)
+	err := s.copyPlain(w, rc, resp.Body, x.pool.maxBodyBytes, &x.out, setDeadline)
 	s.obs.HTTPRequest(x.routeName(), b.ID(), resp.StatusCode, s.now().Sub(x.start))
 	if err != nil {
 		x.reason = "aborted"

@@ -7,8 +7,6 @@ import (
 	"time"
 
 	"github.com/edgelb/edge/balance"
-	"github.com/edgelb/edge/internal/wswire"
-	"github.com/edgelb/edge/proxy/internal/wsession"
 )
 
 // Defaults applied when a Pool leaves a field zero.
@@ -78,7 +76,15 @@ type Route struct {
 	Pool     *Pool
 }
 
-// Pool is a balance pool with its connection settings.
+// Pool is a balance pool with its connection settings: what the caller
+// asks for. SetRoutes compiles it (pool.go) into the value the data path
+// reads, with every default applied and every "off" settled, so a Pool
+// changed after SetRoutes changes nothing until the next SetRoutes. A zero
+// field means the default its comment names; where that default is not
+// off, a negative value turns the setting off, and where a bound must
+// hold (the dial, handshake, write and request timeouts, the body and
+// head bounds, LingerBytes) a negative value is the default too
+// (docs/ARCHITECTURE.md, "Where defaults live").
 type Pool struct {
 	Name     string
 	Balancer *balance.Pool
@@ -88,12 +94,12 @@ type Pool struct {
 	// a 503 with a Retry-After spread over a few seconds, so a refused
 	// reconnect storm does not come back as one.
 	Admission        *balance.Bucket
-	MaxConns         int64         // connections and in-flight requests of this pool; 0 = unlimited
+	MaxConns         int64         // connections and in-flight requests of this pool; 0 or negative: unlimited
 	DialTimeout      time.Duration // 0 means 2s
 	HandshakeTimeout time.Duration // writing the upgrade and reading the answer; 0 means 10s
 	IdleTimeout      time.Duration // no bytes either way; 0 means none
 	WriteTimeout     time.Duration // one write to either side (a queue not drained, on the readiness splice); 0 means the handshake timeout
-	Retries          int           // further backends tried after a dial or handshake failure
+	Retries          int           // further backends tried after a dial or handshake failure; 0 or negative: none
 	// MaxResponseHeaderBytes bounds the backend's answer to the upgrade
 	// request before its final head is complete (interim answers included);
 	// 0 means 64 KiB. More is that backend's failure.
@@ -152,11 +158,6 @@ type Pool struct {
 	// means no lingering; LingerBytes 0 means 16 MiB.
 	LingerTimeout time.Duration
 	LingerBytes   int64
-
-	// eff is filled by SetRoutes before the pool serves, and read-only
-	// from then on (a pointer, not a sync.Once, so a Pool stays a value
-	// callers may copy while they build it).
-	eff *settings
 }
 
 // CookieSettings shape the sticky cookie issued when balance asks for one.
@@ -192,83 +193,6 @@ type ListenerOptions struct {
 	AnswerTimeout time.Duration
 }
 
-// settings are a Pool's fields with every default applied, filled once
-// (Pool.settings): the data path reads a field here whenever its zero
-// means a default, and reads a Pool field directly only where zero means
-// off or none (IdleTimeout, PingInterval, PingTimeout, MaxConns, Retries),
-// so no default is decided where a value is used. docs/ARCHITECTURE.md
-// ("Where defaults live") states the one meaning of zero in each layer.
-type settings struct {
-	dialTimeout, handshakeTimeout, requestTimeout time.Duration
-	// writeTimeout bounds a write to either side of a WebSocket and each
-	// write of a relayed or plain answer to the client, on both splice
-	// drivers; with no pool write timeout a peer that never reads would
-	// hold its queue or its goroutine (the 101 to a half-open client,
-	// say) forever: bounded like the handshake. Never 0.
-	writeTimeout           time.Duration
-	maxBodyBytes           int64
-	maxResponseHeaderBytes int
-	cookieName, cookiePath string
-	ws                     wsession.Config
-	deflate                wswire.DeflateMode
-	deflateBits            int
-}
-
-// settings returns p's settings. SetRoutes fills them (prepare) before it
-// publishes the table, so every pool a request can reach has them; a pool
-// used outside any routing table (in a test) gets them computed afresh.
-func (p *Pool) settings() *settings {
-	if p.eff != nil {
-		return p.eff
-	}
-	return p.fill()
-}
-
-// prepare fills p's settings once; SetRoutes calls it, serialised, before
-// the table holding p is published.
-func (p *Pool) prepare() {
-	if p.eff == nil {
-		p.eff = p.fill()
-	}
-}
-
-// fill applies the defaults: the one place they are decided.
-func (p *Pool) fill() *settings {
-	d := new(settings)
-	d.dialTimeout = orDefault(p.DialTimeout, defaultDialTimeout)
-	d.handshakeTimeout = orDefault(p.HandshakeTimeout, defaultHandshakeTimeout)
-	d.requestTimeout = orDefault(p.RequestTimeout, defaultRequestTimeout)
-	d.writeTimeout = orDefault(p.WriteTimeout, d.handshakeTimeout)
-	d.maxBodyBytes = orDefault(p.MaxBodyBytes, defaultMaxBodyBytes)
-	d.maxResponseHeaderBytes = orDefault(p.MaxResponseHeaderBytes, defaultMaxResponseHeaderBytes)
-	d.cookieName = orDefault(p.Cookie.Name, defaultCookieName)
-	d.cookiePath = orDefault(p.Cookie.Path, "/")
-	d.ws = wsession.Config{
-		MaxFrameBytes:   p.MaxFrameBytes,
-		MaxMessageBytes: p.MaxMessageBytes,
-		PingInterval:    p.PingInterval,
-		PingTimeout:     p.PingTimeout,
-		LingerTimeout:   p.LingerTimeout,
-		LingerBytes:     orDefault(p.LingerBytes, defaultLingerBytes),
-		Rate: wsession.Rate{Messages: p.RateMessages, MessageBurst: p.RateMessageBurst,
-			Bytes: p.RateBytes, ByteBurst: p.RateByteBurst, Slow: p.RateSlow},
-		IdleTimeout:  p.IdleTimeout,
-		WriteTimeout: d.writeTimeout,
-	}
-	if p.LingerTimeout == 0 {
-		d.ws.LingerTimeout = defaultLingerTimeout
-	}
-	d.deflateBits = p.DeflateMaxWindowBits
-	switch pol := p.Deflate; {
-	case pol == DeflateStrip:
-		d.deflate = wswire.DeflateStrip
-	case pol == DeflateLimit && p.MaxMessageBytes > 0, pol == "" && p.MaxMessageBytes > 0:
-		d.deflate = wswire.DeflateOnly
-		d.ws.Inflate = new(wsession.Inflaters)
-	}
-	return d
-}
-
 // DeflatePolicy is a pool's handling of compression extensions.
 type DeflatePolicy string
 
@@ -297,13 +221,4 @@ func (lo ListenerOptions) withDefaults() ListenerOptions {
 	lo.ReadBodyTimeout = orDefault(lo.ReadBodyTimeout, defaultReadBodyTimeout)
 	lo.AnswerTimeout = orDefault(lo.AnswerTimeout, defaultAnswerTimeout)
 	return lo
-}
-
-// orDefault is v, or def when v is not positive (zero or empty).
-func orDefault[T int | int64 | time.Duration | string](v, def T) T {
-	var zero T
-	if v <= zero {
-		return def
-	}
-	return v
 }

@@ -24,8 +24,10 @@ import (
 type routeTable struct {
 	file     hostTable
 	declared hostTable
-	def      *Route
-	pools    []*Pool
+	def      *route
+	// pools are the compiled pools the routes send to, one per *Pool
+	// whatever the number of routes naming it.
+	pools []*pool
 	// dropped lists declared routes that did not compile; they never
 	// make SetRoutes fail, so a registry can never block the file's
 	// routes or a reload.
@@ -34,16 +36,22 @@ type routeTable struct {
 
 // hostTable is one tier of routes.
 type hostTable struct {
-	exact    map[string][]*Route // canonical host -> routes, longest prefix first
+	exact    map[string][]*route // canonical host -> routes, longest prefix first
 	wildcard []wildcardRoutes    // longest suffix first
-	anyHost  []*Route            // routes without Hosts, longest prefix first
-	wild     map[string][]*Route // suffix -> routes, while compiling
+	anyHost  []*route            // routes without Hosts, longest prefix first
+	wild     map[string][]*route // suffix -> routes, while compiling
 	seen     map[string]bool     // host + "\x00" + prefix, while compiling
 }
 
 type wildcardRoutes struct {
 	suffix string // ".example.com"
-	routes []*Route
+	routes []*route
+}
+
+// route is a Route compiled: what matching and the data path read of it.
+type route struct {
+	prefix string // "" or "/": every path
+	pool   *pool
 }
 
 // compileRoutes validates routes and builds the lookup table. A bad file
@@ -53,19 +61,20 @@ func compileRoutes(routes []Route) (*routeTable, error) {
 	t.file.init()
 	t.declared.init()
 	var errs []error
-	poolSeen := map[*Pool]bool{}
+	compiled := map[*Pool]*pool{}
 	for i := range routes {
-		rc := routes[i] // keep our own copy: callers may reuse their slice
-		r := &rc
+		r := &routes[i] // read here, never kept: callers may reuse their slice
 		if r.Pool == nil || r.Pool.Balancer == nil {
 			errs = append(errs, fmt.Errorf("route %d: pool or its balancer is nil", i))
 			continue
 		}
-		if !poolSeen[r.Pool] {
-			poolSeen[r.Pool] = true
-			t.pools = append(t.pools, r.Pool)
+		p := compiled[r.Pool]
+		if p == nil {
+			p = compilePool(r.Pool)
+			compiled[r.Pool] = p
+			t.pools = append(t.pools, p)
 		}
-		rerrs := t.place(i, r)
+		rerrs := t.place(i, r, &route{prefix: r.PathPrefix, pool: p})
 		if r.Declared {
 			for _, err := range rerrs {
 				t.dropped = append(t.dropped, err.Error())
@@ -84,7 +93,7 @@ func compileRoutes(routes []Route) (*routeTable, error) {
 
 // place puts route i into its tier (and is the default route when it
 // says so); what is wrong with it is returned, and that part left out.
-func (t *routeTable) place(i int, r *Route) []error {
+func (t *routeTable) place(i int, r *Route, cr *route) []error {
 	switch {
 	case r.PathPrefix != "" && r.PathPrefix[0] != '/':
 		return []error{fmt.Errorf("route %d: path prefix %q does not start with /", i, r.PathPrefix)}
@@ -93,40 +102,40 @@ func (t *routeTable) place(i int, r *Route) []error {
 	case r.Default && t.def != nil:
 		return []error{fmt.Errorf("route %d: more than one default route", i)}
 	case r.Default:
-		t.def = r
+		t.def = cr
 		if len(r.Hosts) > 0 {
-			return t.file.add(i, r)
+			return t.file.add(i, r.Hosts, cr)
 		}
 		return nil
 	case r.Declared:
-		return t.declared.add(i, r)
+		return t.declared.add(i, r.Hosts, cr)
 	default:
-		return t.file.add(i, r)
+		return t.file.add(i, r.Hosts, cr)
 	}
 }
 
 func (h *hostTable) init() {
-	h.exact, h.wild, h.seen = map[string][]*Route{}, map[string][]*Route{}, map[string]bool{}
+	h.exact, h.wild, h.seen = map[string][]*route{}, map[string][]*route{}, map[string]bool{}
 }
 
-// add puts route i into the tier; a host of it that is bad or already
-// routed with the same prefix is an error (and left out).
-func (h *hostTable) add(i int, r *Route) []error {
-	if len(r.Hosts) == 0 {
-		key := "\x00" + r.PathPrefix
+// add puts route i, for hosts, into the tier; a host of it that is bad
+// or already routed with the same prefix is an error (and left out).
+func (h *hostTable) add(i int, hosts []string, r *route) []error {
+	if len(hosts) == 0 {
+		key := "\x00" + r.prefix
 		if h.seen[key] {
-			return []error{fmt.Errorf("route %d: duplicate route for any host and prefix %q", i, r.PathPrefix)}
+			return []error{fmt.Errorf("route %d: duplicate route for any host and prefix %q", i, r.prefix)}
 		}
 		h.seen[key] = true
 		h.anyHost = append(h.anyHost, r)
 		return nil
 	}
 	var errs []error
-	for _, host := range r.Hosts {
+	for _, host := range hosts {
 		host = hostname.Canonical(host)
-		key := host + "\x00" + r.PathPrefix
+		key := host + "\x00" + r.prefix
 		if h.seen[key] {
-			errs = append(errs, fmt.Errorf("route %d: duplicate route for host %q and prefix %q", i, host, r.PathPrefix))
+			errs = append(errs, fmt.Errorf("route %d: duplicate route for host %q and prefix %q", i, host, r.prefix))
 			continue
 		}
 		h.seen[key] = true
@@ -166,8 +175,8 @@ func (h *hostTable) finish() {
 	h.wild, h.seen = nil, nil
 }
 
-func sortByPrefix(rs []*Route) {
-	sort.SliceStable(rs, func(i, j int) bool { return len(rs[i].PathPrefix) > len(rs[j].PathPrefix) })
+func sortByPrefix(rs []*route) {
+	sort.SliceStable(rs, func(i, j int) bool { return len(rs[i].prefix) > len(rs[j].prefix) })
 }
 
 // match finds the route for a request: the file's routes first (exact
@@ -175,7 +184,7 @@ func sortByPrefix(rs []*Route) {
 // longest path prefix), then, for a host the file does not name, the
 // declared routes in the same order, then the default route. It returns nil
 // when nothing matches.
-func (t *routeTable) match(host, reqPath string) *Route {
+func (t *routeTable) match(host, reqPath string) *route {
 	host = hostname.Request(host)
 	p := cleanPath(reqPath)
 	if r := t.file.match(host, p); r != nil {
@@ -189,7 +198,7 @@ func (t *routeTable) match(host, reqPath string) *Route {
 	return t.def
 }
 
-func (h *hostTable) match(host, p string) *Route {
+func (h *hostTable) match(host, p string) *route {
 	if r := matchPrefix(h.exact[host], p); r != nil {
 		return r
 	}
@@ -223,9 +232,9 @@ func wildcardMatches(suffix, host string) bool {
 	return len(host) > len(suffix) && strings.HasSuffix(host, suffix)
 }
 
-func matchPrefix(rs []*Route, p string) *Route {
+func matchPrefix(rs []*route, p string) *route {
 	for _, r := range rs {
-		if prefixMatches(r.PathPrefix, p) {
+		if prefixMatches(r.prefix, p) {
 			return r
 		}
 	}

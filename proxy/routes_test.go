@@ -49,7 +49,7 @@ func TestRouteMatch(t *testing.T) {
 
 	noDefault, _ := compileRoutes([]Route{{Hosts: []string{"a.example.com"}, Pool: p("a")}})
 	if r := noDefault.match("b.example.com", "/"); r != nil {
-		t.Errorf("unknown host without default: got %s, want nil (421)", r.Pool.Name)
+		t.Errorf("unknown host without default: got %s, want nil (421)", r.pool.name)
 	}
 
 	for _, bad := range [][]Route{
@@ -113,7 +113,7 @@ func TestRouteTiersFileFirst(t *testing.T) {
 // "<nil>" when no route matches.
 func matchedPool(tbl *routeTable, host, path string) string {
 	if r := tbl.match(host, path); r != nil {
-		return r.Pool.Name
+		return r.pool.name
 	}
 	return "<nil>"
 }

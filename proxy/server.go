@@ -27,7 +27,7 @@ type Server struct {
 	maxConns    int64
 
 	routes   atomic.Pointer[routeTable]
-	setMu    sync.Mutex   // serialises SetRoutes (Pool.prepare)
+	setMu    sync.Mutex   // serialises SetRoutes (counters, transports)
 	inflight atomic.Int64 // for MaxConns
 	poolMu   sync.Mutex
 	poolUse  map[string]*atomic.Int64 // per pool name, kept across reloads
@@ -127,11 +127,12 @@ func (s *Server) SetRoutes(routes []Route) error {
 	}
 	s.setMu.Lock()
 	defer s.setMu.Unlock()
-	for i := range routes {
-		if p := routes[i].Pool; p != nil {
-			p.prepare() // defaults filled before any request sees the pool
-		}
+	// Resolved before any request sees the pools: nothing on the data
+	// path looks a counter or a transport up.
+	for _, p := range t.pools {
+		p.use = s.poolCounter(p.name)
 	}
+	s.hc.attach(t.pools)
 	s.routes.Store(t)
 	return nil
 }
@@ -175,8 +176,8 @@ type exchange struct {
 	lo      *ListenerOptions
 	r       *http.Request
 	start   time.Time
-	route   *Route
-	pool    *Pool
+	route   *route
+	pool    *pool
 	id      identity
 	backend string
 	status  int
@@ -207,7 +208,7 @@ func (x *exchange) routeName() string {
 	if x.pool == nil {
 		return ""
 	}
-	return x.pool.Name
+	return x.pool.name
 }
 
 // logAccess writes the access line; README's "Log fields" lists them.
@@ -291,25 +292,23 @@ func sniMatchesHost(sni, host string) bool {
 }
 
 // stickyCookie reads the pool's sticky cookie from the request.
-func stickyCookie(r *http.Request, p *Pool) string {
-	if c, err := r.Cookie(p.settings().cookieName); err == nil {
+func stickyCookie(r *http.Request, p *pool) string {
+	if c, err := r.Cookie(p.cookieName); err == nil {
 		return c.Value
 	}
 	return ""
 }
 
 // setCookieValue renders the Set-Cookie value naming backend b.
-func setCookieValue(p *Pool, b *balance.Backend, secure bool) string {
+func setCookieValue(p *pool, b *balance.Backend, secure bool) string {
 	c := http.Cookie{
-		Name:     p.settings().cookieName,
+		Name:     p.cookieName,
 		Value:    b.CookieValue(),
-		Path:     p.settings().cookiePath,
+		Path:     p.cookiePath,
 		Secure:   secure,
 		HttpOnly: true,
-		SameSite: p.Cookie.SameSite,
-	}
-	if p.Cookie.MaxAge > 0 {
-		c.MaxAge = int(math.Ceil(p.Cookie.MaxAge.Seconds()))
+		SameSite: p.cookieSameSite,
+		MaxAge:   p.cookieMaxAge,
 	}
 	return c.String()
 }
@@ -321,8 +320,8 @@ func isTimeout(err error) bool {
 }
 
 // errNoBackend wraps balance.ErrNoBackend with the pool name.
-func errNoBackend(p *Pool, err error) error {
-	return fmt.Errorf("pool %q: %w", p.Name, err)
+func errNoBackend(p *pool, err error) error {
+	return fmt.Errorf("pool %q: %w", p.name, err)
 }
 
 // RecordLayerTakeovers reports how many TLS WebSockets had their records

@@ -78,7 +78,7 @@ func (g *goDriver) run(head, clientBuffered, backendBuffered []byte) {
 // the splice goes on.
 func (g *goDriver) runStart(head, clientBuffered, backendBuffered []byte) bool {
 	c := g.c
-	wt := c.pool.settings().writeTimeout
+	wt := c.pool.writeTimeout
 	out, n, tooBig := c.head(head, backendBuffered)
 	c.client.SetWriteDeadline(time.Now().Add(wt))
 	if _, err := c.client.Write(out); err != nil {
@@ -259,7 +259,7 @@ func (g *goDriver) sendBackend(p []byte) error { return g.write(g.c.backend, p) 
 // write writes p to dst under the pool's write timeout (its effective
 // value: the readiness splice's session applies the same one to a queue).
 func (g *goDriver) write(dst net.Conn, p []byte) error {
-	dst.SetWriteDeadline(time.Now().Add(g.c.pool.settings().writeTimeout))
+	dst.SetWriteDeadline(time.Now().Add(g.c.pool.writeTimeout))
 	_, err := dst.Write(p)
 	return err
 }

@@ -383,16 +383,10 @@ func (r *readyState) finishReady() {
 }
 
 // noteTimeouts lowers the runtime's sweep period to a quarter of the
-// pool's idle, write and ping timeouts, so short timeouts are honoured
-// closely.
-func (s *Server) noteTimeouts(p *Pool) {
-	// A client paused for its rate resumes at the next sweep: a quarter
-	// of 400 ms bounds the pause's overshoot at 100 ms.
-	rate := time.Duration(0)
-	if p.RateSlow && (p.RateMessages > 0 || p.RateBytes > 0) {
-		rate = 400 * time.Millisecond
-	}
-	for _, d := range []time.Duration{p.IdleTimeout, p.settings().writeTimeout, p.PingInterval, p.PingTimeout, p.settings().ws.LingerTimeout, rate} {
+// pool's idle, write, ping and linger timeouts and its rate pause, so
+// short timeouts are honoured closely.
+func (s *Server) noteTimeouts(p *pool) {
+	for _, d := range p.timeouts {
 		s.rt.NoteTimeout(d)
 	}
 }
