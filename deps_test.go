@@ -1,7 +1,10 @@
 package edge_test
 
 import (
+	"go/parser"
+	"go/token"
 	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -13,55 +16,7 @@ const module = "github.com/edgelb/edge"
 // cmd/edge, which wires it) knows Prometheus, and only cmd/edge knows the
 // config schema and the TLS terminator.
 func TestImportRules(t *testing.T) {
-	rules := []struct {
-		pkg      string
-		ours     []string // packages of ours it may import
-		forbid   []string // import-path prefixes it must not reach
-		noStdNet bool     // forbid net/http (pure logic)
-		noNet    bool     // forbid the net package itself (no I/O at all)
-		// prometheus allows the Prometheus client: internal/metrics is
-		// where edge meets it.
-		prometheus bool
-		// external, when set, lists the only import-path prefixes outside
-		// the standard library and our module that it may reach.
-		external []string
-	}{
-		{pkg: "balance", noStdNet: true},
-		{pkg: "internal/hostname", noStdNet: true},
-		{pkg: "conf", ours: []string{"internal/hostname"}},
-		{pkg: "tls"},
-		// The record layer is pure: stdlib crypto and x/crypto (whose
-		// chacha20 reaches x/sys/cpu) only.
-		{pkg: "tls/record", noStdNet: true, noNet: true, external: []string{"golang.org/x/crypto/", "golang.org/x/sys/cpu"}},
-		{pkg: "proxy", ours: []string{"balance", "internal/hostname", "internal/wswire", "proxy/internal/wsession", "proxy/internal/handoff", "proxy/internal/ready", "tls/record"}},
-		{pkg: "proxy/internal/handoff"},
-		// The readiness runtime: sockets, pollers, the sweeper and the
-		// client's record layer; nothing of HTTP, the proxy or metrics.
-		{pkg: "proxy/internal/ready", ours: []string{"tls/record"}, noStdNet: true},
-		// The session is pure policy: no I/O, no clock of its own.
-		{pkg: "proxy/internal/wsession", ours: []string{"internal/wswire"}, noStdNet: true, noNet: true},
-		{pkg: "discovery", ours: []string{"balance", "internal/hostname"}},
-		{pkg: "health", ours: []string{"balance", "internal/wswire"}},
-		{pkg: "internal/wswire", noStdNet: true},
-		{pkg: "internal/testkit", ours: []string{"internal/wswire"}},
-		// The admin listener knows the pools, not the proxy, the file or
-		// the metrics library: cmd/edge passes those in.
-		{pkg: "internal/admin", ours: []string{"balance", "internal/hostname"}},
-		// The collectors implement the core packages' Observers and read
-		// their status types; nothing of cmd/edge, the file or the admin.
-		// Binding sockets and the descriptor budget: system calls only.
-		{pkg: "internal/sockets", noStdNet: true, external: []string{"golang.org/x/sys/"}},
-		// GC pacing reads the runtime and touches nothing else.
-		{pkg: "internal/gcpace", noStdNet: true, noNet: true, external: []string{}},
-		// The service manager's datagrams: a socket, the clock, nothing more.
-		{pkg: "internal/sdnotify", noStdNet: true, external: []string{"golang.org/x/sys/"}},
-		{pkg: "internal/metrics", prometheus: true, ours: []string{"balance", "discovery", "health", "proxy", "tls",
-			"internal/hostname", "internal/wswire", "proxy/internal/handoff", "proxy/internal/ready", "proxy/internal/wsession", "tls/record"}},
-		// The process upgrade: exec, pipes and descriptors; nothing of
-		// HTTP, the proxy, the file or metrics (cmd/edge counts).
-		{pkg: "internal/upgrade", noStdNet: true},
-	}
-	for _, r := range rules {
+	for _, r := range importRules {
 		t.Run(r.pkg, func(t *testing.T) {
 			out, err := exec.Command("go", "list", "-deps", "-f", "{{.ImportPath}}", "./"+r.pkg).CombinedOutput()
 			if err != nil {
@@ -72,7 +27,8 @@ func TestImportRules(t *testing.T) {
 				allowed[module+"/"+o] = true
 			}
 			for _, dep := range strings.Fields(string(out)) {
-				if strings.HasPrefix(dep, module+"/") && !allowed[dep] {
+				ours := strings.HasPrefix(dep, module+"/")
+				if ours && !allowed[dep] && (!r.anyOurs || testSupport[strings.TrimPrefix(dep, module+"/")]) {
 					t.Errorf("%s imports %s; allowed of ours: %v", r.pkg, dep, r.ours)
 				}
 				if strings.HasPrefix(dep, "github.com/prometheus/") && !r.prometheus {
@@ -89,6 +45,124 @@ func TestImportRules(t *testing.T) {
 				checkExternal(t, r.pkg, r.external)
 			}
 		})
+	}
+}
+
+// importRule is what one package may import.
+type importRule struct {
+	pkg      string
+	ours     []string // packages of ours it may import
+	noStdNet bool     // forbid net/http (pure logic)
+	noNet    bool     // forbid the net package itself (no I/O at all)
+	// external, when set, lists the only import-path prefixes outside
+	// the standard library and our module that it may reach.
+	external []string
+	// anyOurs lets a binary import any package of ours but the test
+	// support (testSupport); prometheus lets it reach the Prometheus
+	// client (internal/metrics, where edge meets it, and cmd/edge).
+	anyOurs, prometheus bool
+}
+
+// testSupport are the packages of ours only tests and test programs may
+// import.
+var testSupport = map[string]bool{
+	"internal/testkit": true, "internal/testbackend": true,
+	"internal/consultest": true, "internal/interop": true,
+}
+
+// importRules has one rule for every package of the module:
+// TestEveryPackageHasARule fails for a package without one, so a new
+// package states what it may import when it is added.
+var importRules = []importRule{
+	{pkg: "balance", noStdNet: true},
+	{pkg: "internal/hostname", noStdNet: true},
+	{pkg: "conf", ours: []string{"internal/hostname"}},
+	{pkg: "tls"},
+	// The record layer is pure: stdlib crypto and x/crypto (whose
+	// chacha20 reaches x/sys/cpu) only.
+	{pkg: "tls/record", noStdNet: true, noNet: true, external: []string{"golang.org/x/crypto/", "golang.org/x/sys/cpu"}},
+	{pkg: "proxy", ours: []string{"balance", "internal/hostname", "internal/wswire", "proxy/internal/wsession", "proxy/internal/handoff", "proxy/internal/ready", "tls/record"}},
+	{pkg: "proxy/internal/handoff"},
+	// The readiness runtime: sockets, pollers, the sweeper and the
+	// client's record layer; nothing of HTTP, the proxy or metrics.
+	{pkg: "proxy/internal/ready", ours: []string{"tls/record"}, noStdNet: true},
+	// The session is pure policy: no I/O, no clock of its own.
+	{pkg: "proxy/internal/wsession", ours: []string{"internal/wswire"}, noStdNet: true, noNet: true},
+	{pkg: "discovery", ours: []string{"balance", "internal/hostname"}},
+	{pkg: "health", ours: []string{"balance", "internal/wswire"}},
+	{pkg: "internal/wswire", noStdNet: true},
+	{pkg: "internal/testkit", ours: []string{"internal/wswire"}},
+	// The admin listener knows the pools, not the proxy, the file or
+	// the metrics library: cmd/edge passes those in.
+	{pkg: "internal/admin", ours: []string{"balance", "internal/hostname"}},
+	// Binding sockets and the descriptor budget: system calls only.
+	{pkg: "internal/sockets", noStdNet: true, external: []string{"golang.org/x/sys/"}},
+	// GC pacing reads the runtime and touches nothing else.
+	{pkg: "internal/gcpace", noStdNet: true, noNet: true, external: []string{}},
+	// The collectors implement the core packages' Observers and read
+	// their status types; nothing of cmd/edge, the file or the admin.
+	// The service manager's datagrams: a socket, the clock, nothing more.
+	{pkg: "internal/sdnotify", noStdNet: true, external: []string{"golang.org/x/sys/"}},
+	{pkg: "internal/metrics", prometheus: true, ours: []string{"balance", "discovery", "health", "proxy", "tls",
+		"internal/hostname", "internal/wswire", "proxy/internal/handoff", "proxy/internal/ready", "proxy/internal/wsession", "tls/record"}},
+	// The process upgrade: exec, pipes and descriptors; nothing of
+	// HTTP, the proxy, the file or metrics (cmd/edge counts).
+	{pkg: "internal/upgrade", noStdNet: true},
+	// The binary wires everything (and builds the metrics registry); the
+	// others are small programs and test support.
+	{pkg: "cmd/edge", anyOurs: true, prometheus: true},
+	{pkg: "cmd/edge-backend", ours: []string{"internal/testbackend"}},
+	{pkg: "cmd/wsclient"},
+	{pkg: "internal/testbackend"},
+	{pkg: "internal/consultest"},
+	{pkg: "internal/interop"},
+	// The module root holds only these repository-wide tests.
+	{pkg: "."},
+}
+
+// TestEveryPackageHasARule keeps importRules complete: a package added
+// without a rule fails here until it states what it may import.
+func TestEveryPackageHasARule(t *testing.T) {
+	out, err := exec.Command("go", "list", "./...").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list ./...: %v\n%s", err, out)
+	}
+	ruled := map[string]bool{}
+	for _, r := range importRules {
+		ruled[r.pkg] = true
+	}
+	for _, p := range strings.Fields(string(out)) {
+		rel := strings.TrimPrefix(strings.TrimPrefix(p, module), "/")
+		if rel == "" {
+			rel = "."
+		}
+		if !ruled[rel] {
+			t.Errorf("%s has no rule in importRules (deps_test.go): add one saying which packages of ours it may import", rel)
+		}
+	}
+}
+
+// TestPureFiles keeps the pure parts of packages that also do I/O pure:
+// the hand-off's state record and the readiness runtime's runner state
+// and sweeper import no network package and no metrics library, so they
+// stay testable without sockets and free of policy.
+func TestPureFiles(t *testing.T) {
+	for _, f := range []string{
+		"proxy/internal/handoff/state.go",
+		"proxy/internal/ready/runtime_linux.go",
+		"proxy/internal/ready/conn_linux.go",
+		"proxy/internal/ready/freeze_linux.go",
+	} {
+		file, err := parser.ParseFile(token.NewFileSet(), f, nil, parser.ImportsOnly)
+		if err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		for _, imp := range file.Imports {
+			p, _ := strconv.Unquote(imp.Path.Value)
+			if p == "net" || strings.HasPrefix(p, "net/") && p != "net/netip" || strings.HasPrefix(p, "github.com/prometheus/") {
+				t.Errorf("%s imports %s: it must stay pure (no network, no metrics)", f, p)
+			}
+		}
 	}
 }
 

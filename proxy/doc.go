@@ -52,8 +52,10 @@
 //	              Transport: both bodies streamed, no replays
 //	proxyproto.go PROXY protocol v1/v2 listener wrapper for trusted peers
 //
-// The WebSocket wire format (GUID, accept key, frame header codec) is
-// internal/wswire, shared with health and the tests.
+// The WebSocket wire format (GUID, accept key, frame header codec) and
+// the permessage-deflate negotiation are internal/wswire, shared with
+// health and the tests. Import rules for proxy and its internal packages
+// are enforced by deps_test.go (docs/ARCHITECTURE.md, "Import rules").
 //
 // # Two splices
 //
@@ -263,8 +265,8 @@
 // refuses a record, or dies, leaves the connection here, resumed.
 //
 // Connections that cannot move (the goroutine splice, TLS on crypto/tls
-// (TLS 1.2), closing, or still queued after a few
-// rounds) are sent a close 1012 (Service Restart, RFC 6455 §7.4.1) at
+// (TLS 1.2), closing, or still busy or queued once the retries' time is
+// up) are sent a close 1012 (Service Restart, RFC 6455 §7.4.1) at
 // their next frame boundary, the i-th of K at i*window/K: reconnects come
 // at a bounded rate. Connections that already had a close scheduled (a
 // drain, a departed backend) keep theirs. New requests are refused from
