@@ -119,7 +119,9 @@
 // the entry once its rotation is due rotates it with a check-and-set on the
 // index it read, so exactly one write wins and no leader is needed; the
 // entry's Flags hold the time of the last rotation. A value that does not
-// validate is reported and never overwritten.
+// validate is reported and never overwritten. Given the key-file parser
+// (edgetls.ParseTicketKeys, which owns the format), a TicketKeys is the
+// Terminator's TicketKeySource.
 //
 // # Cookie keys and OCSP staples for a fleet
 //

@@ -34,6 +34,7 @@ type TicketKeys struct {
 	keep        int
 	keyBytes    int
 	validate    func([]byte) error
+	parse       func([]byte) ([][]byte, error)
 	now         func() time.Time
 }
 
@@ -50,6 +51,11 @@ type TicketKeysOptions struct {
 	// fails is reported and never overwritten. Nil accepts any lines. A
 	// value that is not due is returned unchecked: the caller parses it.
 	Validate func([]byte) error
+	// Parse turns a value into keys, for TicketKeys (edgetls's
+	// ParseTicketKeys: discovery keeps the entry, edgetls owns its
+	// format). With Parse and no Validate, a value is valid when Parse
+	// accepts it.
+	Parse func([]byte) ([][]byte, error)
 	// KeyBytes is the length of the keys generated; default 80 (the longer
 	// of the two ticket-key lengths). CookieKeys uses 32.
 	KeyBytes int
@@ -59,7 +65,16 @@ type TicketKeysOptions struct {
 
 // NewTicketKeys returns a TicketKeys on c.
 func NewTicketKeys(c *api.Client, o TicketKeysOptions) *TicketKeys {
-	t := &TicketKeys{kv: c.KV(), key: o.Key, rotateEvery: o.RotateEvery, keep: o.Keep, keyBytes: o.KeyBytes, validate: o.Validate, now: o.Now}
+	t := &TicketKeys{kv: c.KV(), key: o.Key, rotateEvery: o.RotateEvery, keep: o.Keep, keyBytes: o.KeyBytes, validate: o.Validate, parse: o.Parse, now: o.Now}
+	if t.validate == nil && t.parse != nil {
+		t.validate = func(v []byte) error {
+			keys, err := t.parse(v)
+			for _, k := range keys {
+				clear(k)
+			}
+			return err
+		}
+	}
 	if t.keyBytes <= 0 {
 		t.keyBytes = ticketKeyBytes
 	}
@@ -84,6 +99,25 @@ const ticketKeyBytes = 80
 func (t *TicketKeys) Fetch(ctx context.Context) ([]byte, error) {
 	e, err := t.fetch(ctx)
 	return e.value, err
+}
+
+// TicketKeys is the current keys (Fetch, then Parse), the newest first:
+// with Parse set, a TicketKeys is an edgetls.TicketKeySource. The caller
+// owns the keys (and should clear them).
+func (t *TicketKeys) TicketKeys(ctx context.Context) ([][]byte, error) {
+	if t.parse == nil {
+		return nil, fmt.Errorf("ticket keys in consul kv %q: no parser", t.key)
+	}
+	v, err := t.Fetch(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer clear(v)
+	keys, err := t.parse(v)
+	if err != nil {
+		return nil, fmt.Errorf("ticket keys in consul kv %q: %w", t.key, err)
+	}
+	return keys, nil
 }
 
 // keyEntry is the entry as Fetch left it: its value, the index to block

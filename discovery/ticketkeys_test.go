@@ -1,8 +1,11 @@
 package discovery
 
 import (
+	"bytes"
 	"context"
+	"encoding/base64"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -124,5 +127,45 @@ func TestTicketKeysBadEntryIsKept(t *testing.T) {
 	agent.Stop()
 	if _, err := tk.Fetch(context.Background()); err == nil {
 		t.Fatal("no error with Consul down")
+	}
+}
+
+// TestTicketKeysParsed: with Parse, TicketKeys returns the entry's keys as
+// Parse reads them, creating the entry first; a value Parse refuses is an
+// error naming the key, and the entry is left as it was.
+func TestTicketKeysParsed(t *testing.T) {
+	t.Parallel()
+	agent := consultest.Start(t)
+	// A stand-in for edgetls.ParseTicketKeys: base64 lines, no empty one.
+	parse := func(v []byte) ([][]byte, error) {
+		var out [][]byte
+		for i, l := range strings.Split(strings.TrimSpace(string(v)), "\n") {
+			k, err := base64.StdEncoding.DecodeString(l)
+			if err != nil {
+				return nil, fmt.Errorf("line %d: %w", i+1, err)
+			}
+			out = append(out, k)
+		}
+		return out, nil
+	}
+	tk := NewTicketKeys(agent.Client, TicketKeysOptions{Key: "edge/tk", Parse: parse})
+	keys, err := tk.TicketKeys(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A new entry: the encrypting key and the staged next one.
+	if len(keys) != 2 || len(keys[0]) != ticketKeyBytes || bytes.Equal(keys[0], keys[1]) {
+		t.Fatalf("keys of a new entry: %d, want 2 distinct keys of %d bytes", len(keys), ticketKeyBytes)
+	}
+	bad := []byte("not base64!\n")
+	if _, err := agent.Client.KV().Put(&api.KVPair{Key: "edge/bad", Value: bad}, nil); err != nil {
+		t.Fatal(err)
+	}
+	badKeys := NewTicketKeys(agent.Client, TicketKeysOptions{Key: "edge/bad", Parse: parse})
+	if _, err := badKeys.TicketKeys(context.Background()); err == nil || !strings.Contains(err.Error(), `"edge/bad"`) {
+		t.Fatalf("a value Parse refuses: %v, want an error naming the key", err)
+	}
+	if p, _, err := agent.Client.KV().Get("edge/bad", nil); err != nil || p == nil || !bytes.Equal(p.Value, bad) {
+		t.Fatalf("the refused entry was changed: %v %v", p, err)
 	}
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"net"
 	"os"
@@ -56,41 +55,15 @@ func newConsulClient(cfg *conf.Config) (*api.Client, error) {
 	})
 }
 
-// consulTicketKeys is an edgetls.TicketKeySource over discovery.TicketKeys:
-// the fleet's keys from Consul KV, in the key-file format.
-type consulTicketKeys struct {
-	kv  *discovery.TicketKeys
-	key string
-}
-
-func (c consulTicketKeys) TicketKeys(ctx context.Context) ([][]byte, error) {
-	v, err := c.kv.Fetch(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer clear(v)
-	keys, err := edgetls.ParseTicketKeys(v)
-	if err != nil {
-		return nil, fmt.Errorf("ticket keys in consul kv %q: %w", c.key, err)
-	}
-	return keys, nil
-}
-
 // newConsulTicketKeys returns the ticket-key source of a listener whose
-// keys live in Consul KV.
-func newConsulTicketKeys(client *api.Client, st conf.SessionTickets) consulTicketKeys {
-	return consulTicketKeys{key: st.ConsulKey, kv: discovery.NewTicketKeys(client, discovery.TicketKeysOptions{
+// keys live in Consul KV, in edgetls's key-file format.
+func newConsulTicketKeys(client *api.Client, st conf.SessionTickets) edgetls.TicketKeySource {
+	return discovery.NewTicketKeys(client, discovery.TicketKeysOptions{
 		Key:         st.ConsulKey,
 		RotateEvery: st.RotateEvery.Std(),
 		Keep:        st.Keep,
-		Validate: func(v []byte) error {
-			keys, err := edgetls.ParseTicketKeys(v)
-			for _, k := range keys {
-				clear(k)
-			}
-			return err
-		},
-	})}
+		Parse:       edgetls.ParseTicketKeys,
+	})
 }
 
 // dynamic owns everything that follows Consul: one watcher per discovered
