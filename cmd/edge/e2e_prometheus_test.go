@@ -124,8 +124,8 @@ type fleetEdge struct {
 // writeFleetEdge writes the config of one edge: a pool followed in Consul
 // and health-checked, a pool whose only backend is down (dial failures, a
 // refused request), one whose health checks fail, one whose Consul query
-// always fails (a datacenter that does not exist), self-registration, and
-// extra.
+// always fails (a datacenter that does not exist), self-registration, a
+// fleet prefix (operator actions of fleet scope), and extra.
 func writeFleetEdge(t *testing.T, agent *consultest.Agent, pki *ocspPKI, extra string) *fleetEdge {
 	t.Helper()
 	e := &fleetEdge{dir: t.TempDir(), wss: testkit.ClosedPort(t), ws: testkit.ClosedPort(t), admin: testkit.ClosedPort(t), metrics: testkit.ClosedPort(t)}
@@ -152,7 +152,7 @@ pools:
     health: {type: tcp, interval: 1s, timeout: 500ms, rise: 1, fall: 1}
   - name: ghost
     consul: {service: ghost, datacenter: nowhere}
-consul: {address: %q, register: {enabled: true}}
+consul: {address: %q, register: {enabled: true}, fleet: {prefix: edge/fleet}}
 %s`, e.admin, e.metrics, e.wss, pki.certFile, pki.keyFile, e.ws, testkit.ClosedPort(t), testkit.ClosedPort(t), agent.Addr, extra))
 	return e
 }
@@ -388,7 +388,7 @@ func TestPrometheusFindsFleetAndEveryPanelHasData(t *testing.T) {
 	})
 
 	rows, exprs := dashboardExprs(t)
-	if want := []string{"Clients", "Backends", "TLS", "Discovery", "Drain"}; !slices.Equal(rows, want) {
+	if want := []string{"Clients", "Backends", "TLS", "Discovery", "Drain", "Fleet"}; !slices.Equal(rows, want) {
 		t.Errorf("dashboard rows %q, want %q", rows, want)
 	}
 	empty := map[int]string{}

@@ -65,6 +65,7 @@ func (e *edge) newFleetActions(cfg *conf.Config) error {
 		e.log.Warn("fleet actions not read from consul yet: applied once it answers", "prefix", p, "err", err)
 	}
 	e.fleetActions = fa
+	e.metrics.WatchFleetActions(fa.Status)
 	return nil
 }
 

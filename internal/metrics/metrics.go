@@ -75,6 +75,9 @@ type Registry struct {
 	// pools are the running pools, whose backends' counters are created
 	// at zero (InitBackends).
 	pools func() []*balance.Pool
+	// fleetActions reports the fleet's actions once WatchFleetActions
+	// gave it their status.
+	fleetActions *fleetActionsCollector
 
 	*wsMetrics // ws.go
 }
@@ -109,6 +112,8 @@ func New(opts Options) *Registry {
 		f(c)
 	}
 	f(newPoolCollector(pools))
+	m.fleetActions = &fleetActionsCollector{}
+	f(m.fleetActions)
 	m.wsMetrics = newWSMetrics(m.reg)
 	return m
 }

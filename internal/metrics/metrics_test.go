@@ -242,3 +242,29 @@ func TestFailureSeriesExistBeforeAFailure(t *testing.T) {
 		}
 	}
 }
+
+// TestFleetActionGauges: the fleet's actions are counted by state, every
+// state has a series at 0 before any action, and unapplied and refused
+// entries are reported.
+func TestFleetActionGauges(t *testing.T) {
+	m := New(Options{})
+	st := discovery.FleetActionsStatus{}
+	m.WatchFleetActions(func() discovery.FleetActionsStatus { return st })
+	if got := series(t, m, "edge_fleet_actions"); len(got) != 3 || got["state=drain"] != 0 || got["state=disabled"] != 0 || got["state=ready"] != 0 {
+		t.Errorf("no actions: %v, want drain, disabled and ready at 0", got)
+	}
+	st = discovery.FleetActionsStatus{Refused: 2, Actions: []discovery.FleetActionDoc{
+		{Pool: "app", Backend: "b1", State: "drain", Applied: true},
+		{Pool: "app", Backend: "b2", State: "drain"},
+		{Pool: "app", Backend: "b3", State: "ready", Weight: 5, Applied: true},
+	}}
+	if got := series(t, m, "edge_fleet_actions"); got["state=drain"] != 2 || got["state=ready"] != 1 || got["state=disabled"] != 0 {
+		t.Errorf("actions by state: %v", got)
+	}
+	if got := series(t, m, "edge_fleet_actions_unapplied"); got[""] != 1 {
+		t.Errorf("unapplied: %v, want 1", got)
+	}
+	if got := series(t, m, "edge_fleet_actions_refused"); got[""] != 2 {
+		t.Errorf("refused: %v, want 2", got)
+	}
+}
