@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"slices"
@@ -12,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edgelb/edge/discovery"
 	"github.com/edgelb/edge/internal/consultest"
 	"github.com/edgelb/edge/internal/interop"
 	"github.com/edgelb/edge/internal/testbackend"
@@ -195,17 +197,7 @@ func TestFleetDrainThroughOneEdge(t *testing.T) {
 	}
 
 	c.restart(t)
-	log := c.p.logs()
-	applied, started := strings.Index(log, `"msg":"fleet action applied"`), strings.Index(log, `"msg":"edge started"`)
-	if applied < 0 || applied > started {
-		t.Errorf("restarted edge C: the fleet drain was not applied before it started serving:\n%s", log)
-	}
-	if st := c.statusBackend(t, "app", "b1"); st["admin_state"] != "drain" {
-		t.Errorf("restarted edge C: b1 is %v, want drain", st["admin_state"])
-	}
-	if got := probeNode(t, c, 6); got["b1"] != 0 {
-		t.Errorf("restarted edge C sent new clients %v, want none on b1", got)
-	}
+	restartedHonoursDrain(t, c)
 
 	hostileEntry(t, agent, edges)
 
@@ -219,6 +211,37 @@ func TestFleetDrainThroughOneEdge(t *testing.T) {
 	if got := probeNode(t, c, 3); got["b1"] == 0 {
 		t.Errorf("edge C after the fleet enable: %v, want b1 (it holds no client) among them", got)
 	}
+}
+
+// restartedHonoursDrain checks an edge restarted after the fleet drained
+// b1: it applied the drain before it started serving, sends no new client
+// there, and shows the action in /status and on the status page.
+func restartedHonoursDrain(t *testing.T, c *fleetAdminEdge) {
+	t.Helper()
+	log := c.p.logs()
+	applied, started := strings.Index(log, `"msg":"fleet action applied"`), strings.Index(log, `"msg":"edge started"`)
+	if applied < 0 || applied > started {
+		t.Errorf("restarted edge C: the fleet drain was not applied before it started serving:\n%s", log)
+	}
+	if st := c.statusBackend(t, "app", "b1"); st["admin_state"] != "drain" {
+		t.Errorf("restarted edge C: b1 is %v, want drain", st["admin_state"])
+	}
+	if got := probeNode(t, c, 6); got["b1"] != 0 {
+		t.Errorf("restarted edge C sent new clients %v, want none on b1", got)
+	}
+	var st struct {
+		FleetActions discovery.FleetActionsStatus `json:"fleet_actions"`
+	}
+	if err := json.Unmarshal([]byte(adminGet(t, c.admin, "/status")), &st); err != nil {
+		t.Fatal(err)
+	}
+	if as := st.FleetActions.Actions; len(as) != 1 || as[0].Backend != "b1" || as[0].State != "drain" || !as[0].Applied || as[0].Window != 3 || as[0].By == "" {
+		t.Errorf("restarted edge C: /status fleet_actions %+v, want b1 drained over 3s by edge B, applied", st.FleetActions)
+	}
+	if page := adminGet(t, c.admin, "/"); !strings.Contains(page, `<tr class="fleet-action" data-pool="app" data-backend="b1"><td>app</td><td>b1</td><td>drain</td>`) {
+		t.Errorf("restarted edge C: the status page does not show the fleet's drain of b1")
+	}
+
 }
 
 // awaitDrainCloses collects the closes of the holds until every client on
