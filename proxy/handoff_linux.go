@@ -187,13 +187,7 @@ func (r *readyState) freeze() (*frozen, moveResult) {
 	case err != nil:
 		return nil, moveNever
 	}
-	never := r.finished || r.lingering.Load() || r.ending || r.c2bDone || r.b2cDone || r.fin != nil || c.sess.Closing()
-	if !never {
-		c.s.reg.mu.Lock()
-		never = c.timer != nil
-		c.s.reg.mu.Unlock()
-	}
-	if never {
+	if r.leaving() {
 		rf.Thaw()
 		return nil, moveNever
 	}
@@ -205,6 +199,18 @@ func (r *readyState) freeze() (*frozen, moveResult) {
 		return nil, moveRetry
 	}
 	return &frozen{r: r, rf: rf}, moveDone
+}
+
+// leaving reports whether the connection is on its way out: finished,
+// lingering, ending, half-closed, closing, or with a close scheduled.
+func (r *readyState) leaving() bool {
+	c := r.c
+	if r.finished || r.lingering.Load() || r.ending || r.c2bDone || r.b2cDone || r.fin != nil || c.sess.Closing() {
+		return true
+	}
+	c.s.reg.mu.Lock()
+	defer c.s.reg.mu.Unlock()
+	return c.timer != nil
 }
 
 // thaw gives the connection back: a run does whatever was asked for
@@ -326,22 +332,12 @@ func (s *Server) adoptPrepare(m *handoff.Message) (*readyState, CloseReason, err
 	if err != nil {
 		return nil, "", err
 	}
-	var rs *record.State
-	if st.TLS13 != nil {
-		rs = new(record.State)
-		if err := rs.UnmarshalBinary(st.TLS13.Record); err != nil {
-			return nil, "", fmt.Errorf("TLS 1.3 record state: %w", err)
-		}
-	} else if st.TLS != "" {
-		return nil, "", errors.New("a TLS connection without its record state")
+	rs, err := recordStateOf(st)
+	if err != nil {
+		return nil, "", err
 	}
-	for _, fd := range m.FDs {
-		if t, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_TYPE); err != nil || t != unix.SOCK_STREAM {
-			return nil, "", fmt.Errorf("descriptor %d is no stream socket", fd)
-		}
-		if err := unix.SetNonblock(fd, true); err != nil {
-			return nil, "", fmt.Errorf("descriptor %d: %w", fd, err)
-		}
+	if err := streamSockets(m.FDs); err != nil {
+		return nil, "", err
 	}
 	pool, be, why := s.adoptTarget(st)
 	if be == nil {
@@ -379,6 +375,36 @@ func (s *Server) adoptPrepare(m *handoff.Message) (*readyState, CloseReason, err
 	}
 	m.FDs = nil
 	return r, why, nil
+}
+
+// recordStateOf is the TLS 1.3 record state a record carries (nil for a
+// plain connection); a TLS connection without one cannot be resumed.
+func recordStateOf(st *handoff.State) (*record.State, error) {
+	if st.TLS13 == nil {
+		if st.TLS != "" {
+			return nil, errors.New("a TLS connection without its record state")
+		}
+		return nil, nil
+	}
+	rs := new(record.State)
+	if err := rs.UnmarshalBinary(st.TLS13.Record); err != nil {
+		return nil, fmt.Errorf("TLS 1.3 record state: %w", err)
+	}
+	return rs, nil
+}
+
+// streamSockets checks that every descriptor received is a stream socket
+// and makes it non-blocking, as the readiness runtime needs.
+func streamSockets(fds []int) error {
+	for _, fd := range fds {
+		if t, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_TYPE); err != nil || t != unix.SOCK_STREAM {
+			return fmt.Errorf("descriptor %d is no stream socket", fd)
+		}
+		if err := unix.SetNonblock(fd, true); err != nil {
+			return fmt.Errorf("descriptor %d: %w", fd, err)
+		}
+	}
+	return nil
 }
 
 // resumeSession restores the session a record carries under this

@@ -337,16 +337,11 @@ func RewriteOffer(vals []string, mode DeflateMode, maxBits int) (string, bool) {
 	var out []Extension
 	kept := false
 	for _, e := range es {
-		compress := isDeflateToken(e.Name)
-		switch {
-		case mode == DeflateStrip && compress:
+		switch offerStepOf(e.Name, mode, maxBits, kept) {
+		case offerDrop:
 			continue
-		case e.Name != PerMessageDeflate && (mode == DeflateOnly || compress && maxBits > 0):
-			continue
-		case e.Name != PerMessageDeflate:
+		case offerKeep:
 			out = append(out, e)
-			continue
-		case kept && (mode == DeflateOnly || maxBits > 0):
 			continue
 		}
 		d, ok := parseDeflate(e)
@@ -363,6 +358,32 @@ func RewriteOffer(vals []string, mode DeflateMode, maxBits int) (string, bool) {
 		out = append(out, d.extension())
 	}
 	return FormatExtensions(out), kept
+}
+
+// offerStep is what RewriteOffer does with one offered extension.
+type offerStep int
+
+const (
+	offerDrop    offerStep = iota // left out
+	offerKeep                     // passed as it is
+	offerDeflate                  // a permessage-deflate offer: parsed, capped, kept
+)
+
+// offerStepOf decides for the extension named name under mode and maxBits;
+// kept says a permessage-deflate offer was kept already.
+func offerStepOf(name string, mode DeflateMode, maxBits int, kept bool) offerStep {
+	compress := isDeflateToken(name)
+	switch {
+	case mode == DeflateStrip && compress:
+		return offerDrop
+	case name != PerMessageDeflate && (mode == DeflateOnly || compress && maxBits > 0):
+		return offerDrop
+	case name != PerMessageDeflate:
+		return offerKeep
+	case kept && (mode == DeflateOnly || maxBits > 0):
+		return offerDrop
+	}
+	return offerDeflate
 }
 
 func hasDeflate(es []Extension) bool {
