@@ -139,15 +139,7 @@ func TestFleetActionsFollowedByEveryEdge(t *testing.T) {
 		t.Errorf("edge A drained %v: its own blocking query must not drain again", got)
 	}
 
-	// An edge that starts now: the drain is in force after Load alone.
-	c := newTestFleetActions(t, agent.Client, "edge-c", newFleetTarget(t, "b1", "b2"))
-	if err := c.f.Load(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if c.target.state("b1") != "drain/1" {
-		t.Fatalf("a starting edge: b1 is %s after Load, want drain/1", c.target.state("b1"))
-	}
-	c.run(t)
+	c := startedAfter(t, agent.Client)
 
 	// A weight on top of the drain keeps it.
 	if _, _, err := b.f.Act(ctx, "app", "b1", func(x *FleetAction) { x.Weight = 7 }); err != nil {
@@ -157,8 +149,8 @@ func TestFleetActionsFollowedByEveryEdge(t *testing.T) {
 	if got := b.target.drained(); len(got) != 1 {
 		t.Errorf("edge B drained %v: a weight change is not a new drain", got)
 	}
-	st := c.f.Status()
-	if len(st.Actions) != 1 || st.Actions[0].State != "drain" || st.Actions[0].Weight != 7 || !st.Actions[0].Applied || st.Actions[0].By != "edge-b" {
+	if st := c.f.Status(); len(st.Actions) != 1 || st.Actions[0] != (FleetActionDoc{Pool: "app", Backend: "b1", State: "drain", Weight: 7,
+		Window: 3, At: st.Actions[0].At, By: "edge-b", Applied: true}) {
 		t.Errorf("status %+v", st)
 	}
 
@@ -173,6 +165,21 @@ func TestFleetActionsFollowedByEveryEdge(t *testing.T) {
 	if _, _, err := a.f.Act(ctx, "app", "b9", func(x *FleetAction) { x.State = balance.AdminDisabled }); !errors.Is(err, ErrNoSuchBackend) {
 		t.Errorf("an action on a backend this edge lacks: %v, want ErrNoSuchBackend", err)
 	}
+}
+
+// startedAfter starts an edge after b1 was drained: the drain is in force
+// after Load alone, before it would serve.
+func startedAfter(t *testing.T, c *api.Client) *testFleetActions {
+	t.Helper()
+	e := newTestFleetActions(t, c, "edge-c", newFleetTarget(t, "b1", "b2"))
+	if err := e.f.Load(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if e.target.state("b1") != "drain/1" {
+		t.Fatalf("a starting edge: b1 is %s after Load, want drain/1", e.target.state("b1"))
+	}
+	e.run(t)
+	return e
 }
 
 // awaitState waits until backend id is in state want on every edge.
