@@ -162,7 +162,7 @@ func (a *Agent) start() {
 	deadline := time.Now().Add(leaderWait)
 	for {
 		leader, err := a.Client.Status().Leader()
-		if err == nil && leader != "" {
+		if err == nil && leader != "" && a.nodeRegistered() {
 			return
 		}
 		select {
@@ -175,6 +175,18 @@ func (a *Agent) start() {
 		}
 		time.Sleep(50 * time.Millisecond) // polling an external process: there is no event to await
 	}
+}
+
+// nodeRegistered reports whether the agent's own node is in the catalog
+// yet: a leader comes first, and until the node's registration a session
+// cannot be created ("Missing node registration").
+func (a *Agent) nodeRegistered() bool {
+	name, err := a.Client.Agent().NodeName()
+	if err != nil {
+		return false
+	}
+	node, _, err := a.Client.Catalog().Node(name, nil)
+	return err == nil && node != nil && node.Node != nil
 }
 
 // freePorts returns n distinct loopback ports that were free for both TCP and
