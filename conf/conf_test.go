@@ -434,6 +434,11 @@ routes: [{default: true, pool: app}]
 			`edge.yaml:6: listeners[0].tls.certificates[1].key_file: /: not a regular file`,
 		}},
 		{"fleet scope without a prefix", "admin: {api: {scope: fleet}}\n" + minimal, []string{`edge.yaml:1: admin.api.scope: fleet needs consul.fleet.prefix, the Consul KV prefix the fleet shares`}},
+		{"fleet upgrades without a prefix", "upgrade: {fleet_concurrency: 1}\n" + minimal, []string{`edge.yaml:1: upgrade.fleet_concurrency: paces upgrades through a Consul semaphore under consul.fleet.prefix, which is not set`}},
+		{"fleet upgrades out of range", "upgrade: {fleet_concurrency: 65, fleet_wait: 0s}\nconsul: {fleet: {prefix: edge}}\n" + minimal, []string{
+			`edge.yaml:1: upgrade.fleet_concurrency: 65 is outside 0..64 (0 is off)`,
+			`edge.yaml:1: upgrade.fleet_wait: must be greater than 0`,
+		}},
 		{"admin scope and fleet prefix", "admin: {api: {scope: world}}\nconsul: {fleet: {prefix: /edge}}\n" + minimal, []string{
 			`edge.yaml:1: admin.api.scope: "world" is not one of "local", "fleet"`,
 			`edge.yaml:2: consul.fleet.prefix: "/edge" is not a Consul KV path (no leading /, no spaces, at most 512 bytes)`,

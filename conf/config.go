@@ -192,6 +192,17 @@ type Upgrade struct {
 	// serving. Default 60s. Read at start: the process that hands off uses
 	// the value it started with.
 	Timeout Duration `yaml:"timeout" default:"60s"`
+	// FleetConcurrency paces upgrades across the fleet: before starting
+	// its new process an edge takes one of this many slots of a Consul
+	// semaphore at consul.fleet.prefix + "/upgrade", and holds it until
+	// its connections are handed over (or the upgrade failed), so at most
+	// this many edges of the fleet hand off at once. Every edge of the
+	// fleet must set the same number. Default 0: off, each edge upgrades
+	// when told. Needs consul.fleet.prefix; 1..64.
+	FleetConcurrency int `yaml:"fleet_concurrency"`
+	// FleetWait bounds the wait for a slot; past it the upgrade is refused
+	// (409) and this process keeps serving. Default 10m.
+	FleetWait Duration `yaml:"fleet_wait" default:"10m"`
 }
 
 // Listener is one public port.

@@ -128,6 +128,13 @@ func (v *validator) lifecycle(c *Config) {
 		v.errf("drain.window", "%s is longer than drain.timeout %s", c.Drain.Window, c.Drain.Timeout)
 	}
 	v.duration("upgrade.timeout", c.Upgrade.Timeout, false)
+	v.duration("upgrade.fleet_wait", c.Upgrade.FleetWait, false)
+	switch n := c.Upgrade.FleetConcurrency; {
+	case n < 0 || n > 64:
+		v.errf("upgrade.fleet_concurrency", "%d is outside 0..64 (0 is off)", n)
+	case n > 0 && c.Consul.Fleet.Prefix == "":
+		v.errf("upgrade.fleet_concurrency", "paces upgrades through a Consul semaphore under consul.fleet.prefix, which is not set")
+	}
 }
 
 // weakSecret warns, at the setting naming it, about a cookie key whose

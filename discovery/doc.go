@@ -169,6 +169,19 @@
 // backends the edge has: a refused entry is logged once and changes
 // nothing.
 //
+// # Upgrade slots
+//
+// UpgradeSlots paces a fleet's process upgrades with Consul's semaphore
+// (api.Semaphore) at PREFIX/upgrade: an edge takes one of Limit slots
+// before it starts its new process and gives it back once its connections
+// are handed over. Each wait has a session of its own (behavior delete, TTL
+// 15 s, renewed by a goroutine that Acquire starts and release ends), so a
+// dead holder's slot frees itself; a wait is bounded, and says who holds
+// the slots at its start and after every round of blocking query. What is
+// read to name the holders is bounded (the lock 64 KiB, a holder 1 KiB,
+// eight named) and made printable; the semaphore's own reads are bounded by
+// Consul's value size.
+//
 // # Join times
 //
 // A Watcher stamps a member that appears in an answer after its first with

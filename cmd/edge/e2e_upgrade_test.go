@@ -73,6 +73,9 @@ func startUpgradable(t *testing.T, s *setup, env ...string) *upProc {
 		}
 	})
 	waitFor(t, "edge serves", func() bool { return statusOf(s.admin).PID == p.cmd.Process.Pid })
+	// The admin listener answers a moment before the process counts as
+	// serving for upgrades (it tells its parent, if any, then).
+	waitFor(t, "edge ready to upgrade", func() bool { return statusField(t, s.admin, "upgrade") == "ready" })
 	return p
 }
 

@@ -111,7 +111,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 	// waiting for the drain.
 	context.AfterFunc(ctx, stop)
 	notify := sdnotify.FromEnv()
-	up := newUpgrader(cfg, args, notify.Socket(), log)
+	up, err := newUpgrader(cfg, args, notify.Socket(), log)
+	if err != nil {
+		log.Error("startup failed", "err", err)
+		fmt.Fprintln(stderr, "edge:", err)
+		return 1
+	}
 	e, err := newEdge(cfg, *path, log, up)
 	if err != nil {
 		log.Error("startup failed", "err", err)

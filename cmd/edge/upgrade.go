@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/edgelb/edge/conf"
+	"github.com/edgelb/edge/discovery"
 	"github.com/edgelb/edge/internal/admin"
 	"github.com/edgelb/edge/internal/upgrade"
 	"github.com/prometheus/client_golang/prometheus"
@@ -24,7 +26,10 @@ import (
 // path, args, the directory and environment it started with, and
 // NOTIFY_SOCKET (which edge keeps out of its own environment) so the new
 // process tells the manager it is the main process now.
-func newUpgrader(cfg *conf.Config, args []string, notifySocket string, log *slog.Logger) *upgrade.Upgrader {
+//
+// With upgrade.fleet_concurrency, every upgrade first takes a slot of the
+// fleet's Consul semaphore (discovery.UpgradeSlots).
+func newUpgrader(cfg *conf.Config, args []string, notifySocket string, log *slog.Logger) (*upgrade.Upgrader, error) {
 	env := os.Environ()
 	if notifySocket != "" {
 		env = append(env, "NOTIFY_SOCKET="+notifySocket)
@@ -33,11 +38,36 @@ func newUpgrader(cfg *conf.Config, args []string, notifySocket string, log *slog
 	if err != nil {
 		log.Warn("working directory unknown: an upgrade starts the new process in whatever it is then", "err", err)
 	}
-	return upgrade.New(upgrade.Options{
+	opts := upgrade.Options{
 		Child:   upgrade.Child{Path: upgrade.SelfBinary(), Args: args, Env: env, Dir: dir},
 		Timeout: cfg.Upgrade.Timeout.Std(),
 		Log:     log,
-	})
+	}
+	if n := cfg.Upgrade.FleetConcurrency; n > 0 {
+		tok, err := cfg.Consul.ACLToken()
+		if err != nil {
+			return nil, fmt.Errorf("consul: %w", err)
+		}
+		// A client of its own, so an answer on the prefix is bounded
+		// before it is decoded (the semaphore lists PREFIX/upgrade).
+		client, err := discovery.NewClient(discovery.ClientOptions{
+			Address: cfg.Consul.Address, Token: string(tok), CAFile: cfg.Consul.CAFile,
+			MaxResponseBytes: discovery.MaxUpgradeSlotsResponse,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("upgrade.fleet_concurrency: consul: %w", err)
+		}
+		// As fleetEdgeID names this edge, before the admin listener is
+		// bound: by the address the file gives it.
+		id := cfg.Consul.Fleet.ID
+		if id == "" {
+			host, _ := os.Hostname()
+			id = discovery.ServiceIDPart(host + "-" + cfg.Admin.Address)
+		}
+		opts.Gate = discovery.NewUpgradeSlots(client, discovery.UpgradeSlotsOptions{Prefix: cfg.Consul.Fleet.Prefix, Limit: n, ID: id, PID: os.Getpid()})
+		opts.GateWait = cfg.Upgrade.FleetWait.Std()
+	}
+	return upgrade.New(opts), nil
 }
 
 // upgrade runs one upgrade (internal/upgrade) and counts it in
@@ -90,6 +120,9 @@ func newUpgradeMetrics(reg prometheus.Registerer) *upgradeMetrics {
 // hand-off that fails leaves the rest to a drain (1001). Everything is
 // bounded by drain.timeout.
 func (e *edge) handOver(stopAdmin context.CancelFunc) {
+	// The fleet's upgrade slot, if one was taken, is this edge's until its
+	// connections are handed over: the fleet counts it as handing off.
+	defer e.up.HandOffDone()
 	d := e.config().Drain
 	e.drainFrom.Store(int64(e.proxy.Active()))
 	e.drainStart.Store(time.Now().UnixNano())

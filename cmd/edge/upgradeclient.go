@@ -35,7 +35,7 @@ func upgradeClient(cfg *conf.Config, stdout, stderr io.Writer) int {
 	// (localDialer): plain HTTP to another host would show it to the
 	// network.
 	hc := &http.Client{
-		Timeout:   cfg.Upgrade.Timeout.Std() + 30*time.Second,
+		Timeout:   upgradeClientTimeout(cfg),
 		Transport: &http.Transport{DisableKeepAlives: true, Proxy: nil, DialContext: localDialer().DialContext},
 	}
 	req, err := http.NewRequest(http.MethodPost, base+"/api/v1/upgrade", strings.NewReader("{}"))
@@ -45,7 +45,7 @@ func upgradeClient(cfg *conf.Config, stdout, stderr io.Writer) int {
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Authorization", "Bearer "+token)
-	resp, err := hc.Do(req)
+	resp, err := doWatching(hc, req, base, token, stdout)
 	if err != nil {
 		fmt.Fprintf(stderr, "edge -upgrade: %s: %v\n", base, err)
 		if errors.Is(err, errNotLocal) {
@@ -73,6 +73,66 @@ func upgradeClient(cfg *conf.Config, stdout, stderr io.Writer) int {
 	pid, ver := newProcess(hc, base, token, doc.OldPID)
 	fmt.Fprintf(stdout, "edge: upgraded to %s: pid %d now serves (version %s); pid %d drains\n", doc.Binary, pid, ver, doc.OldPID)
 	return 0
+}
+
+// upgradeClientTimeout bounds edge -upgrade's request: the wait for a
+// fleet slot, then the new process's start, and a margin.
+func upgradeClientTimeout(cfg *conf.Config) time.Duration {
+	d := cfg.Upgrade.Timeout.Std() + 30*time.Second
+	if cfg.Upgrade.FleetConcurrency > 0 {
+		d += cfg.Upgrade.FleetWait.Std()
+	}
+	return d
+}
+
+// doWatching sends the upgrade request and, until its answer, prints
+// every new wait for a fleet upgrade slot that /status reports (one a
+// round, each saying for how long and who holds the slots).
+func doWatching(hc *http.Client, req *http.Request, base, token string, out io.Writer) (*http.Response, error) {
+	type answer struct {
+		resp *http.Response
+		err  error
+	}
+	got := make(chan answer, 1)
+	go func() {
+		resp, err := hc.Do(req)
+		got <- answer{resp, err}
+	}()
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	last := ""
+	for {
+		select {
+		case a := <-got:
+			return a.resp, a.err
+		case <-tick.C:
+		}
+		if st := upgradeState(hc, base, token); st != last && strings.HasPrefix(st, "waiting for a fleet upgrade slot") {
+			fmt.Fprintln(out, "edge -upgrade:", st)
+			last = st
+		}
+	}
+}
+
+// upgradeState is /status's "upgrade", or "" when it cannot be read.
+func upgradeState(hc *http.Client, base, token string) string {
+	req, err := http.NewRequest(http.MethodGet, base+"/status", nil)
+	if err != nil {
+		return ""
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := hc.Do(req)
+	if err != nil {
+		return ""
+	}
+	defer resp.Body.Close()
+	var st struct {
+		Upgrade string `json:"upgrade"`
+	}
+	if json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&st) != nil {
+		return ""
+	}
+	return st.Upgrade
 }
 
 // clientToken is the credential edge's clients send: the file's token,

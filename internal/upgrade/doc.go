@@ -4,7 +4,10 @@
 // over, so no connection attempt is refused and the accept queues survive
 // (HAProxy's `-x`, nginx's USR2). It also owns the policy of when an
 // upgrade may start: one at a time, only once this process serves and its
-// own predecessor has exited, never from a container's PID 1.
+// own predecessor has exited, never from a container's PID 1, and, with
+// a Gate (a fleet's Consul semaphore, discovery.UpgradeSlots), only with
+// one of the fleet's slots, waited for up to a bound and held until the
+// hand-off is over (HandOffDone).
 //
 // Why its own implementation and not github.com/cloudflare/tableflip,
 // which edge used before: tableflip starts os.Args[0] with os.Args[1:] and

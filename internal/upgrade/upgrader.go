@@ -40,6 +40,22 @@ type Options struct {
 	Timeout time.Duration
 	// Log receives the upgrade's events; nil means none.
 	Log *slog.Logger
+	// Gate, when set, paces upgrades across a fleet: an upgrade takes one
+	// of its slots before starting the new process, waiting up to
+	// GateWait, and gives it back when the upgrade failed or, after a
+	// success, at HandOffDone (or Stop).
+	Gate Gate
+	// GateWait bounds the wait for a slot; 0 means DefaultTimeout.
+	GateWait time.Duration
+}
+
+// Gate is a fleet's upgrade slots (discovery.UpgradeSlots over a Consul
+// semaphore).
+type Gate interface {
+	// Acquire waits up to bound for a slot, calling waiting with who
+	// holds the slots when it starts to wait and after every round of
+	// it; release gives the slot back and may be called more than once.
+	Acquire(ctx context.Context, bound time.Duration, waiting func(holders string)) (release func(), err error)
 }
 
 // Upgrader hands this process's listening sockets to a new binary, in the
@@ -63,6 +79,12 @@ type Upgrader struct {
 	done    chan struct{} // closed when a new process has taken over
 	stop    context.Context
 	cancel  context.CancelFunc
+
+	// waitingFor is what /status says while an upgrade waits for the
+	// Gate; nil when it does not.
+	waitingFor atomic.Pointer[string]
+	// slot gives back the Gate's slot of the upgrade that succeeded.
+	slot atomic.Pointer[func()]
 
 	mu sync.Mutex // guards handoff, successor and parent.ready
 	// handoff is this end of the hand-off socket the next upgrade passes
@@ -216,6 +238,7 @@ func (u *Upgrader) Stop() {
 	u.mu.Unlock()
 	u.watching.Wait()
 	u.files.closePassed()
+	u.HandOffDone()
 }
 
 // HandedOff is closed once a new process has taken over.
@@ -246,6 +269,9 @@ func (u *Upgrader) State() string {
 		case <-u.done:
 			return "handed over, draining"
 		default:
+			if w := u.waitingFor.Load(); w != nil {
+				return *w
+			}
 			return "in progress"
 		}
 	}
@@ -319,20 +345,67 @@ func (u *Upgrader) Upgrade(binary, via string) error {
 		c.Path = binary
 	}
 	log := u.log.With("via", via, "binary", c.Path)
+	release, err := u.takeSlot(log)
+	if err != nil {
+		u.busy.Store(false)
+		log.Warn("upgrade refused", "err", err)
+		return err
+	}
 	log.Info("upgrade: starting the new process")
 	begun := time.Now()
 	if err := u.attempt(c); err != nil {
+		release()
 		u.busy.Store(false)
 		err = fmt.Errorf("upgrade to %s failed, this process keeps serving: %w", c.Path, err)
 		log.Error("upgrade failed", "err", err)
 		return err
 	}
+	u.slot.Store(&release)
 	log.Info("upgrade: the new process serves; handing over", "took", time.Since(begun).String())
 	// This process's copies are no longer needed: the new process has
 	// its own, and the listeners themselves are the caller's to close.
 	u.files.closePassed()
 	close(u.done)
 	return nil
+}
+
+// takeSlot waits for a slot of the Gate, if there is one, saying so in
+// the log and in State at every round; its error is a refusal.
+func (u *Upgrader) takeSlot(log *slog.Logger) (func(), error) {
+	if u.opts.Gate == nil {
+		return func() {}, nil
+	}
+	bound := u.opts.GateWait
+	if bound <= 0 {
+		bound = DefaultTimeout
+	}
+	begun := time.Now()
+	defer u.waitingFor.Store(nil)
+	release, err := u.opts.Gate.Acquire(u.stop, bound, func(holders string) {
+		msg := fmt.Sprintf("waiting for a fleet upgrade slot (%s of %s): held by %s", time.Since(begun).Round(time.Second), bound, holders)
+		u.waitingFor.Store(&msg)
+		log.Info("upgrade: "+msg, "waited", time.Since(begun).String(), "bound", bound.String())
+	})
+	if err != nil {
+		return nil, refused("%v; this process keeps serving", err)
+	}
+	if time.Since(begun) > time.Second {
+		log.Info("upgrade: fleet upgrade slot taken", "waited", time.Since(begun).String())
+	}
+	return release, nil
+}
+
+// HandOffDone gives back the fleet's upgrade slot (Options.Gate) of the
+// upgrade that succeeded, once this process has handed its connections
+// over: until then the fleet counts this edge as handing off.
+func (u *Upgrader) HandOffDone() {
+	if u == nil {
+		return
+	}
+	if release := u.slot.Swap(nil); release != nil {
+		u.log.Info("upgrade: fleet upgrade slot given back")
+		(*release)()
+	}
 }
 
 // attempt runs one upgrade, the hand-off socket's far end passed with the
