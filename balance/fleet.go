@@ -82,6 +82,22 @@ func ConnShare(limit int64, published []int64, self int, weight float64) int64 {
 	return max(own+int64(math.Floor(weight*room)), 0)
 }
 
+// ClaimCap bounds an edge's share by what the other edges hold or have
+// claimed (claims[o], each the larger of an edge's count and its published
+// claim): the limit minus their sum, never below 0. An edge raises what it
+// enforces only to a claim it published, so the edges that read it leave
+// that room alone; with ConnShare the fleet goes over the limit only while
+// two edges raise their claims within one propagation delay of each other.
+func ClaimCap(limit int64, claims []int64, self int) int64 {
+	var others int64
+	for i, n := range claims {
+		if i != self {
+			others += max(n, 0)
+		}
+	}
+	return max(limit-others, 0)
+}
+
 // FallbackConnShare is an edge's share of a fleet-wide per-backend limit
 // when the fleet's numbers are stale or Consul is unreachable: the limit
 // divided by the last known fleet size, at least 1 so a small limit over a

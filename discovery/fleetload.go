@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -45,6 +46,10 @@ type FleetLoadOptions struct {
 	// Collect returns this edge's record now; FleetLoad sets ID and
 	// Published. Required. It runs on the publisher's goroutine.
 	Collect func() FleetRecord
+	// Published, when set, is called with every record once Consul holds
+	// it (written, or unchanged since it was), on the publisher's
+	// goroutine: what the other edges can now count.
+	Published func(FleetRecord)
 	// Known, when set, filters what is read: pools and backends it refuses
 	// are dropped from every record (see DecodeFleetRecord).
 	Known func(pool, backend string) bool
@@ -75,7 +80,15 @@ type FleetLoad struct {
 	mu     sync.Mutex
 	status FleetLoadStatus // guarded by mu
 	start  time.Time
+	// delays is a ring of the last propagation delays seen (a record's
+	// arrival minus its publication); guarded by mu.
+	delays [maxFleetDelays]time.Duration
+	nDelay int
 }
+
+// maxFleetDelays is how many propagation delays Status's percentiles are
+// taken over.
+const maxFleetDelays = 256
 
 // FleetLoadStatus is a point-in-time view for /status and metrics.
 type FleetLoadStatus struct {
@@ -100,6 +113,12 @@ type FleetLoadStatus struct {
 	Wakeups int64 `json:"wakeups"`
 	// Rounds counts the publisher's looks at the load, written or not.
 	Rounds int64 `json:"rounds"`
+	// DelayP50 and DelayP99 are percentiles of how long the last
+	// publications of other edges took to arrive here (arrival on this
+	// edge's clock minus publication on theirs: exact on one host, off by
+	// the clock skew between hosts), over the last 256.
+	DelayP50 time.Duration `json:"propagation_p50_ns"`
+	DelayP99 time.Duration `json:"propagation_p99_ns"`
 
 	readFailed, publishFailed bool
 }
@@ -194,7 +213,40 @@ func (f *FleetLoad) Status() FleetLoadStatus {
 		s.Age = now.Sub(s.LastRead)
 	}
 	s.Stale = s.LastRead.IsZero() || s.readFailed || s.publishFailed || s.Age > f.opts.StaleAfter
+	s.DelayP50, s.DelayP99 = f.delayPercentiles()
 	return s
+}
+
+// delayPercentiles returns the 50th and 99th percentiles of the ring.
+func (f *FleetLoad) delayPercentiles() (p50, p99 time.Duration) {
+	f.mu.Lock()
+	d := slices.Clone(f.delays[:min(f.nDelay, maxFleetDelays)])
+	f.mu.Unlock()
+	if len(d) == 0 {
+		return 0, 0
+	}
+	slices.Sort(d)
+	return d[len(d)/2], d[(len(d)*99)/100]
+}
+
+// noteDelays records the propagation delay of every record of s that is
+// newer than in old, other than this edge's own.
+func (f *FleetLoad) noteDelays(old, s *FleetSnapshot) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, r := range s.Edges {
+		if r.ID == f.opts.ID {
+			continue
+		}
+		if o, ok := old.Edge(r.ID); ok && !r.Published.After(o.Published) {
+			continue
+		}
+		if old.Read.IsZero() {
+			continue // the first answer: records published before this edge looked
+		}
+		f.delays[f.nDelay%maxFleetDelays] = max(s.Read.Sub(r.Published), 0)
+		f.nDelay++
+	}
 }
 
 // Run publishes and follows until ctx ends, then destroys the session (so
@@ -260,6 +312,7 @@ func (f *FleetLoad) read(ctx context.Context, index uint64) (uint64, error) {
 	f.mu.Unlock()
 	if changed || index == 0 {
 		s := f.snapshotOf(pairs, meta.LastIndex, now)
+		f.noteDelays(f.snap.Load(), s)
 		f.snap.Store(s)
 		f.mu.Lock()
 		f.status.Edges = s.Size()
@@ -403,6 +456,7 @@ func (f *FleetLoad) publishOnce(ctx context.Context, p *publisher) error {
 	rec := f.opts.Collect()
 	rec.ID = f.opts.ID
 	if p.wrote && rec.SameLoad(p.last) {
+		f.announce(p.last)
 		return f.published(nil)
 	}
 	rec.Published = now
@@ -419,7 +473,15 @@ func (f *FleetLoad) publishOnce(ctx context.Context, p *publisher) error {
 		return fmt.Errorf("fleet load: consul kv %q is held by another session (another edge with id %q?)", f.key, f.opts.ID)
 	}
 	p.last, p.wrote = rec, true
+	f.announce(rec)
 	return f.published(&now)
+}
+
+// announce calls Published.
+func (f *FleetLoad) announce(r FleetRecord) {
+	if f.opts.Published != nil {
+		f.opts.Published(r)
+	}
 }
 
 // published records a successful round.

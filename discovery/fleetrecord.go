@@ -64,6 +64,9 @@ type FleetPoolLoad struct {
 	Name string `json:"name"`
 	// Rate is the pool's recent rate of new connections, per second.
 	Rate float64 `json:"rate"`
+	// Shared is true when the pool has a fleet-scope connection limit:
+	// Backends then lists every backend with its Claim.
+	Shared bool `json:"shared,omitempty"`
 	// Backends is each backend's active connections on this edge, sorted
 	// by ID.
 	Backends []FleetBackendLoad `json:"backends,omitempty"`
@@ -73,6 +76,10 @@ type FleetPoolLoad struct {
 type FleetBackendLoad struct {
 	ID     string `json:"id"`
 	Active int64  `json:"active"`
+	// Claim is, in a Shared pool, the share of the fleet's limit the edge
+	// may hold on this backend: it raises what it enforces only to a claim
+	// it has published, so the others can count it.
+	Claim int64 `json:"claim,omitempty"`
 }
 
 // fleetWire is the record as stored: the version first, so a reader can
@@ -175,8 +182,8 @@ func checkFleetPool(p *FleetPoolLoad) error {
 		if err := checkFleetName("backend", b.ID, false); err != nil {
 			return err
 		}
-		if b.Active < 0 || b.Active > maxFleetCount {
-			return fmt.Errorf("backend %q: active %d out of range", b.ID, b.Active)
+		if b.Active < 0 || b.Active > maxFleetCount || b.Claim < 0 || b.Claim > maxFleetCount {
+			return fmt.Errorf("backend %q: active %d or claim %d out of range", b.ID, b.Active, b.Claim)
 		}
 		if i > 0 && p.Backends[i-1].ID >= b.ID {
 			return fmt.Errorf("backend %q: backends not sorted or repeated", b.ID)
@@ -206,7 +213,7 @@ func filterKnown(pools []FleetPoolLoad, known func(pool, backend string) bool) [
 		if !known(p.Name, "") {
 			continue
 		}
-		q := FleetPoolLoad{Name: p.Name, Rate: p.Rate}
+		q := FleetPoolLoad{Name: p.Name, Rate: p.Rate, Shared: p.Shared}
 		for _, b := range p.Backends {
 			if known(p.Name, b.ID) {
 				q.Backends = append(q.Backends, b)
@@ -226,7 +233,7 @@ func (r FleetRecord) SameLoad(o FleetRecord) bool {
 	}
 	for i := range r.Pools {
 		p, q := r.Pools[i], o.Pools[i]
-		if p.Name != q.Name || p.Rate != q.Rate || !slices.Equal(p.Backends, q.Backends) {
+		if p.Name != q.Name || p.Rate != q.Rate || p.Shared != q.Shared || !slices.Equal(p.Backends, q.Backends) {
 			return false
 		}
 	}
@@ -243,12 +250,25 @@ func (r FleetRecord) Pool(name string) (FleetPoolLoad, bool) {
 }
 
 // Active returns p's count of backend id, 0 when it lists none.
-func (p FleetPoolLoad) Active(id string) int64 {
+func (p FleetPoolLoad) Active(id string) int64 { return p.Backend(id).Active }
+
+// Backend returns p's entry of backend id, zero when it lists none.
+func (p FleetPoolLoad) Backend(id string) FleetBackendLoad {
 	i, ok := slices.BinarySearchFunc(p.Backends, id, func(b FleetBackendLoad, n string) int { return strings.Compare(b.ID, n) })
 	if !ok {
-		return 0
+		return FleetBackendLoad{}
 	}
-	return p.Backends[i].Active
+	return p.Backends[i]
+}
+
+// Held returns what edge holds or may hold of backend id by its record:
+// the larger of its count and, in a shared pool, its claim.
+func (p FleetPoolLoad) Held(id string) int64 {
+	b := p.Backend(id)
+	if p.Shared {
+		return max(b.Active, b.Claim)
+	}
+	return b.Active
 }
 
 // FleetSnapshot is the fleet as one edge last read it from Consul: every

@@ -47,11 +47,14 @@ type edge struct {
 	// cookieKeys follow the Consul KV entries of cookie pools with a
 	// consul_key, by pool name; fixed at start.
 	cookieKeys map[string]*discovery.CookieKeys
-	notify     *sdnotify.Notifier // the service manager (systemd), if any
-	gcTune     bool               // serve runs the GC tuner (internal/gcpace)
-	up         *upgrade.Upgrader  // nil: no upgrades (tests building an edge in-process)
-	upMetrics  *upgradeMetrics    // edge_upgrades_total and the fate of handed-over connections
-	usr2       <-chan os.Signal
+	// fleet publishes this edge's load and shares fleet-scope limits; nil
+	// without consul.fleet.prefix.
+	fleet     *fleet
+	notify    *sdnotify.Notifier // the service manager (systemd), if any
+	gcTune    bool               // serve runs the GC tuner (internal/gcpace)
+	up        *upgrade.Upgrader  // nil: no upgrades (tests building an edge in-process)
+	upMetrics *upgradeMetrics    // edge_upgrades_total and the fate of handed-over connections
+	usr2      <-chan os.Signal
 
 	// fleetActions follows the operator's actions of fleet scope under
 	// consul.fleet.prefix; nil without one. Fixed at start.
@@ -95,6 +98,9 @@ func newEdge(cfg *conf.Config, path string, log *slog.Logger, up *upgrade.Upgrad
 	}
 	e.pools = pools
 	if err := e.newCookieKeys(cfg); err != nil {
+		return nil, err
+	}
+	if err := e.newFleet(cfg); err != nil {
 		return nil, err
 	}
 	access := slog.New(slog.DiscardHandler)
@@ -287,6 +293,7 @@ func (e *edge) serve(ctx context.Context, hup <-chan os.Signal) error {
 	e.startDynamic(gctx, g)
 	e.runCookieKeys(gctx, g)
 	e.runFleetActions(gctx, g)
+	e.fleet.run(gctx, g)
 	// Ready before the admin listener answers: a process an upgrade
 	// started shares that socket with its parent, and must not answer
 	// /readyz 503 to a health check while the parent serves. Until Run
@@ -454,10 +461,12 @@ func (e *edge) status() any {
 		CookieKeys []discovery.CookieKeysStatus `json:"cookie_keys,omitempty"`
 		// FleetActions are the operator's actions of fleet scope.
 		FleetActions *discovery.FleetActionsStatus `json:"fleet_actions,omitempty"`
-		Listeners    []listenerDoc                 `json:"listeners"`
-		Routes       []routeDoc                    `json:"routes"`
-		Drain        drainDoc                      `json:"drain"`
-		Upgrade      string                        `json:"upgrade,omitempty"`
+		// Fleet is this edge's part in the fleet's load (consul.fleet).
+		Fleet     *fleetDoc     `json:"fleet,omitempty"`
+		Listeners []listenerDoc `json:"listeners"`
+		Routes    []routeDoc    `json:"routes"`
+		Drain     drainDoc      `json:"drain"`
+		Upgrade   string        `json:"upgrade,omitempty"`
 	}{Active: e.proxy.Active(), TLS: map[string]any{}, Listeners: e.listenerDocs(), Routes: e.routeDocs(), Drain: e.drainDoc(), PID: os.Getpid()}
 	if e.up != nil {
 		out.Upgrade = e.up.State()
@@ -499,6 +508,7 @@ func (e *edge) status() any {
 	out.Discovery = e.discoveryStatus()
 	out.CookieKeys = e.cookieKeyStatus()
 	out.FleetActions = e.fleetStatus()
+	out.Fleet = e.fleet.doc()
 	return out
 }
 

@@ -21,6 +21,8 @@ type poolSpec struct {
 	balance balance.PoolOptions // OnEject is set where the pool is built
 	limits  balance.LimiterOptions
 	rate    [2]float64 // pool-wide connection rate and burst
+	// fleet is the limits of fleet scope, which cmd/edge/fleet.go shares.
+	fleet fleetLimits
 	// proxy is the pool's proxy settings; Balancer, Limiter and Admission
 	// are set where the pool is built.
 	proxy proxy.Pool
@@ -84,10 +86,23 @@ func poolSpecOf(pc *conf.Pool) (*poolSpec, error) {
 		cookieKV: pc.Cookie.ConsulKey,
 		static:   pc.Consul.Service == "",
 	}
+	if pc.Limits.MaxConnectionsPerBackendScope == conf.ScopeFleet {
+		s.fleet.conns = pc.Limits.MaxConnectionsPerBackend
+	}
+	if pc.Limits.ConnectionRateScope == conf.ScopeFleet {
+		s.fleet.rate, s.fleet.burst = pc.Limits.ConnectionRate, pc.Limits.ConnectionBurst
+	}
 	for _, b := range pc.Backends {
 		s.members = append(s.members, balance.Member{ID: b.ID, Addr: b.Address, Weight: b.Weight})
 	}
 	return s, nil
+}
+
+// fleetLimits are a pool's limits of fleet scope; 0 is none.
+type fleetLimits struct {
+	conns int64   // max_connections_per_backend
+	rate  float64 // connection_rate
+	burst int     // connection_burst
 }
 
 // proxyPoolOf maps pc's settings of the connection path.
