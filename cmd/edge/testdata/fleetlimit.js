@@ -1,20 +1,24 @@
 // Opens WebSockets with the npm `ws` client through several edges and
 // holds every one that opens, for the fleet-scope limit tests.
 //
-//   node fleetlimit.js COUNT INFLIGHT URL[,URL...]
+//   node fleetlimit.js COUNT INFLIGHT URL[,URL...] [RETRIES]
 //
-// Connection i goes to URL i mod len(URLs), at most INFLIGHT handshakes at
-// a time. Each open connection asks "whoami" and waits for the answer, so
-// the edge counts it before it is reported. A handshake the edge refuses
-// is counted by its HTTP status. Once every attempt has ended it prints
-// one JSON line {opened: {backend: n}, refused: {status: n}, failed: n},
+// Client i goes to URL i mod len(URLs), at most INFLIGHT handshakes at a
+// time. Each open connection asks "whoami" and waits for the answer, so
+// the edge counts it before it is reported. A client the edge refuses
+// tries again, as real clients reconnect, up to RETRIES more times (default
+// 0), 500 ms apart, through the same edge; its last answer counts, by HTTP
+// status. Once every client has ended it prints one JSON line
+// {opened: {backend: n}, refused: {status: n}, attempts: n, failed: n},
 // holds the open connections until its standard input closes, then closes
 // them (close handshake complete) and exits.
 'use strict';
 const WebSocket = require('ws');
 
-const [countArg, inflightArg, urlArg] = process.argv.slice(2);
+const [countArg, inflightArg, urlArg, retriesArg] = process.argv.slice(2);
 const count = Number(countArg);
+const retries = Number(retriesArg || 0);
+let attempts = 0;
 const inflight = Number(inflightArg);
 const urls = urlArg.split(',');
 
@@ -23,16 +27,31 @@ const opened = {};
 const refused = {};
 let failed = 0;
 
+const pause = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+
+// client makes up to 1 + retries attempts; the last refusal counts.
+async function client(url) {
+  for (let i = 0; ; i++) {
+    const status = await attempt(url);
+    if (status === 0 || i === retries) {
+      if (status > 0) refused[status] = (refused[status] || 0) + 1;
+      return;
+    }
+    await pause(500);
+  }
+}
+
+// attempt resolves with 0 once open (or failed), or the refusal's status.
 function attempt(url) {
+  attempts++;
   return new Promise((resolve) => {
     const ws = new WebSocket(url, { handshakeTimeout: 20000 });
     let done = false;
-    const end = () => { if (!done) { done = true; resolve(); } };
+    const end = (status) => { if (!done) { done = true; resolve(status || 0); } };
     ws.once('unexpected-response', (req, res) => {
-      refused[res.statusCode] = (refused[res.statusCode] || 0) + 1;
       res.resume();
       req.destroy();
-      end();
+      end(res.statusCode);
     });
     ws.once('error', () => { if (!done) failed++; end(); });
     ws.once('open', () => ws.send('whoami'));
@@ -50,11 +69,11 @@ function attempt(url) {
   async function worker() {
     while (next < count) {
       const i = next++;
-      await attempt(urls[i % urls.length]);
+      await client(urls[i % urls.length]);
     }
   }
   await Promise.all(Array.from({ length: inflight }, worker));
-  process.stdout.write(JSON.stringify({ opened, refused, failed }) + '\n');
+  process.stdout.write(JSON.stringify({ opened, refused, attempts, failed }) + '\n');
   process.stdin.resume();
   process.stdin.on('end', async () => {
     await Promise.all(held.map((ws) => new Promise((resolve) => {
