@@ -108,7 +108,7 @@ func holdClients(t *testing.T, count, retries int, urls []string) (opened map[st
 		t.Fatalf("node fleetlimit.js: %v\n%s", err, stderr.String())
 	}
 	var got struct {
-		Opened  map[string]int `json:"opened"`
+		Opened   map[string]int `json:"opened"`
 		Refused  map[string]int `json:"refused"`
 		Attempts int            `json:"attempts"`
 		Failed   int            `json:"failed"`
