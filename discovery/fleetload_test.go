@@ -118,10 +118,14 @@ func TestFleetLoadHostileRecords(t *testing.T) {
 			}
 			return
 		}
-		sid, _, err := agent.Client.Session().Create(&api.SessionEntry{TTL: "60s", Behavior: api.SessionBehaviorDelete}, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
+		// A dev agent that has just started may not have registered its
+		// node yet: a session needs one.
+		var sid string
+		testkit.WaitFor(t, "a session", func() bool {
+			id, _, err := agent.Client.Session().Create(&api.SessionEntry{TTL: "60s", Behavior: api.SessionBehaviorDelete}, nil)
+			sid = id
+			return err == nil
+		})
 		p.Session = sid
 		if ok, _, err := kv.Acquire(p, nil); err != nil || !ok {
 			t.Fatal(ok, err)
