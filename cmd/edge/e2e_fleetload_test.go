@@ -304,3 +304,61 @@ func TestClientIPFleetSharingKeepsEachAddress(t *testing.T) {
 	}
 	t.Logf("%d of %d connections on the backend the hash names (%.1f %%)", agree, len(got), 100*float64(agree)/float64(len(got)))
 }
+
+// TestFleetLoadConsulTraffic measures what the fleet load costs Consul:
+// three edges for 30 s, each with one connection opened and one closed
+// every second (so its record changes at every publication), then 30 s
+// idle. Every edge writes at most one record every 2 s plus its session
+// renewals (every TTL/3), whatever happens.
+func TestFleetLoadConsulTraffic(t *testing.T) {
+	agent := consultest.Start(t)
+	bs := backends(t, "b1", "b2")
+	edges := fleetLoadEdges(t, agent, 3, bs, "")
+	count := func() (writes, wakeups []int64) {
+		for _, e := range edges {
+			d := e.fleetDoc(t)
+			writes, wakeups = append(writes, d.Writes), append(wakeups, d.Wakeups)
+		}
+		return writes, wakeups
+	}
+	perMinute := func(phase string, w0, k0, w1, k1 []int64, d time.Duration) {
+		for i := range edges {
+			w := float64(w1[i]-w0[i]) / d.Minutes()
+			k := float64(k1[i]-k0[i]) / d.Minutes()
+			t.Logf("%s: edge %c: %.1f Consul writes and %.1f blocking-query wake-ups per minute", phase, 'A'+i, w, k)
+			// 30 record writes and 18 renewals a minute at most, and the
+			// session a restart of it would add.
+			if w > 30+18+2 {
+				t.Errorf("%s: edge %c writes %.1f times a minute", phase, 'A'+i, w)
+			}
+		}
+	}
+	const phase = 30 * time.Second
+	w0, k0 := count()
+	start := time.Now()
+	var held []interface{ Close() error }
+	for time.Since(start) < phase {
+		for _, e := range edges {
+			c, _, err := e.dialer().Dial("ws://"+e.ws+"/", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			testkit.Ask(t, c, "whoami")
+			held = append(held, c)
+			if len(held) > 6 {
+				_ = held[0].Close()
+				held = held[1:]
+			}
+		}
+		time.Sleep(time.Second) // the churn's pace, not a wait for an event
+	}
+	w1, k1 := count()
+	perMinute("churn", w0, k0, w1, k1, time.Since(start))
+	for _, c := range held {
+		_ = c.Close()
+	}
+	start = time.Now()
+	time.Sleep(phase) // the idle phase measured
+	w2, k2 := count()
+	perMinute("idle", w1, k1, w2, k2, time.Since(start))
+}

@@ -12,6 +12,7 @@ import (
 func TestDeployReferencesExistingMetrics(t *testing.T) {
 	m := New(Options{})
 	m.WatchState(State{})
+	m.WatchFleet(Fleet{})
 	known := m.Names()
 	ref := regexp.MustCompile(`edge_[a-z_]+`)
 	for _, f := range []string{"../../deploy/prometheus/alerts.yml", "../../deploy/grafana/edge-dashboard.json"} {
