@@ -238,6 +238,7 @@ func describedNames(t *testing.T) map[string]bool {
 	t.Helper()
 	m := metrics.New(metrics.Options{})
 	m.WatchState(metrics.State{})
+	m.WatchFleet(metrics.Fleet{}) // with consul.fleet.prefix
 	out := map[string]bool{}
 	for name := range m.Names() {
 		if strings.HasPrefix(name, "edge_") {

@@ -247,6 +247,15 @@ func (f *fleet) apply() {
 func (f *fleet) applyPool(ent *poolEntry, snap *discovery.FleetSnapshot, stale bool) (fleetPoolLimits, bool) {
 	lim := ent.spec.fleet
 	conns, rate := lim.conns, lim.rate
+	if conns == 0 {
+		// Local scope (again, after a reload): the pool's own limit.
+		for _, b := range ent.bal.Snapshot().Backends {
+			if _, shared := b.ConnLimit(); shared {
+				b.SetConnShare(-1)
+			}
+		}
+		delete(f.claims, ent.spec.name)
+	}
 	if conns == 0 && rate == 0 {
 		return fleetPoolLimits{}, false
 	}

@@ -223,7 +223,8 @@ func (e *edge) newPoolEntry(spec *poolSpec, old *poolEntry) (*poolEntry, error) 
 		if old.spec.limits.Equal(spec.limits) {
 			ent.limiter = old.limiter
 		}
-		if old.spec.rate == spec.rate {
+		// A bucket running a fleet share is kept only while it stays one.
+		if old.spec.rate == spec.rate && old.spec.fleet.rate == spec.fleet.rate {
 			ent.admit = old.admit
 		}
 	} else {
