@@ -166,6 +166,8 @@ func TestFleetDrainThroughOneEdge(t *testing.T) {
 		holds = append(holds, h)
 	}
 
+	fleetViewShows(t, a, 3, int64(9*len(edges)))
+
 	const window = 3 * time.Second
 	start := time.Now()
 	doc := b.mustAPI(t, "POST", "/api/v1/pools/app/backends/b1/drain?scope=fleet", `{"window": "3s"}`)
@@ -212,6 +214,38 @@ func TestFleetDrainThroughOneEdge(t *testing.T) {
 	// new ones to b1 whenever it is one of the two candidates drawn.
 	if h := holdNode(t, ctx, a, 9); len(h.onBackend("b1")) == 0 {
 		t.Errorf("edge A after the fleet enable placed %v, want b1 among them", h.on)
+	}
+}
+
+// fleetViewShows waits until e's /status shows the fleet's records of
+// edges edges and the fleet's totals count active connections in pool app,
+// and checks the status page shows every edge and the totals.
+func fleetViewShows(t *testing.T, e *fleetAdminEdge, edges int, active int64) {
+	t.Helper()
+	var st struct {
+		Fleet struct {
+			Snapshot discovery.FleetSnapshot `json:"snapshot"`
+		} `json:"fleet"`
+		Totals []fleetPoolTotal `json:"fleet_totals"`
+	}
+	testkit.Await(t, 20*time.Second, "the fleet's records and totals in /status", func() (bool, string) {
+		if err := json.Unmarshal([]byte(adminGet(t, e.admin, "/status")), &st); err != nil {
+			t.Fatal(err)
+		}
+		return len(st.Fleet.Snapshot.Edges) == edges && len(st.Totals) == 1 && st.Totals[0].Active == active,
+			fmt.Sprintf("%d edges, totals %+v", len(st.Fleet.Snapshot.Edges), st.Totals)
+	})
+	page := adminGet(t, e.admin, "/")
+	for _, r := range st.Fleet.Snapshot.Edges {
+		if r.Connections != 9 || !r.Ready || r.PID == 0 || r.Version == "" {
+			t.Errorf("edge record %+v: want ready, 9 connections, a pid and a version", r)
+		}
+		if !strings.Contains(page, fmt.Sprintf(`<tr class="fleet-edge" data-edge="%s">`, r.ID)) {
+			t.Errorf("the status page lacks edge %s", r.ID)
+		}
+	}
+	if want := fmt.Sprintf(`<td>app</td><td>all (%d edges)</td><td class="n">%d</td>`, edges, active); !strings.Contains(page, want) {
+		t.Errorf("the status page lacks the fleet's total %s", want)
 	}
 }
 

@@ -467,6 +467,10 @@ func (e *edge) status() any {
 		Routes    []routeDoc    `json:"routes"`
 		Drain     drainDoc      `json:"drain"`
 		Upgrade   string        `json:"upgrade,omitempty"`
+
+		// FleetTotals sums every edge's published record per pool and
+		// backend.
+		FleetTotals []fleetPoolTotal `json:"fleet_totals,omitempty"`
 	}{Active: e.proxy.Active(), TLS: map[string]any{}, Listeners: e.listenerDocs(), Routes: e.routeDocs(), Drain: e.drainDoc(), PID: os.Getpid()}
 	if e.up != nil {
 		out.Upgrade = e.up.State()
@@ -509,6 +513,9 @@ func (e *edge) status() any {
 	out.CookieKeys = e.cookieKeyStatus()
 	out.FleetActions = e.fleetStatus()
 	out.Fleet = e.fleet.doc()
+	if out.Fleet != nil {
+		out.FleetTotals = fleetTotals(out.Fleet.Snapshot)
+	}
 	return out
 }
 
