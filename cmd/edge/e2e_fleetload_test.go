@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -361,4 +362,55 @@ func TestFleetLoadConsulTraffic(t *testing.T) {
 	time.Sleep(phase) // the idle phase measured
 	w2, k2 := count()
 	perMinute("idle", w1, k1, w2, k2, time.Since(start))
+}
+
+// TestFleetScopeReloadToLocal: two edges share max_connections_per_backend
+// 4 (2 each); edge A reloaded with the limit back in local scope holds 4
+// on its own again, within a second of the reload.
+func TestFleetScopeReloadToLocal(t *testing.T) {
+	agent := consultest.Start(t)
+	bs := backends(t, "b1")
+	edges := fleetLoadEdges(t, agent, 2, bs, "    limits: {max_connections_per_backend: 4, max_connections_per_backend_scope: fleet}\n")
+	a := edges[0]
+	for _, e := range edges {
+		e.awaitFleet(t, "shares of 2 of 4", func(d fleetStatusDoc) bool {
+			return len(d.Limits) == 1 && d.Limits[0].Backends["b1"] == 2
+		})
+	}
+	dial := func() (int, func()) {
+		c, resp, err := a.dialer().Dial("ws://"+a.ws+"/", nil)
+		if err != nil {
+			if resp == nil {
+				t.Fatal(err)
+			}
+			return resp.StatusCode, func() {}
+		}
+		testkit.Ask(t, c, "whoami")
+		return 101, func() { _ = c.Close() }
+	}
+	var statuses []int
+	for range 3 {
+		st, done := dial()
+		defer done()
+		statuses = append(statuses, st)
+	}
+	if fmt.Sprint(statuses) != "[101 101 503]" {
+		t.Fatalf("through A with a share of 2: %v, want [101 101 503]", statuses)
+	}
+	certFile, keyFile := filepath.Join(a.dir, "cert.pem"), filepath.Join(a.dir, "key.pem")
+	a.write(t, bs, "least_conn", "    limits: {max_connections_per_backend: 4}\n"+fmt.Sprintf("consul: {address: %q, fleet: {prefix: edge/fleet}}\n", agent.Addr), certFile, keyFile)
+	if err := a.p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	a.p.waitLog(t, "configuration reloaded")
+	a.awaitFleet(t, "no fleet-scope limit on A after the reload", func(d fleetStatusDoc) bool { return len(d.Limits) == 0 })
+	statuses = nil
+	for range 3 {
+		st, done := dial()
+		defer done()
+		statuses = append(statuses, st)
+	}
+	if fmt.Sprint(statuses) != "[101 101 503]" {
+		t.Fatalf("through A with its own limit of 4 (2 held): %v, want [101 101 503]", statuses)
+	}
 }
