@@ -49,12 +49,11 @@ type edge struct {
 	cookieKeys map[string]*discovery.CookieKeys
 	// fleet publishes this edge's load and shares fleet-scope limits; nil
 	// without consul.fleet.prefix.
-	fleet     *fleet
-	notify    *sdnotify.Notifier // the service manager (systemd), if any
-	gcTune    bool               // serve runs the GC tuner (internal/gcpace)
-	up        *upgrade.Upgrader  // nil: no upgrades (tests building an edge in-process)
-	upMetrics *upgradeMetrics    // edge_upgrades_total and the fate of handed-over connections
-	usr2      <-chan os.Signal
+	fleet  *fleet
+	notify *sdnotify.Notifier // the service manager (systemd), if any
+	gcTune bool               // serve runs the GC tuner (internal/gcpace)
+	up     *upgrade.Upgrader  // nil: no upgrades (tests building an edge in-process)
+	usr2   <-chan os.Signal
 
 	// fleetActions follows the operator's actions of fleet scope under
 	// consul.fleet.prefix; nil without one. Fixed at start.
@@ -80,7 +79,6 @@ type listener struct {
 func newEdge(cfg *conf.Config, path string, log *slog.Logger, up *upgrade.Upgrader) (*edge, error) {
 	e := &edge{path: path, log: log, cfg: cfg, pools: map[string]*poolEntry{}, up: up}
 	e.metrics = metrics.New(metrics.Options{Pools: e.allPools, Build: metrics.BuildInfo(currentBuild())})
-	e.upMetrics = newUpgradeMetrics(e.metrics.Registerer())
 	e.dyn = newDynamic(e)
 	if usesConsul(cfg) {
 		client, err := newConsulClient(cfg)

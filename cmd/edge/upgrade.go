@@ -17,7 +17,6 @@ import (
 	"github.com/edgelb/edge/discovery"
 	"github.com/edgelb/edge/internal/admin"
 	"github.com/edgelb/edge/internal/upgrade"
-	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
 )
 
@@ -76,39 +75,13 @@ func (e *edge) upgrade(binary, via string) error {
 	err := e.up.Upgrade(binary, via)
 	switch {
 	case errors.Is(err, upgrade.ErrRefused):
-		e.upMetrics.count("refused")
+		e.metrics.ProcessUpgraded("refused")
 	case err != nil:
-		e.upMetrics.count("failed")
+		e.metrics.ProcessUpgraded("failed")
 	default:
-		e.upMetrics.count("ok")
+		e.metrics.ProcessUpgraded("ok")
 	}
 	return err
-}
-
-// upgradeMetrics count upgrades and what became of the connections the
-// old process held.
-type upgradeMetrics struct {
-	upgrades *prometheus.CounterVec
-	conns    *prometheus.CounterVec
-}
-
-// count adds one upgrade with its result to edge_upgrades_total.
-func (m *upgradeMetrics) count(result string) { m.upgrades.WithLabelValues(result).Inc() }
-
-// newUpgradeMetrics registers the upgrade series on reg, every label at 0.
-func newUpgradeMetrics(reg prometheus.Registerer) *upgradeMetrics {
-	m := &upgradeMetrics{
-		upgrades: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "edge_upgrades_total", Help: "Hand-offs to a new binary, by result: ok, failed (the new process did not start or become ready; this one keeps serving), refused (one was under way, or this process may not start one)."}, []string{"result"}),
-		conns:    prometheus.NewCounterVec(prometheus.CounterOpts{Name: "edge_upgrade_connections_total", Help: "Live WebSockets of the old process at an upgrade: moved to the new process, or closed there (1012, or on their own before theirs was due)."}, []string{"outcome"}),
-	}
-	reg.MustRegister(m.upgrades, m.conns)
-	for _, r := range []string{"ok", "failed", "refused"} {
-		m.upgrades.WithLabelValues(r)
-	}
-	for _, o := range []string{"moved", "closed"} {
-		m.conns.WithLabelValues(o)
-	}
-	return m
 }
 
 // handOver is the old process's end of a successful upgrade: the admin
@@ -141,8 +114,7 @@ func (e *edge) handOver(stopAdmin context.CancelFunc) {
 	}
 	defer conn.Close()
 	moved, closed, err := e.proxy.Handoff(ctx, conn, d.Window.Std())
-	e.upMetrics.conns.WithLabelValues("moved").Add(float64(moved))
-	e.upMetrics.conns.WithLabelValues("closed").Add(float64(closed))
+	e.metrics.HandedOff(moved, closed)
 	if err != nil {
 		e.log.Error("connection hand-off", "moved", moved, "closed", closed, "err", err)
 	}
@@ -297,7 +269,7 @@ func (e *edge) becomeReady(ctx context.Context, g *errgroup.Group) {
 	select {
 	case <-e.usr2:
 		e.log.Warn("upgrade refused", "via", "SIGUSR2", "err", "the signal came before this process was serving")
-		e.upMetrics.count("refused")
+		e.metrics.ProcessUpgraded("refused")
 	default:
 	}
 }

@@ -1,6 +1,7 @@
 // Package metrics is the one place edge meets Prometheus: its private
 // registry, the counters fed by the core packages' Observer interfaces
-// (proxy.Observer, discovery.Observer, health.Observer, edgetls.Observer),
+// (proxy.Observer, discovery.Observer, health.Observer, edgetls.Observer)
+// and the process upgrade's (ProcessUpgraded, HandedOff),
 // and the gauges read at scrape time from what cmd/edge hands it (the
 // pools, and a State of functions over the admin server, the proxy, the
 // watchers and the terminators), so a gauge can never disagree with

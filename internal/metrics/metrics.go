@@ -78,6 +78,8 @@ type Registry struct {
 	// fleetActions reports the fleet's actions once WatchFleetActions
 	// gave it their status.
 	fleetActions *fleetActionsCollector
+	// upgrade counts process upgrades and their hand-offs (upgrades.go).
+	upgrade *upgradeMetrics
 
 	*wsMetrics // ws.go
 }
@@ -115,6 +117,7 @@ func New(opts Options) *Registry {
 	m.fleetActions = &fleetActionsCollector{}
 	f(m.fleetActions)
 	m.wsMetrics = newWSMetrics(m.reg)
+	m.upgrade = newUpgradeMetrics(m.reg)
 	return m
 }
 
@@ -265,10 +268,6 @@ func (m *Registry) CountHandshakes(listener string, cfg *tls.Config) {
 func (m *Registry) Handler() http.Handler {
 	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg})
 }
-
-// Registerer is where a component that keeps its own series (the process
-// upgrade) registers them, so they are served with the rest.
-func (m *Registry) Registerer() prometheus.Registerer { return m.reg }
 
 // Reloaded counts one configuration reload by result: ok, partial or error.
 func (m *Registry) Reloaded(result string) { m.reloads.WithLabelValues(result).Inc() }

@@ -268,3 +268,27 @@ func TestFleetActionGauges(t *testing.T) {
 		t.Errorf("refused: %v, want 2", got)
 	}
 }
+
+// TestUpgradeCounters: every upgrade result and hand-off outcome has a
+// series at 0 before the first upgrade, and each upgrade and hand-off is
+// counted under its own label.
+func TestUpgradeCounters(t *testing.T) {
+	m := New(Options{})
+	if got := series(t, m, "edge_upgrades_total"); len(got) != 3 || got["result=ok"] != 0 || got["result=failed"] != 0 || got["result=refused"] != 0 {
+		t.Errorf("before an upgrade: %v, want ok, failed and refused at 0", got)
+	}
+	if got := series(t, m, "edge_upgrade_connections_total"); len(got) != 2 || got["outcome=moved"] != 0 || got["outcome=closed"] != 0 {
+		t.Errorf("before a hand-off: %v, want moved and closed at 0", got)
+	}
+	m.ProcessUpgraded("refused")
+	m.ProcessUpgraded("refused")
+	m.ProcessUpgraded("ok")
+	m.HandedOff(7, 2)
+	m.HandedOff(1, 0)
+	if got := series(t, m, "edge_upgrades_total"); got["result=ok"] != 1 || got["result=failed"] != 0 || got["result=refused"] != 2 {
+		t.Errorf("upgrades: %v, want ok 1, failed 0, refused 2", got)
+	}
+	if got := series(t, m, "edge_upgrade_connections_total"); got["outcome=moved"] != 8 || got["outcome=closed"] != 2 {
+		t.Errorf("hand-offs: %v, want moved 8, closed 2", got)
+	}
+}
