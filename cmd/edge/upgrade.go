@@ -198,14 +198,6 @@ type upgradeRequest struct {
 	Binary string `json:"binary"`
 }
 
-// upgradeDoc is the answer to a successful upgrade.
-type upgradeDoc struct {
-	Result string `json:"result"`
-	Binary string `json:"binary"`
-	// OldPID is the process that answered and now drains.
-	OldPID int `json:"old_pid"`
-}
-
 // upgradeEndpoints are POST /api/v1/upgrade and its short name, for hands
 // at a terminal, POST /api/upgrade.
 func (e *edge) upgradeEndpoints() []admin.Endpoint {
@@ -239,7 +231,7 @@ func (e *edge) apiUpgrade(r *http.Request) (any, error) {
 	if bin == "" {
 		bin = e.up.Binary()
 	}
-	return upgradeDoc{Result: "ok", Binary: bin, OldPID: os.Getpid()}, nil
+	return admin.UpgradeAnswer{Result: "ok", Binary: bin, OldPID: os.Getpid()}, nil
 }
 
 // becomeReady ends the start, /readyz being true already: the service

@@ -3,6 +3,8 @@
 // it, the runtime API under /api/v1/ (drain, disable, enable and weight a
 // backend; list its connections; endpoints the caller adds, such as the
 // process upgrade) and, when asked, pprof; and the metrics-only listener.
+// Client is the API's client on this host (edge -upgrade), which sends the
+// token to loopback and this host's own addresses only.
 //
 // It owns the policy of who may do what there. It knows neither the
 // proxy nor the metrics library nor the file: the caller passes the pools,
@@ -12,4 +14,5 @@
 //	server.go      Server: both listeners, probes, /status, pprof, the stop that answers what it accepted
 //	api.go         the API's endpoints, Endpoint for more, the write policy
 //	statuspage.go  the status page (html/template, no script, a strict CSP)
+//	client.go      Client: the upgrade request, its fleet waits, the new process; LocalDialer
 package admin
