@@ -157,14 +157,18 @@
 // FleetActions keeps the operator's actions of fleet scope (drain, disable,
 // enable, weight; FleetAction) in Consul KV, one entry per pool and backend
 // under PREFIX/admin/<pool>/<backend> (path-escaped), written by Act with
-// a check-and-set and followed by every edge with one blocking query on
-// the folder; an edge that starts reads them (Load) before it serves, and a
+// a check-and-set and followed by every edge with one keys-only blocking
+// query on the folder, each entry then read on its own, so a refused entry
+// (too large, too many, broken) is refused alone and the valid ones stay in
+// force; an edge that starts reads them (Load) before it serves, or, while
+// Consul does not answer, the last set it read (StateDir), and a
 // backend that joins later gets its action in the snapshot that adds it
 // (Joining). An entry is applied through balance.Pool.SetOverride, and a
 // new drain sends the backend's live connections 1012 over its window,
 // like the local drain. What is read is bounded (MaxFleetActionBytes an
-// entry, MaxFleetActions entries, MaxFleetActionsResponse an answer
-// through ClientOptions.MaxResponseBytes), versioned (FleetActionVersion),
+// entry, MaxFleetActions entries fetched, keys naming this edge's
+// backends first, MaxFleetActionsResponse an answer through
+// ClientOptions.MaxResponseBytes), versioned (FleetActionVersion),
 // checked (state, weight, window, canonical keys) and applied only to
 // backends the edge has: a refused entry is logged once and changes
 // nothing.

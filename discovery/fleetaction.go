@@ -24,16 +24,19 @@ const (
 	// MaxFleetActionBytes bounds one entry's value before it is parsed; a
 	// real one is about 150 bytes.
 	MaxFleetActionBytes = 1 << 10
-	// MaxFleetActions is the most entries the prefix may hold; an answer
-	// with more is refused whole and the actions in force stay.
+	// MaxFleetActions is the most entries an edge reads from the prefix,
+	// keys naming its own backends first; the others are ignored and
+	// counted as refused, and their last valid value (if any) stays.
 	MaxFleetActions = 1024
 	// MaxFleetActionWindow is the longest drain window an entry may ask,
 	// the admin API's own bound.
 	MaxFleetActionWindow = 24 * time.Hour
 	// MaxFleetActionsResponse bounds the bytes of one answer on the
 	// prefix (ClientOptions.MaxResponseBytes of the client FleetActions
-	// reads with): MaxFleetActions entries of MaxFleetActionBytes, base64
-	// in Consul's JSON, with their keys, fit in it.
+	// reads with): the keys-only list (thousands of keys fit in it) and one
+	// entry, whose value Consul bounds at 512 KiB; an entry over it is
+	// refused alone, a key list over it fails the read and the actions in
+	// force stay.
 	MaxFleetActionsResponse = 4 << 20
 )
 

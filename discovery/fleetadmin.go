@@ -1,10 +1,15 @@
 package discovery
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -43,6 +48,11 @@ type FleetActionsOptions struct {
 	Target FleetActionTarget
 	// WaitTime is the blocking-query wait; default DefaultWaitTime.
 	WaitTime time.Duration
+	// StateDir, when set, keeps the last set of valid actions read in
+	// StateDir/fleet-actions.json: an edge that starts while Consul does
+	// not answer (or answers with an error) applies those, so a backend the
+	// fleet drained stays drained across the restart.
+	StateDir string
 	// MinBackoff and MaxBackoff bound the retry delay after errors.
 	MinBackoff, MaxBackoff time.Duration
 	Logger                 *slog.Logger
@@ -78,6 +88,7 @@ type FleetActions struct {
 	// after it) does not undo what Act applied. Guarded by mu.
 	written map[string]uint64
 	status  FleetActionsStatus // guarded by mu
+	saved   []byte             // guarded by mu; the state file's last contents
 }
 
 // applied is an action as this edge applied it, to which pool, and how
@@ -95,7 +106,9 @@ type FleetActionsStatus struct {
 	Actions []FleetActionDoc `json:"actions"`
 	// Refused counts the entries of the last answer that were refused;
 	// Errors says why (the first few).
-	Refused     int       `json:"refused"`
+	Refused int `json:"refused"`
+	// Excess counts, among the refused, the entries over MaxFleetActions.
+	Excess      int       `json:"excess,omitempty"`
 	Errors      []string  `json:"errors,omitempty"`
 	Index       uint64    `json:"index"`
 	LastRead    time.Time `json:"last_read,omitzero"`
@@ -156,12 +169,101 @@ func NewFleetActions(o FleetActionsOptions) (*FleetActions, error) {
 // Load reads the actions once and applies them: an edge that starts calls
 // it before it serves, so what the fleet drained stays drained across its
 // restart.
+//
+// When Consul does not answer, the actions saved in StateDir are applied
+// instead (and replaced by Consul's as soon as it answers).
 func (f *FleetActions) Load(ctx context.Context) error {
 	_, err := f.read(ctx, 0)
 	if err != nil {
 		f.fail(err)
+		if rerr := f.restore(); rerr != nil {
+			f.opts.Logger.Warn("fleet actions: state file not used", "err", rerr)
+		}
 	}
 	return err
+}
+
+// savedActions is the state file: the valid entries, as stored in Consul.
+type savedActions struct {
+	Version int               `json:"version"`
+	Prefix  string            `json:"prefix"`
+	Entries map[string]string `json:"entries"`
+}
+
+// statePath is StateDir/fleet-actions.json, or "" without StateDir.
+func (f *FleetActions) statePath() string {
+	if f.opts.StateDir == "" {
+		return ""
+	}
+	return filepath.Join(f.opts.StateDir, "fleet-actions.json")
+}
+
+// save writes the desired set to the state file when it changed; an error
+// is logged and the file keeps its last contents.
+func (f *FleetActions) save() {
+	path := f.statePath()
+	if path == "" {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	s := savedActions{Version: stateVersion, Prefix: f.opts.Prefix, Entries: make(map[string]string, len(f.desired))}
+	for k, a := range f.desired {
+		if v, err := EncodeFleetAction(a); err == nil {
+			s.Entries[k] = string(v)
+		}
+	}
+	data, err := json.Marshal(s)
+	if err != nil || bytes.Equal(data, f.saved) {
+		return
+	}
+	if err := writeAtomic(path, data); err != nil {
+		f.opts.Logger.Warn("fleet actions: state file not written", "err", err)
+		return
+	}
+	f.saved = data
+}
+
+// restore applies the state file's actions, each checked as an entry read
+// from Consul is: the file is the operator's, but it was written from KV.
+func (f *FleetActions) restore() error {
+	path := f.statePath()
+	if path == "" {
+		return nil
+	}
+	data, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("state file %s: %w", path, err)
+	}
+	var s savedActions
+	if err := json.Unmarshal(data, &s); err != nil {
+		return fmt.Errorf("state file %s: %w", path, err)
+	}
+	if s.Version != stateVersion || s.Prefix != f.opts.Prefix {
+		return fmt.Errorf("state file %s: version %d of prefix %q, want %d of %q", path, s.Version, s.Prefix, stateVersion, f.opts.Prefix)
+	}
+	pairs := make(api.KVPairs, 0, len(s.Entries))
+	for k, v := range s.Entries {
+		pairs = append(pairs, &api.KVPair{Key: k, Value: []byte(v), ModifyIndex: notFetched})
+	}
+	var excess []string
+	if len(pairs) > MaxFleetActions {
+		for _, p := range pairs[MaxFleetActions:] {
+			excess = append(excess, p.Key)
+		}
+		pairs = pairs[:MaxFleetActions]
+	}
+	f.apply(pairs, excess, 0)
+	f.mu.Lock()
+	f.saved = data
+	n := len(f.desired)
+	f.mu.Unlock()
+	f.opts.Logger.Warn("fleet actions: applied the last set read, from the state file, until consul answers",
+		"path", path, "actions", n)
+	return nil
 }
 
 // Run follows the actions until ctx ends. Errors keep the actions in force
@@ -188,30 +290,84 @@ func (f *FleetActions) Run(ctx context.Context) error {
 	return nil
 }
 
-// read performs one query on the folder (blocking from index when it is
-// not 0) and applies its answer; it returns the index to block on next.
+// read performs one keys-only query on the folder (blocking from index
+// when it is not 0), fetches the entries one by one and applies them; it
+// returns the index to block on next. Entries are fetched one by one so a
+// writer of the prefix who adds keys or huge values gets those entries
+// refused, not the whole answer: the valid ones stay in force.
 func (f *FleetActions) read(ctx context.Context, index uint64) (uint64, error) {
 	wait := f.opts.WaitTime
 	qctx, cancel := context.WithTimeout(ctx, wait+wait/16+10*time.Second)
 	defer cancel()
 	q := (&api.QueryOptions{WaitIndex: index, WaitTime: wait}).WithContext(qctx)
-	pairs, meta, err := f.opts.Client.KV().List(f.dir, q)
+	keys, meta, err := f.opts.Client.KV().Keys(f.dir, "", q)
 	if err != nil {
-		return 0, fmt.Errorf("fleet actions: consul kv %q: %w", f.dir, err)
+		return 0, fmt.Errorf("fleet actions: consul kv keys %q: %w", f.dir, err)
 	}
 	next, changed := nextIndex(index, meta.LastIndex)
+	if changed || index == 0 {
+		pairs, excess, err := f.fetch(ctx, keys)
+		if err != nil {
+			return 0, err
+		}
+		f.apply(pairs, excess, meta.LastIndex)
+	}
 	f.mu.Lock()
 	f.status.LastRead, f.status.Index = f.opts.Now(), meta.LastIndex
 	f.status.LastError, f.status.LastErrorAt = "", time.Time{}
 	f.mu.Unlock()
-	if changed || index == 0 {
-		if err := f.apply(pairs, meta.LastIndex); err != nil {
-			// Refused whole: the actions in force stay; block from the
-			// new index, the next change may fix it.
-			f.fail(err)
-		}
-	}
+	f.save()
 	return next, nil
+}
+
+// fetch reads the entries of keys, at most MaxFleetActions of them: keys
+// naming a backend of this edge first, so keys added by a writer of the
+// prefix cannot push a real action out; the keys left over are returned
+// as excess. A key that does not parse is returned without its value (it
+// is refused by apply), and a value over the client's bound as an empty
+// pair that DecodeFleetAction refuses.
+func (f *FleetActions) fetch(ctx context.Context, keys []string) (pairs api.KVPairs, excess []string, err error) {
+	valid := make([]string, 0, len(keys))
+	for _, k := range keys {
+		if _, _, err := ParseFleetActionKey(f.opts.Prefix, k); err != nil {
+			pairs = append(pairs, &api.KVPair{Key: k, ModifyIndex: notFetched})
+			continue
+		}
+		valid = append(valid, k)
+	}
+	slices.SortStableFunc(valid, func(x, y string) int { return f.rank(x) - f.rank(y) })
+	if len(valid) > MaxFleetActions {
+		valid, excess = valid[:MaxFleetActions], valid[MaxFleetActions:]
+	}
+	kv := f.opts.Client.KV()
+	q := (&api.QueryOptions{}).WithContext(ctx)
+	for _, k := range valid {
+		p, _, err := kv.Get(k, q)
+		switch {
+		case errors.Is(err, ErrResponseTooLarge):
+			p = &api.KVPair{Key: k, Value: make([]byte, MaxFleetActionBytes+1), ModifyIndex: notFetched}
+		case err != nil:
+			return nil, nil, fmt.Errorf("fleet actions: consul kv %q: %w", k, err)
+		case p == nil:
+			continue // deleted since the keys were listed
+		}
+		pairs = append(pairs, p)
+	}
+	return pairs, excess, nil
+}
+
+// notFetched is the ModifyIndex given to an entry refused without its
+// value being read, so its refusal is still logged once.
+const notFetched = ^uint64(0)
+
+// rank orders keys for fetch: 0 for one naming a backend this edge has, 1
+// for any other.
+func (f *FleetActions) rank(key string) int {
+	pool, backend, _ := ParseFleetActionKey(f.opts.Prefix, key)
+	if p := f.opts.Target.FleetPool(pool); p != nil && p.Snapshot().ByID(backend) != nil {
+		return 0
+	}
+	return 1
 }
 
 // fail records an error.
@@ -226,29 +382,38 @@ func (f *FleetActions) fail(err error) {
 }
 
 // apply takes one answer, of index: the valid entries become the desired
-// set (refused ones keep their last valid value, and keys this edge wrote
-// after the answer was read keep what it wrote), and every change is
-// applied.
-func (f *FleetActions) apply(pairs api.KVPairs, index uint64) error {
-	if len(pairs) > MaxFleetActions {
-		return fmt.Errorf("fleet actions: %d entries under %q, more than %d: answer refused", len(pairs), f.dir, MaxFleetActions)
-	}
+// set (refused ones and the excess keep their last valid value, and keys
+// this edge wrote after the answer was read keep what it wrote), and every
+// change is applied.
+func (f *FleetActions) apply(pairs api.KVPairs, excess []string, index uint64) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	next := make(map[string]FleetAction, len(pairs))
 	refused := map[string]uint64{}
 	var errs []string
+	keep := func(k string) {
+		if old, ok := f.desired[k]; ok {
+			next[k] = old
+		}
+	}
 	for _, p := range pairs {
-		a, err := f.decode(p, refused)
+		a, err := f.decode(p, refused, len(errs) < maxFleetErrors)
 		if err != nil {
 			errs = append(errs, err.Error())
-			if old, ok := f.desired[p.Key]; ok {
-				next[p.Key] = old
-			}
+			keep(p.Key)
 			continue
 		}
 		next[p.Key] = a
 	}
+	for _, k := range excess {
+		errs = append(errs, fmt.Sprintf("fleet action %s: more than %d entries under %q: ignored", k, MaxFleetActions, f.dir))
+		keep(k)
+	}
+	if len(excess) > 0 && len(excess) != f.status.Excess {
+		f.opts.Logger.Warn("fleet actions: too many entries; the excess is ignored", "prefix", f.opts.Prefix,
+			"max", MaxFleetActions, "ignored", len(excess), "first", excess[0])
+	}
+	f.status.Excess = len(excess)
 	f.refused = refused
 	for k, w := range f.written {
 		if index >= w {
@@ -264,12 +429,13 @@ func (f *FleetActions) apply(pairs api.KVPairs, index uint64) error {
 	f.status.Refused = len(errs)
 	f.status.Errors = errs[:min(len(errs), maxFleetErrors)]
 	f.reconcileLocked()
-	return nil
 }
 
 // decode parses one entry, logging a refusal once per ModifyIndex; the
 // refused entries of this answer are recorded in refused.
-func (f *FleetActions) decode(p *api.KVPair, refused map[string]uint64) (FleetAction, error) {
+// Only the first few refusals of an answer are logged (log), so keys
+// added by the thousand do not flood the log.
+func (f *FleetActions) decode(p *api.KVPair, refused map[string]uint64, log bool) (FleetAction, error) {
 	pool, backend, err := ParseFleetActionKey(f.opts.Prefix, p.Key)
 	var a FleetAction
 	if err == nil {
@@ -280,7 +446,7 @@ func (f *FleetActions) decode(p *api.KVPair, refused map[string]uint64) (FleetAc
 	}
 	err = fmt.Errorf("fleet action %s: %w", p.Key, err)
 	refused[p.Key] = p.ModifyIndex
-	if f.refused[p.Key] != p.ModifyIndex {
+	if last, ok := f.refused[p.Key]; log && (!ok || last != p.ModifyIndex) {
 		f.opts.Logger.Warn("fleet action refused; nothing changed", "key", p.Key, "modify_index", p.ModifyIndex, "err", err)
 	}
 	return FleetAction{}, err

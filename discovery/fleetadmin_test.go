@@ -282,9 +282,27 @@ func TestFleetActionsRefuseHostileEntries(t *testing.T) {
 	}
 }
 
-// TestFleetActionsBoundedAnswer: an answer on the prefix larger than the
-// client's bound fails the read (the actions in force stay, the error is
-// in the status), and more entries than MaxFleetActions are refused whole.
+// putFleetKeys writes n entries edge/admin/app/nNNNN of value "x".
+func putFleetKeys(t *testing.T, c *api.Client, n int) {
+	t.Helper()
+	var ops api.TxnOps
+	for i := range n {
+		ops = append(ops, &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVSet, Key: fmt.Sprintf("edge/admin/app/n%04d", i), Value: []byte("x")}})
+	}
+	for len(ops) > 0 {
+		n := min(len(ops), 64) // Consul's bound on one transaction
+		if ok, resp, _, err := c.Txn().Txn(ops[:n], nil); err != nil || !ok {
+			t.Fatalf("txn: %v %v", err, resp)
+		}
+		ops = ops[n:]
+	}
+}
+
+// TestFleetActionsBoundedAnswer: an entry larger than the client's bound,
+// and the keys past MaxFleetActions, are refused one by one: the valid
+// actions stay in force on a running edge and are applied by a starting
+// one, and an edge that starts while Consul does not answer applies the
+// last set it read, from its state_dir.
 func TestFleetActionsBoundedAnswer(t *testing.T) {
 	agent := consultest.Start(t)
 	small, err := NewClient(ClientOptions{Address: agent.Addr, MaxResponseBytes: 4 << 10})
@@ -298,35 +316,43 @@ func TestFleetActionsBoundedAnswer(t *testing.T) {
 	if _, err := agent.Client.KV().Put(&api.KVPair{Key: "edge/admin/app/big", Value: make([]byte, 8<<10)}, nil); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.f.Load(context.Background()); !errors.Is(err, ErrResponseTooLarge) {
-		t.Fatalf("Load of a large answer: %v, want ErrResponseTooLarge", err)
+	if err := e.f.Load(context.Background()); err != nil {
+		t.Fatalf("Load with one entry over the bound: %v", err)
+	}
+	if st := e.f.Status(); st.Refused != 1 || len(st.Errors) != 1 || !strings.Contains(st.Errors[0], "edge/admin/app/big") || len(st.Actions) != 1 {
+		t.Errorf("status with a large entry: %+v", st)
 	}
 	if got := e.target.state("b1"); got != "disabled/1" {
-		t.Errorf("b1 is %s, want the action in force kept", got)
+		t.Errorf("b1 is %s, want the valid action kept beside a large entry", got)
 	}
 
-	var ops api.TxnOps
-	for i := range MaxFleetActions + 1 {
-		ops = append(ops, &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVSet, Key: fmt.Sprintf("edge/admin/app/n%04d", i), Value: []byte("x")}})
-	}
-	for len(ops) > 0 {
-		n := min(len(ops), 64) // Consul's bound on one transaction
-		if ok, resp, _, err := agent.Client.Txn().Txn(ops[:n], nil); err != nil || !ok {
-			t.Fatalf("txn: %v %v", err, resp)
-		}
-		ops = ops[n:]
-	}
-	if _, err := agent.Client.KV().Delete("edge/admin/app/big", nil); err != nil {
-		t.Fatal(err)
-	}
+	putFleetKeys(t, agent.Client, MaxFleetActions+1)
+	dir := t.TempDir()
 	big := newTestFleetActions(t, agent.Client, "f", newFleetTarget(t, "b1"))
+	big.f.opts.StateDir = dir
 	if err := big.f.Load(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if st := big.f.Status(); !strings.Contains(st.LastError, "more than 1024") || len(st.Actions) != 0 {
-		t.Errorf("status after %d entries: %+v", MaxFleetActions+2, st)
+	// 1,027 keys: b1 first (a backend of this edge), then 1,023 of the
+	// others fetched and refused, the last 3 ignored as excess.
+	if st := big.f.Status(); st.Excess != 3 || st.Refused != MaxFleetActions-1+3 || len(st.Actions) != 1 {
+		t.Errorf("status after %d entries: excess %d refused %d actions %+v", MaxFleetActions+3, st.Excess, st.Refused, st.Actions)
 	}
-	if got := big.target.state("b1"); got != "ready/1" {
-		t.Errorf("b1 is %s: a refused answer applies nothing", got)
+	if got := big.target.state("b1"); got != "disabled/1" {
+		t.Errorf("b1 is %s: the valid action must apply beside keys past the bound", got)
+	}
+
+	// A restart while Consul does not answer: the state file's set.
+	dead, err := NewClient(ClientOptions{Address: "127.0.0.1:1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	again := newTestFleetActions(t, dead, "f", newFleetTarget(t, "b1"))
+	again.f.opts.StateDir = dir
+	if err := again.f.Load(context.Background()); err == nil {
+		t.Fatal("Load from a dead address succeeded")
+	}
+	if got := again.target.state("b1"); got != "disabled/1" {
+		t.Errorf("b1 is %s after a restart without consul, want the saved action", got)
 	}
 }

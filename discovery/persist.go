@@ -50,6 +50,12 @@ func saveSet(path string, s savedSet) error {
 	if err != nil {
 		return fmt.Errorf("state file %s: %w", path, err)
 	}
+	return writeAtomic(path, data)
+}
+
+// writeAtomic writes data and a newline to path through a temporary file
+// in the same directory, fsync and rename.
+func writeAtomic(path string, data []byte) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
 		return fmt.Errorf("state dir %s: %w", filepath.Dir(path), err)
 	}

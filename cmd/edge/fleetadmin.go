@@ -55,6 +55,7 @@ func (e *edge) newFleetActions(cfg *conf.Config) error {
 	}
 	fa, err := discovery.NewFleetActions(discovery.FleetActionsOptions{
 		Client: client, Prefix: p, Edge: fleetEdgeID(cfg, e.admin), Target: fleetPools{e}, Logger: e.log,
+		StateDir: cfg.StateDir,
 	})
 	if err != nil {
 		return err
