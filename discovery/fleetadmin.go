@@ -356,6 +356,9 @@ func (f *FleetActions) fetch(ctx context.Context, keys []string) (pairs api.KVPa
 	return pairs, excess, nil
 }
 
+// maxLoggedRefusals bounds the refusals one answer logs.
+const maxLoggedRefusals = 32
+
 // notFetched is the ModifyIndex given to an entry refused without its
 // value being read, so its refusal is still logged once.
 const notFetched = ^uint64(0)
@@ -397,7 +400,7 @@ func (f *FleetActions) apply(pairs api.KVPairs, excess []string, index uint64) {
 		}
 	}
 	for _, p := range pairs {
-		a, err := f.decode(p, refused, len(errs) < maxFleetErrors)
+		a, err := f.decode(p, refused, len(errs) < maxLoggedRefusals)
 		if err != nil {
 			errs = append(errs, err.Error())
 			keep(p.Key)
