@@ -80,63 +80,65 @@ func (p proxyConns) Connections(b *balance.Backend) []admin.Conn {
 	return out
 }
 
-// addAdminStatus adds what the admin API sets, and the ejection count, to
-// a backend's /status entry.
-func addAdminStatus(m map[string]any, b *balance.Backend) {
-	m["admin_state"] = b.AdminState().String()
-	m["declared_weight"] = b.DeclaredWeight()
-	m["weight_overridden"] = b.WeightOverridden()
-	if _, ok := m["ejections"]; !ok {
-		m["ejections"] = b.Ejections()
+// edgeStatus is e as /status sees it (admin.StatusSource).
+type edgeStatus struct{ e *edge }
+
+// Pools implements admin.StatusSource.
+func (s edgeStatus) Pools() []*balance.Pool { return s.e.allPools() }
+
+// StatusParts implements admin.StatusSource. A part e does not have stays
+// nil, not a typed nil or an empty list, so /status leaves it out.
+func (s edgeStatus) StatusParts() admin.StatusParts {
+	e := s.e
+	bi := currentBuild()
+	p := admin.StatusParts{
+		Version: bi.Version, Revision: bi.Revision, GoVersion: bi.GoVersion, PID: os.Getpid(),
+		Active: e.proxy.Active(), TLS: map[string]any{}, Listeners: e.listenerDocs(), Routes: e.routeDocs(), Drain: e.drainDoc(),
+		Discovery: e.discoveryStatus(),
 	}
-}
-
-// listenerDoc is one public listener in /status.
-type listenerDoc struct {
-	Name    string `json:"name"`
-	Address string `json:"address"`
-	TLS     bool   `json:"tls"`
-}
-
-func (e *edge) listenerDocs() []listenerDoc {
-	out := []listenerDoc{}
+	if e.up != nil {
+		p.Upgrade = e.up.State()
+	}
 	for _, l := range e.listeners {
-		out = append(out, listenerDoc{Name: l.cfg.Name, Address: l.ln.Addr().String(), TLS: l.term != nil})
+		if l.term != nil {
+			p.TLS[l.cfg.Name] = l.term.Status()
+		}
+	}
+	if ck := e.cookieKeyStatus(); len(ck) > 0 {
+		p.CookieKeys = ck
+	}
+	if fa := e.fleetStatus(); fa != nil {
+		p.FleetActions = fa
+	}
+	if f := e.fleet.doc(); f != nil {
+		p.Fleet = f
+		if t := fleetTotals(f.Snapshot); len(t) > 0 {
+			p.FleetTotals = t
+		}
+	}
+	return p
+}
+
+func (e *edge) listenerDocs() []admin.ListenerStatus {
+	out := []admin.ListenerStatus{}
+	for _, l := range e.listeners {
+		out = append(out, admin.ListenerStatus{Name: l.cfg.Name, Address: l.ln.Addr().String(), TLS: l.term != nil})
 	}
 	return out
 }
 
-// routeDoc is one route of the file in /status; routes declared through
-// Consul are under discovery.
-type routeDoc struct {
-	Hosts      []string `json:"hosts,omitempty"`
-	PathPrefix string   `json:"path_prefix,omitempty"`
-	Default    bool     `json:"default,omitempty"`
-	Pool       string   `json:"pool"`
-}
-
-func (e *edge) routeDocs() []routeDoc {
+func (e *edge) routeDocs() []admin.RouteStatus {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	out := []routeDoc{}
+	out := []admin.RouteStatus{}
 	for _, r := range e.cfg.Routes {
-		out = append(out, routeDoc{Hosts: r.Hosts, PathPrefix: r.PathPrefix, Default: r.Default, Pool: r.Pool})
+		out = append(out, admin.RouteStatus{Hosts: r.Hosts, PathPrefix: r.PathPrefix, Default: r.Default, Pool: r.Pool})
 	}
 	return out
 }
 
-// drainDoc is the progress of a graceful stop.
-type drainDoc struct {
-	Draining bool      `json:"draining"`
-	Started  time.Time `json:"started,omitzero"`
-	// From is how many connections were live when the drain began; Left
-	// how many still are.
-	From int64 `json:"connections_at_start"`
-	Left int64 `json:"connections_left"`
-}
-
-func (e *edge) drainDoc() drainDoc {
-	d := drainDoc{Left: int64(e.proxy.Active())}
+func (e *edge) drainDoc() admin.DrainStatus {
+	d := admin.DrainStatus{Left: int64(e.proxy.Active())}
 	if ns := e.drainStart.Load(); ns != 0 {
 		d.Draining, d.Started, d.From = true, time.Unix(0, ns).UTC(), e.drainFrom.Load()
 	}

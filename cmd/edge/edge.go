@@ -435,87 +435,8 @@ func (e *edge) sdNotify(err error) {
 	}
 }
 
-// status is the admin /status document.
-func (e *edge) status() any {
-	type poolStatus struct {
-		Name string `json:"name"`
-		// The ejection cap: the configured share, what it allows now, and
-		// how many members are out.
-		MaxEjectionPercent int              `json:"max_ejection_percent"`
-		MaxEjected         int              `json:"max_ejected"`
-		Ejected            int              `json:"ejected"`
-		Backends           []map[string]any `json:"backends"`
-	}
-	out := struct {
-		Version   string         `json:"version"`
-		PID       int            `json:"pid"`
-		Revision  string         `json:"revision"`
-		GoVersion string         `json:"go_version"`
-		Active    int            `json:"active_connections"`
-		Pools     []poolStatus   `json:"pools"`
-		TLS       map[string]any `json:"tls,omitempty"`
-		Discovery any            `json:"discovery,omitempty"`
-		// CookieKeys are the pools' signing keys kept in Consul KV.
-		CookieKeys []discovery.CookieKeysStatus `json:"cookie_keys,omitempty"`
-		// FleetActions are the operator's actions of fleet scope.
-		FleetActions *discovery.FleetActionsStatus `json:"fleet_actions,omitempty"`
-		// Fleet is this edge's part in the fleet's load (consul.fleet).
-		Fleet     *fleetDoc     `json:"fleet,omitempty"`
-		Listeners []listenerDoc `json:"listeners"`
-		Routes    []routeDoc    `json:"routes"`
-		Drain     drainDoc      `json:"drain"`
-		Upgrade   string        `json:"upgrade,omitempty"`
-
-		// FleetTotals sums every edge's published record per pool and
-		// backend.
-		FleetTotals []fleetPoolTotal `json:"fleet_totals,omitempty"`
-	}{Active: e.proxy.Active(), TLS: map[string]any{}, Listeners: e.listenerDocs(), Routes: e.routeDocs(), Drain: e.drainDoc(), PID: os.Getpid()}
-	if e.up != nil {
-		out.Upgrade = e.up.State()
-	}
-	bi := currentBuild()
-	out.Version, out.Revision, out.GoVersion = bi.Version, bi.Revision, bi.GoVersion
-	for _, p := range e.allPools() {
-		ps := poolStatus{Name: p.Name(), MaxEjectionPercent: p.MaxEjectionPercent(), MaxEjected: p.MaxEjected(), Ejected: p.Ejected()}
-		for _, b := range p.Snapshot().Backends {
-			bs := map[string]any{
-				"id": b.ID(), "address": b.Addr(), "weight": b.Weight(), "active": b.Active(),
-				"healthy": b.Healthy(), "ejected": b.Ejected(), "available": b.Available(), "state": "member",
-				"ejections": b.Ejections(), "ejections_refused": b.EjectionsRefused(),
-			}
-			addAdminStatus(bs, b)
-			if until, ok := b.SlowStart(); ok {
-				bs["slow_start_share"], bs["slow_start_until"] = b.SlowStartShare(), until
-			}
-			ps.Backends = append(ps.Backends, bs)
-		}
-		// Backends that left but still hold connections: "draining" while
-		// their clients are being sent 1012, "left" when they are kept.
-		for _, b := range p.Retired() {
-			state := "left"
-			if _, ok := b.Draining(); ok {
-				state = "draining"
-			}
-			ps.Backends = append(ps.Backends, map[string]any{
-				"id": b.ID(), "address": b.Addr(), "active": b.Active(), "available": false, "state": state,
-			})
-		}
-		out.Pools = append(out.Pools, ps)
-	}
-	for _, l := range e.listeners {
-		if l.term != nil {
-			out.TLS[l.cfg.Name] = l.term.Status()
-		}
-	}
-	out.Discovery = e.discoveryStatus()
-	out.CookieKeys = e.cookieKeyStatus()
-	out.FleetActions = e.fleetStatus()
-	out.Fleet = e.fleet.doc()
-	if out.Fleet != nil {
-		out.FleetTotals = fleetTotals(out.Fleet.Snapshot)
-	}
-	return out
-}
+// status is the admin /status document (admin.BuildStatus over e).
+func (e *edge) status() any { return admin.BuildStatus(edgeStatus{e}) }
 
 // stateGauges is where the state gauges of e come from.
 func (e *edge) stateGauges() metrics.State {

@@ -8,11 +8,14 @@
 //
 // It owns the policy of who may do what there. It knows neither the
 // proxy nor the metrics library nor the file: the caller passes the pools,
-// a small Conns interface over the proxy, the /status document and the
+// a small Conns interface over the proxy, a StatusSource from which
+// BuildStatus makes the /status document (the pools rendered here, every
+// other component's part as that component reports it) and the
 // /metrics handler, and maps the file onto Settings.
 //
 //	server.go      Server: both listeners, probes, /status, pprof, the stop that answers what it accepted
 //	api.go         the API's endpoints, Endpoint for more, the write policy
 //	statuspage.go  the status page (html/template, no script, a strict CSP)
+//	status.go      BuildStatus: the /status document over a StatusSource
 //	client.go      Client: the upgrade request, its fleet waits, the new process; LocalDialer
 package admin
