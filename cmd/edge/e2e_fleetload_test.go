@@ -6,7 +6,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -310,11 +312,19 @@ func TestClientIPFleetSharingKeepsEachAddress(t *testing.T) {
 // three edges for 30 s, each with one connection opened and one closed
 // every second (so its record changes at every publication), then 30 s
 // idle. Every edge writes at most one record every 2 s plus its session
-// renewals (every TTL/3), whatever happens.
+// renewals (every TTL/3), whatever happens. EDGE_FLEET_EDGES sets another
+// fleet size (docs/FLEET.md gives the figures for 3 and 10).
 func TestFleetLoadConsulTraffic(t *testing.T) {
+	n := 3
+	if v := os.Getenv("EDGE_FLEET_EDGES"); v != "" {
+		var err error
+		if n, err = strconv.Atoi(v); err != nil || n < 2 || n > 16 {
+			t.Fatalf("EDGE_FLEET_EDGES=%q: want 2..16", v)
+		}
+	}
 	agent := consultest.Start(t)
 	bs := backends(t, "b1", "b2")
-	edges := fleetLoadEdges(t, agent, 3, bs, "")
+	edges := fleetLoadEdges(t, agent, n, bs, "")
 	count := func() (writes, wakeups []int64) {
 		for _, e := range edges {
 			d := e.fleetDoc(t)
