@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode"
 
@@ -55,6 +57,11 @@ type UpgradeSlotsOptions struct {
 	PID int
 	// Round is one blocking wait; default 10s.
 	Round time.Duration
+	// Logger receives a slot's loss and failed renewals; nil means none.
+	Logger *slog.Logger
+	// OnLost, when set, is called (from the slot's own goroutine) each
+	// time a slot is lost, after Lost counts it.
+	OnLost func()
 }
 
 // UpgradeSlots paces the process upgrades of a fleet with Consul's
@@ -64,10 +71,18 @@ type UpgradeSlotsOptions struct {
 // Limit edges hand off at once. A slot is bound to a session of its own
 // (behavior delete, TTL 15 s, renewed while held), so a holder that dies
 // frees it by itself. It is the upgrade.Gate of cmd/edge.
+//
+// A slot is lost when its session ends before release: Consul unreachable
+// for longer than the session's TTL (Consul invalidates it between one and
+// two TTLs after the last renewal), or the session destroyed by someone
+// else. The hand-off under way cannot be undone, so the loss is logged at
+// Warn and counted (Lost): another edge may then start its own upgrade.
 type UpgradeSlots struct {
 	c    *api.Client
 	o    UpgradeSlotsOptions
 	lock string // the semaphore's lock key
+	log  *slog.Logger
+	lost atomic.Uint64
 }
 
 // NewUpgradeSlots returns the slots of o.Prefix on c.
@@ -76,7 +91,52 @@ func NewUpgradeSlots(c *api.Client, o UpgradeSlotsOptions) *UpgradeSlots {
 	if o.Round <= 0 {
 		o.Round = upgradeSlotRound
 	}
-	return &UpgradeSlots{c: c, o: o, lock: o.Prefix + "/" + api.DefaultSemaphoreKey}
+	s := &UpgradeSlots{c: c, o: o, lock: o.Prefix + "/" + api.DefaultSemaphoreKey, log: o.Logger}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	return s
+}
+
+// Lost counts the slots this edge held and lost before it gave them back.
+func (s *UpgradeSlots) Lost() uint64 { return s.lost.Load() }
+
+// watch reports the loss of the slot held by ss: the semaphore closes
+// lost when its lock no longer lists the session.
+func (s *UpgradeSlots) watch(ss *slotSession, lost <-chan struct{}) {
+	ss.held.Store(true)
+	ss.done.Go(func() {
+		select {
+		case <-ss.stop:
+			return
+		case <-lost:
+		}
+		select {
+		case <-ss.stop:
+			// Given back: end closes stop before it destroys the
+			// session, which is what closed lost.
+			return
+		default:
+		}
+		s.slotLost(ss, "the semaphore no longer lists this edge's session")
+	})
+}
+
+// slotLost logs and counts the loss of ss's slot, once.
+func (s *UpgradeSlots) slotLost(ss *slotSession, why string) {
+	if !ss.held.Load() {
+		return
+	}
+	ss.lostOnce.Do(func() {
+		s.lost.Add(1)
+		defer func() {
+			if s.o.OnLost != nil {
+				s.o.OnLost()
+			}
+		}()
+		s.log.Warn("fleet upgrade slot lost before the hand-off ended: another edge may start its upgrade now",
+			"prefix", s.o.Prefix, "session", ss.id, "why", why, "ttl", upgradeSlotTTL.String())
+	})
 }
 
 // slotHolder is this edge's contender entry: who holds or awaits a slot.
@@ -122,6 +182,7 @@ func (s *UpgradeSlots) Acquire(ctx context.Context, bound time.Duration, waiting
 			sess.end()
 			return nil, err
 		case lost != nil:
+			s.watch(sess, lost)
 			return sess.end, nil
 		case ctx.Err() != nil:
 			sess.end()
@@ -163,10 +224,12 @@ func (s *UpgradeSlots) try(ctx context.Context, session string, value []byte, wa
 // slotSession is the session behind one wait or slot, renewed by its own
 // goroutine until end.
 type slotSession struct {
-	id   string
-	stop chan struct{}
-	once sync.Once
-	done sync.WaitGroup
+	id       string
+	stop     chan struct{}
+	once     sync.Once
+	done     sync.WaitGroup
+	held     atomic.Bool // a slot is held on it
+	lostOnce sync.Once
 }
 
 // newSession creates the session of a wait and starts renewing it.
@@ -198,8 +261,18 @@ func (s *UpgradeSlots) renew(ss *slotSession) {
 			return
 		case <-tick.C:
 			ctx, cancel := context.WithTimeout(context.Background(), upgradeSlotTTL/3)
-			_, _, _ = s.c.Session().Renew(ss.id, (&api.WriteOptions{}).WithContext(ctx))
+			entry, _, err := s.c.Session().Renew(ss.id, (&api.WriteOptions{}).WithContext(ctx))
 			cancel()
+			switch {
+			case err != nil:
+				// Retried at the next tick: the session survives until
+				// Consul has not heard of it for a TTL.
+				s.log.Warn("fleet upgrade slot: session not renewed", "prefix", s.o.Prefix, "session", ss.id, "err", err)
+			case entry == nil:
+				// Renew answers 404, no entry, for a session Consul no
+				// longer has.
+				s.slotLost(ss, "consul no longer has the session (not renewed within its TTL, or destroyed)")
+			}
 		}
 	}
 }

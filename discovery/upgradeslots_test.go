@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	"unicode"
 
 	"github.com/edgelb/edge/internal/consultest"
+	"github.com/edgelb/edge/internal/testkit"
 	"github.com/hashicorp/consul/api"
 )
 
@@ -100,6 +102,60 @@ func TestUpgradeSlotsFreedByADeadHolder(t *testing.T) {
 		t.Fatalf("after the holder's session ended: %v", err)
 	}
 	release()
+}
+
+// TestUpgradeSlotsLostSlotIsSaid: a slot whose session ends while it is
+// held is logged at Warn and counted, and a slot given back is not. The
+// session is destroyed here because that is exactly what Consul does to
+// it when the edge cannot reach Consul for longer than its TTL (between
+// one and two TTLs, 15 to 30 s, after the last renewal): the same loss,
+// without an outage of that length in the test.
+func TestUpgradeSlotsLostSlotIsSaid(t *testing.T) {
+	t.Parallel()
+	agent := consultest.Start(t)
+	ctx := context.Background()
+	log := &testkit.Buffer{}
+	lost := make(chan struct{}, 1)
+	a := NewUpgradeSlots(agent.Client, UpgradeSlotsOptions{Prefix: "edge", Limit: 1, ID: "edge-a", Round: 200 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(log, nil)), OnLost: func() { lost <- struct{}{} }})
+	release, err := a.Acquire(ctx, time.Minute, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sessions, _, err := agent.Client.Session().List(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range sessions {
+		if s.Name == "edge upgrade edge-a" {
+			if _, err := agent.Client.Session().Destroy(s.ID, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	select {
+	case <-lost:
+	case <-time.After(time.Minute):
+		t.Fatal("the loss of the slot was never said")
+	}
+	release()
+	if n := a.Lost(); n != 1 {
+		t.Errorf("Lost() = %d, want 1", n)
+	}
+	if out := log.String(); !strings.Contains(out, "level=WARN") || !strings.Contains(out, "fleet upgrade slot lost") {
+		t.Errorf("log lacks the loss at Warn:\n%s", out)
+	}
+
+	b := NewUpgradeSlots(agent.Client, UpgradeSlotsOptions{Prefix: "edge", Limit: 1, ID: "edge-b", Round: 200 * time.Millisecond,
+		OnLost: func() { t.Error("a slot given back was counted as lost") }})
+	release, err = b.Acquire(ctx, time.Minute, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	release() // waits for the slot's goroutines
+	if n := b.Lost(); n != 0 {
+		t.Errorf("Lost() after a release = %d, want 0", n)
+	}
 }
 
 // TestUpgradeSlotsHostileHolder: whoever can write the prefix may name a

@@ -79,6 +79,9 @@ type listener struct {
 func newEdge(cfg *conf.Config, path string, log *slog.Logger, up *upgrade.Upgrader) (*edge, error) {
 	e := &edge{path: path, log: log, cfg: cfg, pools: map[string]*poolEntry{}, up: up}
 	e.metrics = metrics.New(metrics.Options{Pools: e.allPools, Build: metrics.BuildInfo(currentBuild())})
+	if g, ok := up.Gate().(interface{ Lost() uint64 }); ok {
+		e.metrics.WatchUpgradeSlots(g.Lost) // discovery.UpgradeSlots
+	}
 	e.dyn = newDynamic(e)
 	if usesConsul(cfg) {
 		client, err := newConsulClient(cfg)

@@ -63,7 +63,9 @@ func newUpgrader(cfg *conf.Config, args []string, notifySocket string, log *slog
 			host, _ := os.Hostname()
 			id = discovery.ServiceIDPart(host + "-" + cfg.Admin.Address)
 		}
-		opts.Gate = discovery.NewUpgradeSlots(client, discovery.UpgradeSlotsOptions{Prefix: cfg.Consul.Fleet.Prefix, Limit: n, ID: id, PID: os.Getpid()})
+		opts.Gate = discovery.NewUpgradeSlots(client, discovery.UpgradeSlotsOptions{
+			Prefix: cfg.Consul.Fleet.Prefix, Limit: n, ID: id, PID: os.Getpid(), Logger: log,
+		})
 		opts.GateWait = cfg.Upgrade.FleetWait.Std()
 	}
 	return upgrade.New(opts), nil

@@ -280,6 +280,13 @@ func TestUpgradeCounters(t *testing.T) {
 	if got := series(t, m, "edge_upgrade_connections_total"); len(got) != 2 || got["outcome=moved"] != 0 || got["outcome=closed"] != 0 {
 		t.Errorf("before a hand-off: %v, want moved and closed at 0", got)
 	}
+	if got := series(t, m, "edge_upgrade_slots_lost_total"); len(got) != 1 || got[""] != 0 {
+		t.Errorf("before a fleet slot: %v, want 0", got)
+	}
+	m.WatchUpgradeSlots(func() uint64 { return 3 })
+	if got := series(t, m, "edge_upgrade_slots_lost_total"); got[""] != 3 {
+		t.Errorf("slots lost: %v, want 3", got)
+	}
 	m.ProcessUpgraded("refused")
 	m.ProcessUpgraded("refused")
 	m.ProcessUpgraded("ok")

@@ -395,6 +395,15 @@ func (u *Upgrader) takeSlot(log *slog.Logger) (func(), error) {
 	return release, nil
 }
 
+// Gate returns Options.Gate (nil without one, or on a nil Upgrader), for
+// its owner's metrics.
+func (u *Upgrader) Gate() Gate {
+	if u == nil {
+		return nil
+	}
+	return u.opts.Gate
+}
+
 // HandOffDone gives back the fleet's upgrade slot (Options.Gate) of the
 // upgrade that succeeded, once this process has handed its connections
 // over: until then the fleet counts this edge as handing off.
