@@ -83,6 +83,25 @@ func TestGateRefusalStartsNothing(t *testing.T) {
 	}
 }
 
+// TestGateGivenBackByStopRightAfterSuccess: a Stop that comes between
+// the new process's readiness and the rest of Upgrade gives the slot
+// back: the attempted hook runs Stop exactly there.
+func TestGateGivenBackByStopRightAfterSuccess(t *testing.T) {
+	g := &testGate{open: make(chan struct{})}
+	close(g.open)
+	u, ln := serving(t, Options{Gate: g, GateWait: time.Minute})
+	u.opts.Child = self(t, "serve", addrEnv+"="+ln.Addr().String())
+	u.attempted = u.Stop
+	if err := u.Upgrade("", "test"); err != nil {
+		t.Fatal(err)
+	}
+	if g.acquired.Load() != 1 || g.released.Load() != 1 {
+		t.Errorf("slot taken %d, given back %d times by a Stop right after the attempt; want 1 and 1", g.acquired.Load(), g.released.Load())
+	}
+	_ = ln.Close()
+	readReport(t, ln.Addr().String()) // the new process ends after it
+}
+
 // TestGateHeldUntilHandOffDone: after a success the slot stays taken
 // until the hand-off is over, and is given back once.
 func TestGateHeldUntilHandOffDone(t *testing.T) {

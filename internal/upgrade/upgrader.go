@@ -83,8 +83,13 @@ type Upgrader struct {
 	// waitingFor is what /status says while an upgrade waits for the
 	// Gate; nil when it does not.
 	waitingFor atomic.Pointer[string]
-	// slot gives back the Gate's slot of the upgrade that succeeded.
+	// slot gives back the Gate's slot of the upgrade that succeeded;
+	// stored by attempt before it gives up mu, so a Stop that follows
+	// (it takes mu, then HandOffDone) always finds it.
 	slot atomic.Pointer[func()]
+	// attempted, when set (tests), is called right after a successful
+	// attempt returns: where a Stop used to find no slot to give back.
+	attempted func()
 
 	mu sync.Mutex // guards handoff, successor and parent.ready
 	// handoff is this end of the hand-off socket the next upgrade passes
@@ -353,14 +358,16 @@ func (u *Upgrader) Upgrade(binary, via string) error {
 	}
 	log.Info("upgrade: starting the new process")
 	begun := time.Now()
-	if err := u.attempt(c); err != nil {
+	if err := u.attempt(c, release); err != nil {
 		release()
 		u.busy.Store(false)
 		err = fmt.Errorf("upgrade to %s failed, this process keeps serving: %w", c.Path, err)
 		log.Error("upgrade failed", "err", err)
 		return err
 	}
-	u.slot.Store(&release)
+	if u.attempted != nil {
+		u.attempted()
+	}
 	log.Info("upgrade: the new process serves; handing over", "took", time.Since(begun).String())
 	// This process's copies are no longer needed: the new process has
 	// its own, and the listeners themselves are the caller's to close.
@@ -418,8 +425,10 @@ func (u *Upgrader) HandOffDone() {
 }
 
 // attempt runs one upgrade, the hand-off socket's far end passed with the
-// listeners.
-func (u *Upgrader) attempt(c Child) error {
+// listeners. On success it stores release as the slot to give back before
+// it unlocks mu: a Stop waiting for mu then gives it back, where storing it
+// after attempt returned left it held until its Consul session expired.
+func (u *Upgrader) attempt(c Child, release func()) error {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	if u.handoff == nil {
@@ -445,6 +454,7 @@ func (u *Upgrader) attempt(c Child) error {
 		return err
 	}
 	u.successor = s.namesW
+	u.slot.Store(&release)
 	return nil
 }
 
