@@ -477,8 +477,12 @@ func (f *FleetActions) reconcileLocked() {
 	f.statusLocked()
 }
 
-// applyLocked applies one action if its pool has the backend (or it is in
-// joining, the IDs about to join the pool). It returns how many live
+// applyLocked applies one action to its pool, whether or not the pool has
+// the backend yet: balance keeps the override of an absent ID and gives it
+// to a member that joins under it in the snapshot that adds it, so a
+// backend drained by the fleet that a reload or discovery adds is never
+// pickable, not even for a moment. The overrides of absent IDs are bounded
+// by the desired set (MaxFleetActions). It returns how many live
 // connections a new drain asked to close. Callers hold mu.
 func (f *FleetActions) applyLocked(key string, a FleetAction, joining map[string]bool) int {
 	pool := f.opts.Target.FleetPool(a.Pool)
@@ -489,12 +493,15 @@ func (f *FleetActions) applyLocked(key string, a FleetAction, joining map[string
 	if b == nil && !joining[a.Backend] {
 		if !f.missing[key] {
 			f.missing[key] = true
-			f.opts.Logger.Warn("fleet action names no backend of this edge; not applied unless one joins under that id",
+			f.opts.Logger.Warn("fleet action names no backend of this edge; applied if one joins under that id",
 				"pool", a.Pool, "backend", a.Backend, "pool_exists", pool != nil)
 		}
-		return 0
+		if pool == nil {
+			return 0
+		}
+	} else {
+		delete(f.missing, key)
 	}
-	delete(f.missing, key)
 	prev, had := f.applied[key]
 	if had && prev.pool == pool && prev.a.Same(a) {
 		// Applied already: by the blocking query's answer, when it came
@@ -516,6 +523,26 @@ func (f *FleetActions) applyLocked(key string, a FleetAction, joining map[string
 	f.opts.Logger.Info("fleet action applied", "pool", a.Pool, "backend", a.Backend, "state", a.State.String(),
 		"weight", a.Weight, "window", a.Window.String(), "by", a.By, "at", a.At, "closing", n)
 	return n
+}
+
+// Prime sets on pool, a pool built by a reload that does not serve yet,
+// the override of every action on a backend of a pool of its name, so the
+// members it is then given start with the fleet's actions: the actions are
+// recorded as applied when the pool is live (Reapply).
+func (f *FleetActions) Prime(pool *balance.Pool) {
+	if f == nil {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, a := range f.desired {
+		if a.Pool != pool.Name() {
+			continue
+		}
+		if _, err := pool.SetOverride(a.Backend, balance.Override{State: a.State, Weight: a.Weight}); err != nil {
+			f.opts.Logger.Error("fleet action not applied", "pool", a.Pool, "backend", a.Backend, "err", err)
+		}
+	}
 }
 
 // clearLocked removes an action this edge applied. Callers hold mu.
@@ -660,7 +687,8 @@ func (f *FleetActions) applyWritten(key string, a FleetAction, index uint64) int
 func (f *FleetActions) statusLocked() {
 	docs := make([]FleetActionDoc, 0, len(f.desired))
 	for k, a := range f.desired {
-		_, ok := f.applied[k]
+		ap, ok := f.applied[k]
+		ok = ok && ap.pool.Snapshot().ByID(a.Backend) != nil
 		d := FleetActionDoc{Pool: a.Pool, Backend: a.Backend, State: a.State.String(), Weight: a.Weight,
 			Window: a.Window.Seconds(), At: a.At, By: a.By, Applied: ok}
 		docs = append(docs, d)
@@ -678,6 +706,7 @@ func (f *FleetActions) statusLocked() {
 func (f *FleetActions) Status() FleetActionsStatus {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.statusLocked() // Applied follows the members joining and leaving
 	s := f.status
 	s.Actions = slices.Clone(s.Actions)
 	s.Errors = slices.Clone(s.Errors)

@@ -356,3 +356,52 @@ func TestFleetActionsBoundedAnswer(t *testing.T) {
 		t.Errorf("b1 is %s after a restart without consul, want the saved action", got)
 	}
 }
+
+// TestFleetActionsReachMembersBeforeTheyJoin: an action on a backend this
+// edge does not have yet is set on its pool, so the snapshot that adds a
+// member of that ID (a reload, discovery) already has it drained; and a
+// pool a reload builds gets the actions (Prime) before its members.
+func TestFleetActionsReachMembersBeforeTheyJoin(t *testing.T) {
+	agent := consultest.Start(t)
+	v, err := EncodeFleetAction(FleetAction{Pool: "app", Backend: "b2", State: balance.AdminDrain,
+		Window: time.Second, DrainAt: time.Now(), At: time.Now(), By: "other"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := agent.Client.KV().Put(&api.KVPair{Key: FleetActionKey("edge", "app", "b2"), Value: v}, nil); err != nil {
+		t.Fatal(err)
+	}
+	e := newTestFleetActions(t, agent.Client, "e", newFleetTarget(t, "b1"))
+	if err := e.f.Load(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if st := e.f.Status(); len(st.Actions) != 1 || st.Actions[0].Applied {
+		t.Errorf("status before b2 joins: %+v, want the action not applied", st.Actions)
+	}
+	pool := e.target.FleetPool("app")
+	if err := pool.Update([]balance.Member{{ID: "b1", Addr: "127.0.0.1:1"}, {ID: "b2", Addr: "127.0.0.1:2"}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.target.state("b2"); got != "drain/1" {
+		t.Errorf("b2 in the snapshot that adds it is %s, want drain/1", got)
+	}
+	e.f.Reapply()
+	if st := e.f.Status(); len(st.Actions) != 1 || !st.Actions[0].Applied {
+		t.Errorf("status after b2 joined: %+v, want the action applied", st.Actions)
+	}
+
+	rebuilt, err := balance.NewPool(balance.PoolOptions{Name: "app"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.f.Prime(rebuilt)
+	if err := rebuilt.Update([]balance.Member{{ID: "b2", Addr: "127.0.0.1:2"}}); err != nil {
+		t.Fatal(err)
+	}
+	if b := rebuilt.Snapshot().ByID("b2"); b == nil || b.AdminState() != balance.AdminDrain {
+		t.Errorf("b2 in a pool primed before its members: %v, want drained", b)
+	}
+	if got := e.target.drained(); len(got) != 0 {
+		t.Errorf("drains %v: a backend without connections here has none to close", got)
+	}
+}

@@ -395,7 +395,12 @@ func (e *edge) reload() string {
 		e.mu.Unlock()
 		return refuse(err)
 	}
-	// Routes now point at the new entries; make their members live.
+	// Routes now point at the new entries; make their members live, each
+	// already with the fleet's actions (a backend the fleet drained that
+	// this reload adds is never pickable, not even for a moment).
+	for _, ent := range pools {
+		e.fleetActions.Prime(ent.bal)
+	}
 	gone, applyErr := applyPools(pools)
 	e.pools = pools
 	e.admin.SetSettings(api)
