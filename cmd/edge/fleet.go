@@ -260,7 +260,7 @@ func (f *fleet) applyPool(ent *poolEntry, snap *discovery.FleetSnapshot, stale b
 		return fleetPoolLimits{}, false
 	}
 	out := fleetPoolLimits{Pool: ent.spec.name, Fallback: stale}
-	loads, self, w := fleetColumns(snap, ent.spec.name)
+	loads, self, w := fleetColumns(snap, ent.spec.name, fleetRateCap(lim))
 	if conns > 0 {
 		out.MaxConnectionsPerBackend, out.Backends = conns, map[string]int64{}
 		claims := map[string]int64{}
@@ -299,7 +299,9 @@ func (f *fleet) shareOf(b *balance.Backend, limit int64, loads []discovery.Fleet
 	}
 	counts, held := make([]int64, len(loads)), make([]int64, len(loads))
 	for i, l := range loads {
-		counts[i], held[i] = l.Active(b.ID()), l.Held(b.ID())
+		// No edge can hold more than the fleet's limit: a record counts
+		// for at most that, whatever its writer put in it.
+		counts[i], held[i] = min(l.Active(b.ID()), limit), min(l.Held(b.ID()), limit)
 	}
 	n := min(balance.ConnShare(limit, counts, self, w), balance.ClaimCap(limit, held, self))
 	if cur, shared := b.ConnLimit(); !shared || n < cur {
@@ -308,10 +310,27 @@ func (f *fleet) shareOf(b *balance.Backend, limit int64, loads []discovery.Fleet
 	return n
 }
 
+// maxFleetEdgeRate bounds the rate of new connections (per second) one
+// edge's record counts for in the edge weights, far above what one process
+// accepts: a record of anyone who can write the prefix cannot take the
+// whole rate-weighted half of the room from every real edge.
+const maxFleetEdgeRate = 100_000
+
+// fleetRateCap is the most a record's rate counts for in a pool's edge
+// weights: with a fleet-scope connection_rate no edge admits more than the
+// fleet's rate and burst in a second, else maxFleetEdgeRate.
+func fleetRateCap(lim fleetLimits) float64 {
+	if lim.rate > 0 {
+		return min(maxFleetEdgeRate, lim.rate+float64(lim.burst))
+	}
+	return maxFleetEdgeRate
+}
+
 // fleetColumns returns one pool's load on every edge of snap (this edge's
 // own record included, at self, empty when it has none yet) and this
-// edge's weight in the fleet.
-func fleetColumns(snap *discovery.FleetSnapshot, pool string) (loads []discovery.FleetPoolLoad, self int, weight float64) {
+// edge's weight in the fleet, every record's rate counted for at most
+// rateCap.
+func fleetColumns(snap *discovery.FleetSnapshot, pool string, rateCap float64) (loads []discovery.FleetPoolLoad, self int, weight float64) {
 	edges := slices.Clone(snap.Edges)
 	self = slices.IndexFunc(edges, func(r discovery.FleetRecord) bool { return r.ID == snap.Self })
 	if self < 0 {
@@ -322,7 +341,7 @@ func fleetColumns(snap *discovery.FleetSnapshot, pool string) (loads []discovery
 	rates := make([]float64, len(edges))
 	for i, r := range edges {
 		loads[i], _ = r.Pool(pool)
-		rates[i] = loads[i].Rate
+		rates[i] = min(loads[i].Rate, rateCap)
 	}
 	return loads, self, balance.EdgeWeights(rates)[self]
 }
