@@ -9,8 +9,8 @@ import (
 // be the fleet's, not each edge process's. Every edge then enforces a share
 // of it between two publications of the fleet's load (discovery.FleetLoad),
 // computed by the pure functions below from the load every edge last
-// published; cmd/edge applies the result with Backend.SetConnShare and
-// Bucket.SetRate.
+// published; discovery.FleetShares applies the result with
+// Backend.SetConnShare and Bucket.SetRate.
 //
 // The share of a per-backend limit L on edge e is
 //

@@ -152,6 +152,14 @@
 // are stale (no answer within StaleAfter, or a failed query or
 // publication).
 //
+// FleetShares is the policy between the two: it makes the pools' part of
+// this edge's record (Loads: rates, counts, claims) and, from every
+// snapshot, sets this edge's share of each fleet-scope limit with the
+// functions of balance (Apply), or the limit divided by the last fresh
+// fleet size while the numbers are stale. A share is lowered at once and
+// raised only to a claim Consul holds (Published), so the other edges can
+// count it. cmd/edge only hands it the snapshot and its pools.
+//
 // # Fleet actions
 //
 // FleetActions keeps the operator's actions of fleet scope (drain, disable,

@@ -53,8 +53,8 @@ func fleetLoadEdgesBalance(t *testing.T, agent *consultest.Agent, n int, bs []*t
 // fleetStatusDoc is the fleet entry of /status as the tests read it.
 type fleetStatusDoc struct {
 	discovery.FleetLoadStatus
-	Snapshot discovery.FleetSnapshot `json:"snapshot"`
-	Limits   []fleetPoolLimits       `json:"limits"`
+	Snapshot discovery.FleetSnapshot     `json:"snapshot"`
+	Limits   []discovery.FleetPoolLimits `json:"limits"`
 }
 
 func (e fleetLoadEdge) fleetDoc(t *testing.T) fleetStatusDoc {
