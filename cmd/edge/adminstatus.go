@@ -53,7 +53,7 @@ func (e *edge) newAdmin(cfg *conf.Config) (*admin.Server, error) {
 		},
 	}
 	if e.up != nil {
-		opts.Endpoints = e.upgradeEndpoints()
+		opts.Endpoints = admin.UpgradeEndpoints(apiUpgrader{e})
 	}
 	if cfg.Consul.Fleet.Prefix != "" {
 		opts.Fleet = fleetAdmin{e}

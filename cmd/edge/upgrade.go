@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"path/filepath"
 	"strconv"
 	"sync"
 	"time"
@@ -17,6 +16,7 @@ import (
 	"github.com/edgelb/edge/discovery"
 	"github.com/edgelb/edge/internal/admin"
 	"github.com/edgelb/edge/internal/upgrade"
+	"github.com/edgelb/edge/proxy"
 	"golang.org/x/sync/errgroup"
 )
 
@@ -87,17 +87,13 @@ func (e *edge) upgrade(binary, via string) error {
 }
 
 // handOver is the old process's end of a successful upgrade: the admin
-// listener and every public listener stop accepting (the new process holds
-// the same sockets, so their queues are its to accept), the HTTP phase of
-// accepted connections finishes (so none of them gets the drain's 503),
-// then live WebSockets move to the new process (proxy.Server.Handoff);
-// those that cannot move get a 1012 spread over drain.window, and a
-// hand-off that fails leaves the rest to a drain (1001). Everything is
-// bounded by drain.timeout.
+// listener stops, then upgrade.Upgrader.HandOver stops the public
+// listeners, lets the HTTP phase of accepted connections finish (so none
+// of them gets the drain's 503) and moves live WebSockets to the new
+// process (proxy.Server.Handoff); those that cannot move get a 1012 spread
+// over drain.window, and a hand-off that fails leaves the rest to a drain
+// (1001). Everything is bounded by drain.timeout.
 func (e *edge) handOver(stopAdmin context.CancelFunc) {
-	// The fleet's upgrade slot, if one was taken, is this edge's until its
-	// connections are handed over: the fleet counts it as handing off.
-	defer e.up.HandOffDone()
 	d := e.config().Drain
 	e.drainFrom.Store(int64(e.proxy.Active()))
 	e.drainStart.Store(time.Now().UnixNano())
@@ -105,28 +101,23 @@ func (e *edge) handOver(stopAdmin context.CancelFunc) {
 	e.log.Info("handed over: draining", "connections", e.proxy.Active(), "window", d.Window.String(), "timeout", d.Timeout.String())
 	ctx, cancel := context.WithTimeout(context.Background(), d.Timeout.Std())
 	defer cancel()
-	e.stopAccepting(ctx)
-	e.shutdownListeners(ctx)
-	conn := e.up.Handoff()
-	if conn == nil {
-		e.proxy.Drain(ctx, d.Window.Std())
-		_ = e.proxy.Close()
-		e.log.Info("drained", "left", e.proxy.Active())
-		return
-	}
-	defer conn.Close()
-	moved, closed, err := e.proxy.Handoff(ctx, conn, d.Window.Std())
-	e.metrics.HandedOff(moved, closed)
-	if err != nil {
-		e.log.Error("connection hand-off", "moved", moved, "closed", closed, "err", err)
-	}
-	if e.proxy.Active() > 0 {
-		// Whatever the hand-off left (a failed one) drains as a stop
-		// does, within what is left of drain.timeout.
-		e.proxy.Drain(ctx, d.Window.Std())
-	}
-	_ = e.proxy.Close()
-	e.log.Info("drained", "moved", moved, "closed", closed, "left", e.proxy.Active())
+	e.up.HandOver(ctx, handOverServer{Server: e.proxy, e: e}, upgrade.HandOverOptions{
+		Window: d.Window.Std(), HandedOff: e.metrics.HandedOff, Log: e.log,
+	})
+}
+
+// handOverServer is the proxy's connections and the edge's public
+// listeners, as upgrade.Upgrader.HandOver moves them.
+type handOverServer struct {
+	*proxy.Server
+	e *edge
+}
+
+// StopAccepting stops the public listeners and waits for the HTTP phase
+// of their connections, until ctx ends.
+func (s handOverServer) StopAccepting(ctx context.Context) {
+	s.e.stopAccepting(ctx)
+	s.e.shutdownListeners(ctx)
 }
 
 // stopAccepting closes every public listener and waits, until ctx ends,
@@ -194,47 +185,22 @@ func (e *edge) adopt(ctx context.Context, conn *net.UnixConn) error {
 	return nil
 }
 
-// upgradeRequest is the optional body of POST /api/v1/upgrade.
-type upgradeRequest struct {
-	// Binary is an absolute path; default, the binary edge was started as.
-	Binary string `json:"binary"`
+// apiUpgrader is the process upgrade as POST /api/v1/upgrade drives it
+// (admin.UpgradeEndpoints): counted as the API's, and 409 when an upgrade
+// is under way or this process may not start one.
+type apiUpgrader struct{ e *edge }
+
+// Upgrade implements admin.Upgrader.
+func (a apiUpgrader) Upgrade(binary string) error {
+	err := a.e.upgrade(binary, "api")
+	if errors.Is(err, upgrade.ErrRefused) {
+		return admin.Errorf(http.StatusConflict, "%v", err)
+	}
+	return err
 }
 
-// upgradeEndpoints are POST /api/v1/upgrade and its short name, for hands
-// at a terminal, POST /api/upgrade.
-func (e *edge) upgradeEndpoints() []admin.Endpoint {
-	return []admin.Endpoint{
-		{Method: "POST", Path: "/api/v1/upgrade", Access: admin.Write, Handle: e.apiUpgrade},
-		{Method: "POST", Path: "/api/upgrade", Access: admin.Write, Handle: e.apiUpgrade},
-	}
-}
-
-// apiUpgrade is POST /api/v1/upgrade: 200 once the new process serves,
-// 409 when an upgrade is under way or this process may not start one, 500
-// with the reason when the new process failed.
-func (e *edge) apiUpgrade(r *http.Request) (any, error) {
-	var body upgradeRequest
-	if err := admin.DecodeBody(r, &body); err != nil {
-		return nil, err
-	}
-	if body.Binary != "" {
-		if !filepath.IsAbs(body.Binary) {
-			return nil, admin.Errorf(http.StatusBadRequest, "binary %q: want an absolute path", body.Binary)
-		}
-	}
-	err := e.upgrade(body.Binary, "api")
-	switch {
-	case errors.Is(err, upgrade.ErrRefused):
-		return nil, admin.Errorf(http.StatusConflict, "%v", err)
-	case err != nil:
-		return nil, admin.Errorf(http.StatusInternalServerError, "%v", err)
-	}
-	bin := body.Binary
-	if bin == "" {
-		bin = e.up.Binary()
-	}
-	return admin.UpgradeAnswer{Result: "ok", Binary: bin, OldPID: os.Getpid()}, nil
-}
+// Binary implements admin.Upgrader.
+func (a apiUpgrader) Binary() string { return a.e.up.Binary() }
 
 // becomeReady ends the start, /readyz being true already: the service
 // manager hears READY=1 (and MAINPID= from a process an upgrade started, which

@@ -17,5 +17,6 @@
 //	api.go         the API's endpoints, Endpoint for more, the write policy
 //	statuspage.go  the status page (html/template, no script, a strict CSP)
 //	status.go      BuildStatus: the /status document over a StatusSource
+//	upgrade.go     UpgradeEndpoints: POST /api/v1/upgrade over an Upgrader
 //	client.go      Client: the upgrade request, its fleet waits, the new process; LocalDialer
 package admin

@@ -38,6 +38,7 @@
 // parent keeps serving.
 //
 //	upgrader.go  Upgrader: Listen, InheritedHandoff, Ready, Upgrade, State, Stop; the refusals
+//	handover.go  HandOver: the old process's end once the new one serves, over Server
 //	process.go   Child; starting it behind the two pipes and waiting for its byte; the new process's side
 //	names.go     the wire's constants and names, bounded decoding; the set of inherited and passed files
 //	sys_*.go     duplicating descriptors, the hand-off socketpair (Unix); refusals (Windows)
