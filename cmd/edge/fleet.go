@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/edgelb/edge/balance"
@@ -24,20 +23,16 @@ type fleet struct {
 	shares *discovery.FleetShares
 }
 
-// fleetID is cfg's edge id in the fleet: consul.fleet.id, else the host
-// name and the admin address (which no two edges on a host share), made
-// one KV key segment.
-func fleetID(cfg *conf.Config) string {
+// fleetEdgeID names this edge in the fleet: consul.fleet.id, or the host
+// name and the admin address the file gives (known before the admin
+// listener is bound, so the fleet load, the upgrade slots and the fleet
+// actions all use the same name).
+func fleetEdgeID(cfg *conf.Config) string {
 	if id := cfg.Consul.Fleet.ID; id != "" {
 		return id
 	}
 	host, _ := os.Hostname()
-	return strings.Map(func(r rune) rune {
-		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("._-:", r) {
-			return r
-		}
-		return '-'
-	}, host+"-"+cfg.Admin.Address)
+	return discovery.ServiceIDPart(host + "-" + cfg.Admin.Address)
 }
 
 // newFleet makes the fleet load of cfg, or nil without consul.fleet.prefix.
@@ -48,7 +43,7 @@ func (e *edge) newFleet(cfg *conf.Config) error {
 	}
 	f := &fleet{e: e, shares: discovery.NewFleetShares(e.log)}
 	fl, err := discovery.NewFleetLoad(discovery.FleetLoadOptions{
-		Client: e.dyn.client, Prefix: fc.Prefix, ID: fleetID(cfg),
+		Client: e.dyn.client, Prefix: fc.Prefix, ID: fleetEdgeID(cfg),
 		Collect: f.collect, Known: f.known, Published: func(r discovery.FleetRecord) { f.shares.Published(r, f.e.allPools()) },
 		PublishEvery: fc.PublishEvery.Std(), SessionTTL: fc.SessionTTL.Std(), StaleAfter: fc.StaleAfter.Std(),
 		Logger: e.log,

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"time"
 
 	"github.com/edgelb/edge/balance"
@@ -18,17 +17,6 @@ import (
 // start: long enough for a healthy agent, short enough that an edge whose
 // Consul is down starts anyway (and applies them once Consul answers).
 const fleetActionLoadWait = 5 * time.Second
-
-// fleetEdgeID is this edge's id in the fleet: consul.fleet.id, else the
-// host name and the admin listener's address (no two processes on a host
-// share the admin port), as consul.register.instance.
-func fleetEdgeID(cfg *conf.Config, a *admin.Server) string {
-	if id := cfg.Consul.Fleet.ID; id != "" {
-		return id
-	}
-	host, _ := os.Hostname()
-	return discovery.ServiceIDPart(host + "-" + a.Addr().String())
-}
 
 // newFleetActions follows the fleet's operator actions when the file names
 // a fleet prefix, and applies them once, bounded by fleetActionLoadWait,
@@ -54,7 +42,7 @@ func (e *edge) newFleetActions(cfg *conf.Config) error {
 		return fmt.Errorf("consul: %w", err)
 	}
 	fa, err := discovery.NewFleetActions(discovery.FleetActionsOptions{
-		Client: client, Prefix: p, Edge: fleetEdgeID(cfg, e.admin), Target: fleetPools{e}, Logger: e.log,
+		Client: client, Prefix: p, Edge: fleetEdgeID(cfg), Target: fleetPools{e}, Logger: e.log,
 		StateDir: cfg.StateDir,
 	})
 	if err != nil {

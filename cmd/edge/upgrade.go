@@ -56,13 +56,7 @@ func newUpgrader(cfg *conf.Config, args []string, notifySocket string, log *slog
 		if err != nil {
 			return nil, fmt.Errorf("upgrade.fleet_concurrency: consul: %w", err)
 		}
-		// As fleetEdgeID names this edge, before the admin listener is
-		// bound: by the address the file gives it.
-		id := cfg.Consul.Fleet.ID
-		if id == "" {
-			host, _ := os.Hostname()
-			id = discovery.ServiceIDPart(host + "-" + cfg.Admin.Address)
-		}
+		id := fleetEdgeID(cfg)
 		opts.Gate = discovery.NewUpgradeSlots(client, discovery.UpgradeSlotsOptions{
 			Prefix: cfg.Consul.Fleet.Prefix, Limit: n, ID: id, PID: os.Getpid(), Logger: log,
 		})
