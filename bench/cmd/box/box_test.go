@@ -40,7 +40,7 @@ func TestEdgeConfig(t *testing.T) {
 	if time.Duration(ws.PingInterval) != 30*time.Second || time.Duration(ws.PingTimeout) != 90*time.Second || ws.MaxFrameBytes == 0 {
 		t.Errorf("websocket = %+v, want frame-aware with pings every 30 s and a 90 s timeout", ws)
 	}
-	if l := c.Pools[0].Limits; l != (conf.PoolLimits{}) {
+	if l := c.Pools[0].Limits; l != offLimits {
 		t.Errorf("pool limits = %+v, want the defaults (all off)", l)
 	}
 	if strings.Contains(text, "max_connections: 0") {
@@ -62,3 +62,7 @@ func TestPlan(t *testing.T) {
 		t.Error("100,000 connections over 2 processes were accepted")
 	}
 }
+
+// offLimits is a pool's limits with none set: every number 0 (off) and
+// both scopes at their default, local.
+var offLimits = conf.PoolLimits{MaxConnectionsPerBackendScope: conf.ScopeLocal, ConnectionRateScope: conf.ScopeLocal}

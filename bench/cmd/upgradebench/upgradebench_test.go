@@ -98,7 +98,7 @@ func TestConfig(t *testing.T) {
 	if len(p.Backends) != 2 || p.Backends[0].Address != "127.0.14.1:19101" || p.Backends[1].Address != "127.0.14.1:19102" {
 		t.Errorf("backends = %+v", p.Backends)
 	}
-	if p.Limits != (conf.PoolLimits{}) {
+	if p.Limits != offLimits {
 		t.Errorf("pool limits = %+v, want all 0", p.Limits)
 	}
 }
@@ -181,3 +181,7 @@ edge_backend_active_connections_other 7
 		t.Errorf("sumMetric = %d, want 8999", got)
 	}
 }
+
+// offLimits is a pool's limits with none set: every number 0 (off) and
+// both scopes at their default, local.
+var offLimits = conf.PoolLimits{MaxConnectionsPerBackendScope: conf.ScopeLocal, ConnectionRateScope: conf.ScopeLocal}
