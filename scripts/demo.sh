@@ -18,8 +18,11 @@ if [ ! -f "$work/cert.pem" ]; then
 	openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes \
 		-keyout "$work/key.pem" -out "$work/cert.pem" -days 365 \
 		-subj /CN=localhost -addext "subjectAltName=DNS:localhost,IP:127.0.0.1" 2>/dev/null
-	head -c 32 /dev/urandom | base64 >"$work/cookie-secret"
+	(umask 077 && head -c 32 /dev/urandom | base64 >"$work/cookie-secret")
 fi
+# edge refuses a secret that group or others can read (README: "Secret
+# files"); a demo directory from an older run may hold one.
+chmod 600 "$work/key.pem" "$work/cookie-secret"
 
 pids=()
 cleanup() {
@@ -91,17 +94,28 @@ $reg
 YAML
 
 bin/edge -config "$work/edge.yaml" 2>"$work/edge.log" &
-pids+=($!)
-for _ in $(seq 1 100); do
-	curl -sf http://127.0.0.1:9901/readyz >/dev/null && break
-	sleep 0.1
-done
-# Wait until the edge can reach a backend (discovery and the first health
-# probes take a moment).
-for _ in $(seq 1 100); do
-	bin/wsclient -insecure wss://127.0.0.1:8443/ >/dev/null 2>&1 && break
+edge_pid=$!
+pids+=($edge_pid)
+# Wait until edge is ready and can reach a backend (discovery and the first
+# health probes take a moment); say why and stop if it cannot.
+up=false
+for _ in $(seq 1 150); do
+	if ! kill -0 "$edge_pid" 2>/dev/null; then
+		echo "edge exited; its log ($work/edge.log):" >&2
+		tail -20 "$work/edge.log" >&2
+		exit 1
+	fi
+	if curl -sf http://127.0.0.1:9901/readyz >/dev/null && bin/wsclient -insecure wss://127.0.0.1:8443/ >/dev/null 2>&1; then
+		up=true
+		break
+	fi
 	sleep 0.2
 done
+if ! $up; then
+	echo "edge did not answer a WebSocket on wss://127.0.0.1:8443/ within 30 s; its log ($work/edge.log):" >&2
+	tail -20 "$work/edge.log" >&2
+	exit 1
+fi
 
 cat <<TXT
 
@@ -123,4 +137,10 @@ TXT
 echo
 echo "logs in $work; Ctrl-C stops everything."
 bin/wsclient -n 3 -insecure wss://127.0.0.1:8443/ || true
+# EDGE_DEMO_CHECK=1 (the suite's TestDemo): stop here, after both listeners
+# answered a WebSocket, instead of running until Ctrl-C.
+if [ "${EDGE_DEMO_CHECK:-}" = 1 ]; then
+	bin/wsclient -n 1 -insecure wss://127.0.0.1:8443/ && bin/wsclient -n 1 ws://127.0.0.1:8080/
+	exit
+fi
 wait
