@@ -231,6 +231,7 @@ type backendAddr struct{ ID, Addr string }
 
 type tmplData struct {
 	Dir, Listen, Admin        string
+	StateDir                  string // edge's own: the admin token edge -upgrade reads
 	Backends                  []backendAddr
 	PingInterval, PingTimeout string
 	MaxConn                   int
@@ -392,6 +393,10 @@ func (b *box) startProxies(ctx context.Context) error {
 		var cfg string
 		if b.kind == "edge" {
 			cfg = filepath.Join(b.dir, name+".yaml")
+			d.StateDir = filepath.Join(b.dir, name+".state")
+			if err := os.MkdirAll(d.StateDir, 0o700); err != nil {
+				return fmt.Errorf("state dir: %w", err)
+			}
 			b.admins = append(b.admins, d.Admin)
 		} else {
 			cfg = filepath.Join(b.dir, name+".cfg")
