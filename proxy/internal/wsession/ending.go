@@ -176,6 +176,35 @@ func (s *Session) Deadline(side Side) int64 {
 	return dl
 }
 
+// NextTick is the earliest moment, in unix nanos, at which Tick may have
+// something to say given the session's state now and queuedSince (as
+// for Tick); 0: nothing until that state changes. A scheduler that asks
+// Tick again at NextTick, and at once after anything else touched the
+// session (bytes, a written control frame, a close request), decides
+// exactly what asking at every sweep does: the readiness splice's
+// sweeper visits a connection only then. Every deadline Tick checks is
+// here: idle, the end of lingering, a write stall, the heartbeat.
+func (s *Session) NextTick(queuedSince int64) int64 {
+	var next int64
+	earliest := func(t int64) {
+		if t != 0 && (next == 0 || t < next) {
+			next = t
+		}
+	}
+	if it := s.cfg.IdleTimeout; it > 0 {
+		earliest(s.last.Load() + int64(it))
+	}
+	if s.lingering() {
+		earliest(s.lingerUntil.Load())
+		return next
+	}
+	if wt := s.cfg.WriteTimeout; wt > 0 && queuedSince != 0 {
+		earliest(queuedSince + int64(wt))
+	}
+	earliest(s.pingDeadline())
+	return next
+}
+
 // Discard accounts for n client bytes read and dropped while lingering:
 // past LingerBytes lingering ends (End), else Nothing. Client reader only.
 func (s *Session) Discard(n int) Action {

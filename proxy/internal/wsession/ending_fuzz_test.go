@@ -15,12 +15,17 @@ const sweep = int64(100 * time.Millisecond)
 // endDriver is a model of a driver that carries out the session's
 // actions the way both of proxy's drivers do (conn.go's act); only when
 // it asks the clock differs. exact: at every reader's Deadline, as the
-// goroutine splice's read deadlines do; otherwise at every sweep, as the
-// readiness splice's sweeper does.
+// goroutine splice's read deadlines do; otherwise at sweeps, as the
+// readiness splice's sweeper does: at every one, or (sched) only at those
+// due by NextTick or following an event (dirty), as its schedule does.
 type endDriver struct {
 	s     Session
 	exact bool
+	sched bool
 	now   int64
+
+	dirty bool  // sched: something touched the session since the last tick
+	due   int64 // sched: NextTick after the last tick
 
 	ended, lingering   bool
 	c2bDone, b2cDone   bool
@@ -79,6 +84,9 @@ func (d *endDriver) advance(t *testing.T, to int64) {
 			if d.fin() {
 				return
 			}
+			if d.sched && !d.dirty && (d.due == 0 || d.now < d.due) {
+				continue
+			}
 			d.tick()
 		}
 		d.now = to
@@ -117,6 +125,7 @@ func (d *endDriver) fin() bool {
 		return false
 	}
 	d.finAt = 0
+	d.dirty = true // the timer's Finish runs the connection
 	d.act(d.s.Finish(ReasonFinTimeout, false, d.now))
 	return d.ended
 }
@@ -140,6 +149,9 @@ func (d *endDriver) tick() {
 	if d.exact {
 		d.control()
 	}
+	// What the tick's own actions did (a ping written inline) is in the
+	// session already: NextTick sees it without a dirty mark.
+	d.dirty, d.due = false, d.s.NextTick(0)
 }
 
 // both ends the connection the way both drivers do once both streams
@@ -159,7 +171,9 @@ var backendFrame = []byte{0x82, 2, 'a', 'b'}
 // each driver (endDriver), end the connection the same way: the same
 // reason, close side and code, the same control frames at the same
 // instants, the same half-closes and lingering; and the goroutine
-// splice's deadlines never stay due (no reader spins).
+// splice's deadlines never stay due (no reader spins). The sweeper that
+// visits only connections due by NextTick or touched since (sched) decides
+// exactly what the one that visits every connection at every sweep does.
 func FuzzSessionEnding(f *testing.F) {
 	// A ping, its timeout and a close 1011, then lingering to its bound.
 	f.Add([]byte{5, 10, 5, 10, 5, 10, 5, 40}, uint8(0), uint8(5), uint8(3), uint8(4))
@@ -177,9 +191,9 @@ func FuzzSessionEnding(f *testing.F) {
 			LingerTimeout: time.Duration(int64(linger%32) * sweep),
 			LingerBytes:   16,
 		}
-		var outs [2]string
-		for i, exact := range []bool{true, false} {
-			d := &endDriver{exact: exact}
+		var outs [3]string
+		for i, mode := range []struct{ exact, sched bool }{{true, false}, {false, false}, {false, true}} {
+			d := &endDriver{exact: mode.exact, sched: mode.sched, dirty: true}
 			d.s.Init(cfg, 0)
 			run(t, d, script)
 			if !d.ended {
@@ -192,6 +206,9 @@ func FuzzSessionEnding(f *testing.F) {
 		if outs[0] != outs[1] {
 			t.Fatalf("script % x:\nat deadlines: %s\nat sweeps:    %s", script, outs[0], outs[1])
 		}
+		if outs[1] != outs[2] {
+			t.Fatalf("script % x:\nat every sweep: %s\nat due sweeps:  %s", script, outs[1], outs[2])
+		}
 	})
 }
 
@@ -200,6 +217,9 @@ func run(t *testing.T, d *endDriver, script []byte) {
 	pos := 0
 	for i := 0; i+1 < len(script) && !d.ended; i += 2 {
 		op, arg := script[i]%9, script[i+1]
+		if op != 4 && op != 5 {
+			d.dirty = true // an event runs the connection
+		}
 		switch op {
 		case 0: // the client's FIN
 			if !d.c2bDone && !d.lingering {

@@ -188,3 +188,57 @@ func TestFinishForced(t *testing.T) {
 		t.Fatal("still lingering")
 	}
 }
+
+// TestNextTick: NextTick is the earliest of the deadlines Tick checks
+// (idle, a stalled queue, the next ping, the ping timeout, the end of
+// lingering), none when nothing is armed, and Tick has nothing to say
+// before it.
+func TestNextTick(t *testing.T) {
+	s := newSession(&Config{})
+	if n := s.NextTick(0); n != 0 {
+		t.Fatalf("nothing armed: NextTick %d, want 0", n)
+	}
+	s = newSession(&Config{IdleTimeout: time.Hour, WriteTimeout: time.Second, PingInterval: 30 * time.Second, PingTimeout: 90 * time.Second})
+	if n, want := s.NextTick(0), 1+30*sec; n != want {
+		t.Fatalf("idle session: NextTick %d, want the ping at %d", n, want)
+	}
+	if n, want := s.NextTick(5*sec), 6*sec; n != want {
+		t.Fatalf("queue since 5 s: NextTick %d, want its write timeout at %d", n, want)
+	}
+	if a := s.Tick(1+30*sec-1, 0); a.Kind != Nothing {
+		t.Fatalf("before NextTick: %+v", a)
+	}
+	if a := s.Tick(1+30*sec, 0); a.Kind != Ping {
+		t.Fatalf("at NextTick: %+v, want a ping", a)
+	}
+	// The ping is wanted, not written: only the idle timeout is armed.
+	if n, want := s.NextTick(0), 1+int64(time.Hour); n != want {
+		t.Fatalf("ping wanted: NextTick %d, want the idle timeout %d", n, want)
+	}
+	s.ControlWritten(s.BackendControl(), 31*sec)
+	if n, want := s.NextTick(0), 61*sec; n != want {
+		t.Fatalf("ping written at 31 s: NextTick %d, want the next ping at %d", n, want)
+	}
+	// The client answers: the heartbeat starts again from its byte.
+	s.FromClient([]byte{0x8a, 0x80, 1, 2, 3, 4}, 40*sec)
+	s.Touch(40 * sec)
+	if n, want := s.NextTick(0), 70*sec; n != want {
+		t.Fatalf("client byte at 40 s: NextTick %d, want %d", n, want)
+	}
+
+	s = newSession(&Config{IdleTimeout: time.Hour, PingInterval: 30 * time.Second, PingTimeout: 10 * time.Second})
+	s.Tick(1+30*sec, 0)
+	s.ControlWritten(s.BackendControl(), 31*sec)
+	if n, want := s.NextTick(0), 41*sec; n != want {
+		t.Fatalf("unanswered ping: NextTick %d, want its timeout at %d", n, want)
+	}
+
+	s = newSession(&Config{IdleTimeout: time.Hour, LingerTimeout: 2 * time.Second})
+	s.closeOut.Store(true)
+	if a := s.Finish(ReasonKeep, false, 5*sec); a.Kind != Linger {
+		t.Fatalf("finish: %+v, want Linger", a)
+	}
+	if n, want := s.NextTick(3*sec), 7*sec; n != want {
+		t.Fatalf("lingering: NextTick %d, want its end at %d (a queue does not count)", n, want)
+	}
+}
