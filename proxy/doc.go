@@ -113,10 +113,11 @@
 // longer than IdleTimeout, a queue not drained within WriteTimeout, a
 // half-open client, traefik#10627): cheaper than a timer per connection,
 // the activity timestamp is stored by the data path anyway. After a burst
-// of new connections, once no socket has had an event for two seconds,
-// it calls Options.Quiet: each TLS handshake leaves garbage the collector
-// keeps as headroom, about as much as the live heap, and cmd/edge then
-// forces one collection (runtime/debug.FreeOSMemory).
+// of new connections, once two seconds passed without more than a
+// trickle of new ones (whatever the traffic of those up), it calls
+// Options.Quiet: each TLS handshake leaves garbage the collector keeps as
+// headroom, about as much as the live heap, and cmd/edge then forces one
+// collection (runtime/debug.FreeOSMemory).
 //
 // Close order: a taken-over socket has exactly one descriptor, so closing
 // it also removes it from the epoll set, and events carry never-reused

@@ -49,11 +49,12 @@ type Options struct {
 	Observer  Observer     // nil means NopObserver
 	Now       func() time.Time
 	// Quiet, when set, is called (on the readiness runtime's sweeper)
-	// once a burst of at least a thousand new WebSockets is over and no
-	// socket had anything to do for two seconds, at most once a minute:
-	// every TLS handshake leaves garbage the collector keeps as headroom,
-	// and this is when the owner can give it back (debug.FreeOSMemory)
-	// without pausing a message.
+	// once a burst of at least a thousand new WebSockets is over (two
+	// seconds with no more than a trickle of new ones, whatever the
+	// traffic of those up), at most once a minute: every TLS handshake
+	// leaves garbage the collector keeps as headroom, and this is when
+	// the owner can give it back (debug.FreeOSMemory), a pause too rare
+	// to move a percentile (proxy/internal/ready/trim_linux.go).
 	Quiet func()
 }
 

@@ -15,7 +15,9 @@
 //	conn_linux.go    Conn: a connection's two sockets, the readiness they
 //	                 reported and the runner state (one run at a time)
 //	runtime_linux.go Runtime: the pollers and the sweeper, from Run to
-//	                 the end of its context; Quiet when churn is over
+//	                 the end of its context
+//	trim_linux.go    when the sweeper calls Quiet: a burst of new
+//	                 connections is over
 //	record_linux.go  RecordConn: the client's TLS 1.3 records once edge
 //	                 owns them (tls/record), between runs only keys and
 //	                 sequence numbers

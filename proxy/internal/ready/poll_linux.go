@@ -19,19 +19,6 @@ const (
 	minSweep = 10 * time.Millisecond
 )
 
-// Memory return after churn: at least trimAfterConns new connections, then
-// trimQuiet without any new connection and without any socket event, at
-// most once per trimEvery, the owner is told (Options.Quiet). The trim it
-// does is a forced collection, which with GOMAXPROCS=1 holds the only P
-// for tens of milliseconds at a heap of ten thousand connections (its
-// sweep runs until preempted): done only while nothing moves, it never
-// delays a message.
-const (
-	trimAfterConns = 1000
-	trimQuiet      = 2 * time.Second
-	trimEvery      = time.Minute
-)
-
 // PumpBudget bounds the bytes one direction moves per run, so that one
 // busy connection cannot hold the poller goroutine from the others: past
 // it the driver yields (Conn.Yield) and the connection is run again after
@@ -62,10 +49,6 @@ type poller struct {
 	pendMu   sync.Mutex
 	pend     []*Conn
 	stopping atomic.Bool
-
-	// batches counts the non-empty batches of events run has handled: the
-	// sweeper trims memory only while it stays still.
-	batches atomic.Uint64
 
 	done chan struct{} // closed when run returns
 }
@@ -177,9 +160,6 @@ func (p *poller) run(log *slog.Logger) {
 			// the poller after every connection ended.
 			log.Error("epoll_wait failed; readiness splice stopped", "err", err)
 			return
-		}
-		if n > 0 {
-			p.batches.Add(1)
 		}
 		for i := range evs[:n] {
 			id := uint64(uint32(evs[i].Fd)) | uint64(uint32(evs[i].Pad))<<32

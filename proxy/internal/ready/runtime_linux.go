@@ -17,8 +17,8 @@ import (
 type Options struct {
 	Logger *slog.Logger
 	// Quiet, when set, is called on the sweeper's goroutine once a burst
-	// of new connections is over and nothing moves: the owner's moment
-	// to return memory (trimAfterConns).
+	// of new connections is over, whatever the traffic of those up: the
+	// owner's moment to return memory (trimAfterConns).
 	Quiet func()
 }
 
@@ -181,18 +181,6 @@ func (rt *Runtime) Watched() (int, error) {
 	return n, nil
 }
 
-// activity sums the pollers' batches of events: it changes whenever any
-// socket had something to do.
-func (rt *Runtime) activity() uint64 {
-	rt.mu.Lock()
-	defer rt.mu.Unlock()
-	var n uint64
-	for _, p := range rt.polls {
-		n += p.batches.Load()
-	}
-	return n
-}
-
 // conns appends every registered connection to buf.
 func (rt *Runtime) conns(buf []*Conn) []*Conn {
 	rt.mu.Lock()
@@ -225,13 +213,11 @@ func (rt *Runtime) sweeper(ctx context.Context, done chan struct{}) {
 		case <-t.C:
 		}
 		now := time.Now().UnixNano()
-		// Returning memory after connection churn (docs/ARCHITECTURE.md):
-		// every handshake leaves garbage the collector keeps as headroom,
-		// so RSS after a burst of connections is about twice the live
-		// heap. Once a burst is over and nothing moves the owner is told,
-		// and may force one collection; while traffic flows the runtime's
-		// own scavenger gives it back, more slowly, without a pause.
-		if tr.due(now, rt.adds.Load(), rt.activity()) {
+		// Returning memory after connection churn (docs/ARCHITECTURE.md,
+		// trim_linux.go): every handshake leaves garbage the collector
+		// keeps as headroom. Once a burst is over the owner is told, and
+		// may force one collection.
+		if tr.due(now, rt.adds.Load()) {
 			if rt.quiet != nil {
 				rt.quiet()
 			}
@@ -255,25 +241,3 @@ func (rt *Runtime) sweep(c *Conn, now int64) {
 	}()
 	c.h.Sweep(now)
 }
-
-// trimmer decides when the sweeper says the runtime is quiet (see
-// trimAfterConns).
-type trimmer struct {
-	adds, trimmedAdds int64
-	act               uint64
-	quietSince        int64 // unix nanos of the last change of adds or act
-	lastTrim          int64
-}
-
-// due reports, at now, with adds connections ever started and act batches
-// of events ever handled, whether a trim is due.
-func (t *trimmer) due(now, adds int64, act uint64) bool {
-	if adds != t.adds || act != t.act {
-		t.adds, t.act, t.quietSince = adds, act, now
-		return false
-	}
-	return adds-t.trimmedAdds >= trimAfterConns && now-t.quietSince >= int64(trimQuiet) && now-t.lastTrim >= int64(trimEvery)
-}
-
-// done records a trim at now.
-func (t *trimmer) done(now int64) { t.trimmedAdds, t.lastTrim = t.adds, now }

@@ -5,47 +5,73 @@ import (
 	"time"
 )
 
-// TestTrimmerWaitsForStillness: memory is returned only after a burst of
-// connections, once neither new connections nor socket events have been
-// seen for trimQuiet, and at most once per trimEvery: the forced
-// collection must never pause traffic.
-func TestTrimmerWaitsForStillness(t *testing.T) {
+// TestTrimmerFiresOnceTheBurstIsOver: memory is returned after a burst of
+// at least trimAfterConns new connections, once no more than
+// trimTrickle further connections arrived within trimQuiet, whatever the
+// traffic of the connections already up (the trimmer does not even see
+// it: a steady 1 % of messages and the pings never leave a socket still
+// for long, and waiting for stillness kept the burst's garbage for good),
+// and at most once per trimEvery.
+func TestTrimmerFiresOnceTheBurstIsOver(t *testing.T) {
 	var tr trimmer
 	sec := func(s float64) int64 { return int64(s * float64(time.Second)) }
 	now := sec(1000)
-	step := func(d float64, adds int64, act uint64) bool {
+	step := func(d float64, adds int64) bool {
 		now += sec(d)
-		return tr.due(now, adds, act)
+		return tr.due(now, adds)
 	}
-	if step(0, trimAfterConns, 5) {
-		t.Fatal("due while connections were still arriving")
-	}
-	// Traffic goes on: never due.
-	for i := range 10 {
-		if step(1, trimAfterConns, uint64(6+i)) {
-			t.Fatalf("due while events flow (second %d)", i)
+	// A burst: a hundred new connections a second, never due.
+	adds := int64(0)
+	for i := range 3 * trimAfterConns / 100 {
+		adds += 100
+		if step(1, adds) {
+			t.Fatalf("due while connections were arriving (second %d)", i)
 		}
 	}
-	// The last event was at act 15: one second of stillness is not enough.
-	if step(1, trimAfterConns, 15) {
-		t.Fatal("due before trimQuiet of stillness")
+	// The burst is over but for a trickle of reconnects: due once
+	// trimQuiet has passed, not before.
+	// (one every half second).
+	end := now
+	for i := 0; ; i++ {
+		if i%2 == 1 {
+			adds++
+		}
+		if step(0.25, adds) {
+			break
+		}
+		if now-end > sec(2*trimQuiet.Seconds()) {
+			t.Fatal("not due after the burst ended")
+		}
 	}
-	if !step(1, trimAfterConns, 15) {
-		t.Fatal("not due after a burst and trimQuiet of stillness")
+	if now-end < int64(trimQuiet) {
+		t.Fatalf("due %v after the burst, before trimQuiet", time.Duration(now-end))
 	}
 	tr.done(now)
-	// A second burst within trimEvery waits for trimEvery.
-	step(1, 2*trimAfterConns, 15)
-	if step(5, 2*trimAfterConns, 15) {
+
+	// Another burst within trimEvery waits for trimEvery.
+	adds += trimAfterConns
+	step(1, adds)
+	if step(trimQuiet.Seconds()+1, adds) {
 		t.Fatal("due twice within trimEvery")
 	}
-	if !step(trimEvery.Seconds(), 2*trimAfterConns, 15) {
+	if !step(trimEvery.Seconds(), adds) {
 		t.Fatal("not due after trimEvery")
 	}
 	tr.done(now)
+
+	// Churn faster than the trickle never counts as over.
+	for i := range 2 * int(trimEvery/trimQuiet) {
+		adds += 3 * trimTrickle
+		if step(trimQuiet.Seconds()/2, adds) {
+			t.Fatalf("due while connections kept arriving (step %d, %d since the trim)", i, adds-tr.trimmedAdds)
+		}
+	}
+
 	// Fewer than trimAfterConns new connections: never due.
-	step(1, 2*trimAfterConns+10, 15)
-	if step(trimEvery.Seconds()+10, 2*trimAfterConns+10, 15) {
+	tr.done(now)
+	adds += 10
+	step(1, adds)
+	if step(trimEvery.Seconds()+10, adds) {
 		t.Fatal("due after a handful of connections")
 	}
 }
