@@ -143,13 +143,14 @@ func TestEveryPackageHasARule(t *testing.T) {
 }
 
 // TestPureFiles keeps the pure parts of packages that also do I/O pure:
-// the hand-off's state record and the readiness runtime's runner state
-// and sweeper import no network package and no metrics library, so they
+// the hand-off's state record and the readiness runtime's runner state,
+// sweeper and its schedule import no network package and no metrics library, so they
 // stay testable without sockets and free of policy.
 func TestPureFiles(t *testing.T) {
 	for _, f := range []string{
 		"proxy/internal/handoff/state.go",
 		"proxy/internal/ready/runtime_linux.go",
+		"proxy/internal/ready/sched.go",
 		"proxy/internal/ready/conn_linux.go",
 		"proxy/internal/ready/freeze_linux.go",
 	} {

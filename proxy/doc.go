@@ -108,15 +108,18 @@
 // never reported by epoll: a run of both directions follows the takeover.
 //
 // Timeouts. The runtime's sweeper, ticking every second (or a quarter of
-// the smallest idle, write, ping interval or ping timeout), asks every
+// the smallest idle, write, ping interval or ping timeout), asks a
 // connection's session what the clock calls for (Session.Tick: idle
 // longer than IdleTimeout, a queue not drained within WriteTimeout, a
-// half-open client, traefik#10627): cheaper than a timer per connection,
-// the activity timestamp is stored by the data path anyway. After a burst
-// of new connections, once two seconds passed without more than a
-// trickle of new ones (whatever the traffic of those up), it calls
-// Options.Quiet: each TLS handshake leaves garbage the collector keeps as
-// headroom, about as much as the live heap, and cmd/edge then forces one
+// half-open client, traefik#10627) when the connection's next moment
+// has come (Session.NextTick, the rest, a rate pause's end: what Sweep
+// returns) or it ran since the last tick: cheaper than a timer per
+// connection, the activity timestamp is stored by the data path anyway,
+// and a tick costs what is due, not what is held. After a burst of new
+// connections, once two seconds passed without more than a trickle of
+// new ones (whatever the traffic of those up), it calls Options.Quiet:
+// each TLS handshake leaves garbage the collector keeps as headroom,
+// about as much as the live heap, and cmd/edge then forces one
 // collection (runtime/debug.FreeOSMemory).
 //
 // Close order: a taken-over socket has exactly one descriptor, so closing
@@ -205,8 +208,9 @@
 // byte and the last ping as timestamps, and decides on the clock
 // (wsession.Session.Tick): idle, a queue a peer does not take, a ping
 // due, the ping timeout, the end of a lingering close. The readiness
-// splice's sweeper asks it every period (a quarter of the smallest of the
-// pool's timeouts, at most a second); the goroutine splice sets each
+// splice's sweeper asks it at the first tick (every quarter of the
+// smallest of the pool's timeouts, at most a second) at or after
+// Session.NextTick, or after the connection ran; the goroutine splice sets each
 // reader's read deadline to the session's next moment (Session.Deadline)
 // and asks it when the deadline passes.
 //

@@ -412,18 +412,38 @@ const restAfter = time.Second
 
 // Sweep is one sweeper visit (ready.Handler) at now: the session's clock
 // (idle, lingering, a queue a peer does not take, the heartbeat), then
-// the record layer's rest.
-func (r *readyState) Sweep(now int64) {
+// the record layer's rest and the end of a rate pause. It returns the
+// earliest of the deadlines left (Session.NextTick, the rest, the pause's
+// end); whatever moves one earlier runs the connection, which has it
+// visited again at the next tick.
+func (r *readyState) Sweep(now int64) int64 {
 	c := r.c
-	if c.tick(now, r.queuedSince()).Kind == wsession.End || r.lingering.Load() {
-		return
+	if c.tick(now, r.queuedSince()).Kind == wsession.End || r.rc.Closed() {
+		return 0
 	}
-	if now-c.sess.LastActivity() >= int64(restAfter) {
+	next := c.sess.NextTick(r.queuedSince())
+	if r.lingering.Load() {
+		return next
+	}
+	if last := c.sess.LastActivity(); now-last >= int64(restAfter) {
 		r.rc.Rest()
+	} else if r.rc.Hot() {
+		next = earliest(next, last+int64(restAfter))
 	}
 	if at := c.sess.ReadableAt(); at != 0 && now >= at && r.rc.Readable(ready.Client) {
 		r.rc.Kick() // a client paused for its rate may be read again
+	} else if at > now {
+		next = earliest(next, at)
 	}
+	return next
+}
+
+// earliest is the earlier of two unix nano times, 0 being none.
+func earliest(a, b int64) int64 {
+	if a == 0 || b != 0 && b < a {
+		return b
+	}
+	return a
 }
 
 // queuedSince is since when the older of the two queues holds bytes; 0:

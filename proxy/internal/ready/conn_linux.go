@@ -30,8 +30,13 @@ type Handler interface {
 	// Step is one run: flush, drain what may be readable, end.
 	Step()
 	// Sweep is one visit of the sweeper at now (unix nanos), on the
-	// sweeper's goroutine.
-	Sweep(now int64)
+	// sweeper's goroutine. It returns when the connection next needs a
+	// visit (unix nanos; 0: not until it runs again): the earliest of its
+	// deadlines. Earlier than needed costs one visit, later misses a
+	// deadline; anything that runs the connection (a readiness event, a
+	// Kick, a close) has it visited at the next tick anyway, which asks
+	// again.
+	Sweep(now int64) (next int64)
 	// Panicked is told, inside the recovery, that Step or Sweep panicked
 	// with v: it logs it, and closes and finishes the connection.
 	Panicked(v any)
@@ -54,6 +59,12 @@ type Conn struct {
 	closed             atomic.Bool
 
 	rec *RecordConn // the client's record layer, when edge owns it
+
+	// The sweeper's: dirty says the connection waits in its poller's list
+	// for the next tick (it ran, was added or closed); slot is its place
+	// in the sweeper's schedule (schedule.set).
+	dirty atomic.Bool
+	slot  int32
 
 	yield bool // runner-owned: a pump used up its budget with bytes left
 }
@@ -185,6 +196,7 @@ func (c *Conn) Run() {
 		if v := recover(); v != nil {
 			c.h.Panicked(v)
 			c.state.Store(runIdle)
+			c.ran()
 		}
 	}()
 	for {
@@ -198,11 +210,24 @@ func (c *Conn) Run() {
 			if yield && c.p != nil {
 				c.p.again(c)
 			}
+			c.ran()
 			return
 		}
 		c.state.Store(runBusy)
 	}
 }
+
+// ran has the sweeper visit c at its next tick: a run may have moved any
+// of its deadlines (a queue, a ping written, the record layer hot again).
+// A connection not added yet has no poller; Add marks it.
+func (c *Conn) ran() {
+	if c.p != nil {
+		c.p.markDirty(c)
+	}
+}
+
+// schedSlot is c's place in the sweeper's schedule (schedItem).
+func (c *Conn) schedSlot() *int32 { return &c.slot }
 
 // Hold takes the runner state when nobody runs the connection, as a
 // poller does; the caller then runs it (Run).
@@ -237,6 +262,10 @@ func (c *Conn) Rest() {
 		c.Kick()
 	}
 }
+
+// Hot reports a client on edge's record layer whose ciphers may be built:
+// Rest would drop them.
+func (c *Conn) Hot() bool { return c.rec != nil && c.rec.hot.Load() }
 
 // Resting reports whether a client on edge's record layer dropped its
 // ciphers: for tests.

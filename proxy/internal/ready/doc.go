@@ -18,6 +18,8 @@
 //	                 the end of its context
 //	trim_linux.go    when the sweeper calls Quiet: a burst of new
 //	                 connections is over
+//	sched.go         the sweeper's schedule: a heap of connections by
+//	                 the time each next needs a visit (pure)
 //	record_linux.go  RecordConn: the client's TLS 1.3 records once edge
 //	                 owns them (tls/record), between runs only keys and
 //	                 sequence numbers
@@ -29,6 +31,12 @@
 // policy, and the proxy reaches none of the runtime's private state. On
 // other systems Runtime never runs and every connection takes the
 // goroutine splice.
+//
+// The sweeper visits a connection only when its Handler's last Sweep said
+// it would be due, or when it ran, was added or closed since the last
+// tick (a mark on its poller's list): a tick costs the work that is due,
+// not one visit per connection held, and each deadline is still met at
+// the first tick at or after it.
 //
 // Why each piece is as it is (crypto/tls's write errors, lost wake-ups,
 // bytes buffered before the takeover, close order) is in

@@ -50,6 +50,13 @@ type poller struct {
 	pend     []*Conn
 	stopping atomic.Bool
 
+	// Connections the sweeper visits at its next tick (Conn.ran, Add,
+	// forget): one list per poller, so marking one costs an atomic load
+	// when it is marked already and this poller's lock otherwise, never
+	// a lock shared by every poller.
+	dirtyMu sync.Mutex
+	dirty   []*Conn
+
 	done chan struct{} // closed when run returns
 }
 
@@ -93,10 +100,43 @@ func (p *poller) add(c *Conn) uint64 {
 	return p.next
 }
 
+// forget takes the connection of id out of p; the sweeper drops it from
+// its schedule at the next tick.
 func (p *poller) forget(id uint64) {
 	p.mu.Lock()
+	c := p.conns[id]
 	delete(p.conns, id)
 	p.mu.Unlock()
+	if c != nil {
+		p.markDirty(c)
+	}
+}
+
+// markDirty has the sweeper visit c at its next tick, once however often
+// it is asked before then.
+func (p *poller) markDirty(c *Conn) {
+	if c.dirty.Load() || !c.dirty.CompareAndSwap(false, true) {
+		return
+	}
+	p.dirtyMu.Lock()
+	p.dirty = append(p.dirty, c)
+	p.dirtyMu.Unlock()
+}
+
+// takeDirty appends the connections marked since the last call to buf.
+// The sweeper clears each one's mark before it visits it, so a run during
+// the visit marks it again.
+func (p *poller) takeDirty(buf []*Conn) []*Conn {
+	p.dirtyMu.Lock()
+	buf = append(buf, p.dirty...)
+	clear(p.dirty)
+	if cap(p.dirty) > 1024 && len(p.dirty) < cap(p.dirty)/4 {
+		p.dirty = nil // a burst is over: give its array back
+	} else {
+		p.dirty = p.dirty[:0]
+	}
+	p.dirtyMu.Unlock()
+	return buf
 }
 
 // watch registers fd edge-triggered: one event per change, drained by the

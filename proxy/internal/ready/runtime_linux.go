@@ -39,6 +39,11 @@ type Runtime struct {
 
 	sweepEvery atomic.Int64 // nanoseconds
 	adds       atomic.Int64 // connections ever added
+	scheduled  atomic.Int64 // connections in the sweeper's schedule after its last tick
+
+	// ticked, when set (tests), is called at the end of every tick with
+	// the tick's now.
+	ticked func(now int64)
 }
 
 const (
@@ -136,6 +141,7 @@ func (rt *Runtime) Add(c *Conn) error {
 	c.p = p
 	id := p.add(c)
 	c.id.Store(id)
+	p.markDirty(c) // its first visit schedules it
 	if c.closed.Load() {
 		// Closed meanwhile (drain, shutdown): Close may have run before
 		// the id existed.
@@ -181,30 +187,22 @@ func (rt *Runtime) Watched() (int, error) {
 	return n, nil
 }
 
-// conns appends every registered connection to buf.
-func (rt *Runtime) conns(buf []*Conn) []*Conn {
-	rt.mu.Lock()
-	polls := rt.polls
-	rt.mu.Unlock()
-	for _, p := range polls {
-		p.mu.RLock()
-		for _, c := range p.conns {
-			buf = append(buf, c)
-		}
-		p.mu.RUnlock()
-	}
-	return buf
-}
-
-// sweeper visits every connection once a period (Handler.Sweep: idle,
-// write and ping timeouts, lingering, the record layer's rest): one coarse
-// timer per runtime is cheaper than one per connection, and activity is a
-// timestamp the data path keeps anyway.
+// sweeper visits connections when something about them may be due
+// (Handler.Sweep: idle, write and ping timeouts, lingering, the record
+// layer's rest, a rate pause's end): one coarse timer per runtime is
+// cheaper than one per connection, and activity is a timestamp the data
+// path keeps anyway. Each tick costs what is due, not what is held: a
+// connection is visited when the time its last visit returned has come
+// (a schedule, sched.go) or when it ran, was added or closed since the
+// last tick (its poller's dirty list), and that visit reschedules it.
+// Deadlines are met at the first tick at or after them, as when every
+// connection was visited at every tick.
 func (rt *Runtime) sweeper(ctx context.Context, done chan struct{}) {
 	defer close(done)
 	t := time.NewTimer(time.Duration(rt.sweepEvery.Load()))
 	defer t.Stop()
 	var buf []*Conn
+	var sched schedule[*Conn]
 	var tr trimmer
 	for {
 		select {
@@ -223,21 +221,64 @@ func (rt *Runtime) sweeper(ctx context.Context, done chan struct{}) {
 			}
 			tr.done(time.Now().UnixNano())
 		}
-		buf = rt.conns(buf[:0])
-		for _, c := range buf {
-			rt.sweep(c, now)
+		buf = rt.tick(&sched, buf, now)
+		if rt.ticked != nil {
+			rt.ticked(now)
 		}
-		clear(buf)
 		t.Reset(time.Duration(rt.sweepEvery.Load()))
 	}
 }
 
-// sweep is one visit of c; a panic in it closes c alone.
-func (rt *Runtime) sweep(c *Conn, now int64) {
+// tick is one tick of the sweeper at now: the connections marked since
+// the last one, then those whose time has come. buf is scratch space,
+// returned for the next tick.
+func (rt *Runtime) tick(sched *schedule[*Conn], buf []*Conn, now int64) []*Conn {
+	rt.mu.Lock()
+	polls := rt.polls
+	rt.mu.Unlock()
+	for _, p := range polls {
+		buf = p.takeDirty(buf[:0])
+		for _, c := range buf {
+			// Cleared before the visit: a run meanwhile marks it again.
+			c.dirty.Store(false)
+			rt.visit(sched, c, now)
+		}
+		clear(buf)
+	}
+	for {
+		c, ok := sched.due(now)
+		if !ok {
+			break
+		}
+		rt.visit(sched, c, now)
+	}
+	rt.scheduled.Store(int64(sched.len()))
+	return buf
+}
+
+// visit sweeps c at now and reschedules it at the time Sweep returns, no
+// earlier than the next tick (so a tick ends); a closed connection, or
+// one that needs nothing until it runs again, leaves the schedule.
+func (rt *Runtime) visit(sched *schedule[*Conn], c *Conn, now int64) {
+	if c.closed.Load() {
+		sched.remove(c)
+		return
+	}
+	next := rt.sweep(c, now)
+	if next == 0 || c.closed.Load() {
+		sched.remove(c)
+		return
+	}
+	sched.set(c, max(next, now+1))
+}
+
+// sweep is one visit of c; a panic in it closes c alone (next: 0).
+func (rt *Runtime) sweep(c *Conn, now int64) (next int64) {
 	defer func() {
 		if v := recover(); v != nil {
 			c.h.Panicked(v)
+			next = 0
 		}
 	}()
-	c.h.Sweep(now)
+	return c.h.Sweep(now)
 }

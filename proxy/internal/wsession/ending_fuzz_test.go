@@ -84,10 +84,9 @@ func (d *endDriver) advance(t *testing.T, to int64) {
 			if d.fin() {
 				return
 			}
-			if d.sched && !d.dirty && (d.due == 0 || d.now < d.due) {
-				continue
+			if d.visits() {
+				d.tick()
 			}
-			d.tick()
 		}
 		d.now = to
 		return
@@ -116,6 +115,20 @@ func (d *endDriver) advance(t *testing.T, to int64) {
 		d.tick()
 	}
 	d.now = to
+}
+
+// visits reports whether the sweeper visits the connection at this
+// sweep: always, or (sched) when it is due or was touched.
+func (d *endDriver) visits() bool {
+	return !d.sched || d.dirty || d.due != 0 && d.now >= d.due
+}
+
+// touched marks the connection for the sweeper (sched) after op: every
+// event but the clock runs the connection.
+func (d *endDriver) touched(op byte) {
+	if op != 4 && op != 5 {
+		d.dirty = true
+	}
 }
 
 // fin fires the FIN timer when it is due (a timer of its own in both
@@ -217,9 +230,7 @@ func run(t *testing.T, d *endDriver, script []byte) {
 	pos := 0
 	for i := 0; i+1 < len(script) && !d.ended; i += 2 {
 		op, arg := script[i]%9, script[i+1]
-		if op != 4 && op != 5 {
-			d.dirty = true // an event runs the connection
-		}
+		d.touched(op)
 		switch op {
 		case 0: // the client's FIN
 			if !d.c2bDone && !d.lingering {

@@ -1,0 +1,260 @@
+package ready
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/edgelb/edge/internal/testkit"
+	"golang.org/x/sys/unix"
+)
+
+// sweepHandler is a connection's driver for the sweeper's tests: it
+// counts runs and visits, and says when it is next due (next, on the
+// sweeper's goroutine).
+type sweepHandler struct {
+	c      *Conn
+	next   func(h *sweepHandler, now int64) int64
+	onStep func(h *sweepHandler)
+
+	steps, visits, panics atomic.Int64
+	lastVisit             atomic.Int64 // the now of the last visit
+}
+
+func (h *sweepHandler) Step() {
+	h.steps.Add(1)
+	if h.onStep != nil {
+		h.onStep(h)
+	}
+}
+
+func (h *sweepHandler) Sweep(now int64) int64 {
+	h.visits.Add(1)
+	h.lastVisit.Store(now)
+	return h.next(h, now)
+}
+
+func (h *sweepHandler) Panicked(any) {
+	h.panics.Add(1)
+	h.c.Close()
+}
+
+// tickLog follows the sweeper's ticks (Runtime.ticked).
+type tickLog struct {
+	mu   sync.Mutex
+	nows []int64
+	ch   chan struct{}
+}
+
+func (l *tickLog) tick(now int64) {
+	l.mu.Lock()
+	l.nows = append(l.nows, now)
+	l.mu.Unlock()
+	select {
+	case l.ch <- struct{}{}:
+	default:
+	}
+}
+
+func (l *tickLog) count() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.nows)
+}
+
+// wait returns once k ticks have begun and ended after the call.
+func (l *tickLog) wait(t *testing.T, k int) {
+	t.Helper()
+	target := l.count() + k + 1 // the tick under way may have begun before
+	for l.count() < target {
+		select {
+		case <-l.ch:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%d ticks in 30 s, waiting for %d", l.count(), target)
+		}
+	}
+}
+
+// firstAtOrAfter is the now of the first tick at or after at; 0: none yet.
+func (l *tickLog) firstAtOrAfter(at int64) int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, n := range l.nows {
+		if n >= at {
+			return n
+		}
+	}
+	return 0
+}
+
+// sweepRuntime runs a Runtime ticking at its shortest period, its ticks
+// logged.
+func sweepRuntime(t *testing.T) (*Runtime, *tickLog) {
+	t.Helper()
+	rt := New(Options{})
+	log := &tickLog{ch: make(chan struct{}, 1)}
+	rt.ticked = log.tick
+	rt.NoteTimeout(minSweep)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- rt.Run(ctx) }()
+	<-rt.Started()
+	if !rt.Running() {
+		t.Skip("no epoll here")
+	}
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	return rt, log
+}
+
+// sweepConn adds a connection driven by h over two socket pairs, run once
+// as the proxy's register does; it returns the client's peer descriptor.
+func sweepConn(t *testing.T, rt *Runtime, h *sweepHandler) int {
+	t.Helper()
+	var peers [2]int
+	var socks [2]*Sock
+	for i := range socks {
+		fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		socks[i], peers[i] = NewSock(fds[0]), fds[1]
+	}
+	h.c = NewConn(h, socks[0], socks[1])
+	if err := rt.Add(h.c); err != nil {
+		t.Fatal(err)
+	}
+	h.c.Run()
+	t.Cleanup(func() {
+		if h.c.Close() {
+			socks[0].Close()
+			socks[1].Close()
+		}
+		unix.Close(peers[0])
+		unix.Close(peers[1])
+	})
+	return peers[0]
+}
+
+// TestSweepSkipsIdleConn: a connection with nothing due for an hour is
+// visited when it is added and after each of its runs, not at every tick.
+func TestSweepSkipsIdleConn(t *testing.T) {
+	rt, log := sweepRuntime(t)
+	h := &sweepHandler{next: func(_ *sweepHandler, now int64) int64 { return now + int64(time.Hour) }}
+	sweepConn(t, rt, h)
+	log.wait(t, 20)
+	// Each visit follows the Add or a run (the sockets' first writability
+	// is one or two): never more than one a run, whatever the ticks.
+	if v, s := h.visits.Load(), h.steps.Load(); v < 1 || v > s+1 {
+		t.Fatalf("%d visits for %d runs in 20 ticks, want 1 to %d", v, s, s+1)
+	}
+	if n := rt.scheduled.Load(); n != 1 {
+		t.Fatalf("%d connections scheduled, want 1", n)
+	}
+}
+
+// TestSweepVisitsWhenDue: a connection due at a time is visited at the
+// first tick at or after it.
+func TestSweepVisitsWhenDue(t *testing.T) {
+	rt, log := sweepRuntime(t)
+	var dueAt, hitAt atomic.Int64
+	h := &sweepHandler{next: func(_ *sweepHandler, now int64) int64 {
+		if dueAt.Load() == 0 {
+			dueAt.Store(now + int64(5*minSweep))
+		}
+		if now >= dueAt.Load() {
+			hitAt.CompareAndSwap(0, now)
+			return 0
+		}
+		return dueAt.Load()
+	}}
+	sweepConn(t, rt, h)
+	testkit.WaitFor(t, "the visit at the connection's time", func() bool { return hitAt.Load() != 0 })
+	if first := log.firstAtOrAfter(dueAt.Load()); hitAt.Load() != first {
+		t.Fatalf("visited at %d, want the first tick at or after %d: %d", hitAt.Load(), dueAt.Load(), first)
+	}
+}
+
+// TestSweepHonoursDeadlineFromRun: a run that creates a deadline (a
+// queued write's write timeout, the rest after a message) has the
+// connection visited by then, though it needed nothing before.
+func TestSweepHonoursDeadlineFromRun(t *testing.T) {
+	rt, log := sweepRuntime(t)
+	var armed, deadline, hitAt atomic.Int64
+	h := &sweepHandler{
+		onStep: func(*sweepHandler) {
+			if at := armed.Swap(0); at != 0 {
+				deadline.Store(at)
+			}
+		},
+		next: func(_ *sweepHandler, now int64) int64 {
+			at := deadline.Load()
+			if at != 0 && now >= at {
+				hitAt.CompareAndSwap(0, now)
+				return 0
+			}
+			return at
+		},
+	}
+	peer := sweepConn(t, rt, h)
+	log.wait(t, 3)
+	if n := rt.scheduled.Load(); n != 0 {
+		t.Fatalf("%d connections scheduled with nothing due, want 0", n)
+	}
+	armed.Store(time.Now().UnixNano() + int64(3*minSweep))
+	if _, err := unix.Write(peer, []byte{1}); err != nil { // a readiness event: a run
+		t.Fatal(err)
+	}
+	testkit.WaitFor(t, "the visit at the deadline the run set", func() bool { return hitAt.Load() != 0 })
+	if at := deadline.Load(); hitAt.Load() < at {
+		t.Fatalf("visited at %d, before the deadline %d", hitAt.Load(), at)
+	}
+}
+
+// TestSweepPanicClosesOne: a visit that panics closes that connection
+// alone; it leaves the schedule, and the others are still visited when
+// due.
+func TestSweepPanicClosesOne(t *testing.T) {
+	rt, log := sweepRuntime(t)
+	bad := &sweepHandler{next: func(*sweepHandler, int64) int64 { panic("sweep") }}
+	good := &sweepHandler{next: func(_ *sweepHandler, now int64) int64 { return now + int64(2*minSweep) }}
+	sweepConn(t, rt, bad)
+	sweepConn(t, rt, good)
+	testkit.WaitFor(t, "the panicking connection to close", func() bool { return bad.c.Closed() })
+	log.wait(t, 2)
+	v := good.visits.Load()
+	log.wait(t, 10)
+	if good.visits.Load() <= v {
+		t.Fatal("the other connection was not visited after the panic")
+	}
+	if n, p := bad.visits.Load(), bad.panics.Load(); n != 1 || p != 1 {
+		t.Fatalf("panicking connection: %d visits, %d panics; want 1, 1", n, p)
+	}
+	if n := rt.scheduled.Load(); n != 1 {
+		t.Fatalf("%d connections scheduled, want 1", n)
+	}
+}
+
+// TestSweepDropsClosed: a closed connection leaves the schedule at the
+// next tick, though it was due only in an hour (it would hold its memory
+// until then), and is never visited again.
+func TestSweepDropsClosed(t *testing.T) {
+	rt, log := sweepRuntime(t)
+	h := &sweepHandler{next: func(_ *sweepHandler, now int64) int64 { return now + int64(time.Hour) }}
+	sweepConn(t, rt, h)
+	testkit.WaitFor(t, "a first visit", func() bool { return h.visits.Load() > 0 })
+	h.c.Close()
+	log.wait(t, 1)
+	v := h.visits.Load()
+	log.wait(t, 5)
+	if h.visits.Load() != v {
+		t.Fatalf("visited %d times after its close", h.visits.Load()-v)
+	}
+	if n := rt.scheduled.Load(); n != 0 {
+		t.Fatalf("%d connections scheduled, want 0", n)
+	}
+}
