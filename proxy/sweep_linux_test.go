@@ -1,8 +1,13 @@
 package proxy
 
 import (
+	"bufio"
+	"io"
+	"net"
 	"testing"
+	"time"
 
+	"github.com/edgelb/edge/balance"
 	"github.com/edgelb/edge/internal/testkit"
 )
 
@@ -19,5 +24,38 @@ func TestRestAfterEveryQuiet(t *testing.T) {
 		if got := testkit.Ask(t, c, "again"); got != "again" {
 			t.Fatalf("echo %d after a rest: %q", i, got)
 		}
+	}
+}
+
+// TestWriteTimeoutAfterRest: a connection that rested, so that nothing
+// of it is due for an hour (its idle timeout), and only then gets a
+// queue its client does not take, is closed at the queue's write
+// timeout: the runs that built the queue make it due.
+func TestWriteTimeoutAfterRest(t *testing.T) {
+	flood := make(chan struct{})
+	addr := testkit.RawBackend(t, func(c net.Conn) {
+		_, resp := testkit.ReadUpgrade(t, bufio.NewReader(c))
+		io.WriteString(c, resp)
+		<-flood
+		frame := append([]byte{0x82, 126, 0xff, 0xff}, make([]byte, 0xffff)...)
+		for {
+			c.SetWriteDeadline(time.Now().Add(10 * time.Second))
+			if _, err := c.Write(frame); err != nil {
+				return // the proxy closed the connection
+			}
+		}
+	})
+	p := newPool(t, "raw", balance.LeastConn, map[string]string{"raw": addr})
+	p.WriteTimeout = 300 * time.Millisecond
+	p.IdleTimeout = time.Hour
+	e := startEdge(t, edgeConfig{splice: spliceReadiness, tls: true, opts: Options{Routes: []Route{{Default: true, Pool: p}}}})
+	c := e.rawConn(t)
+	io.WriteString(c, testkit.RawUpgrade("/", "x"))
+	testkit.Read101(t, c)
+	testkit.WaitFor(t, "the quiet connection to rest", func() bool { return e.srv.restedConns() == 1 })
+	close(flood)
+	// The client reads nothing more.
+	if got, want := e.obs.waitClosed(t), "write_timeout"; got != want {
+		t.Fatalf("reason: got %q, want %q", got, want)
 	}
 }
