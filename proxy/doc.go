@@ -237,7 +237,13 @@
 //
 // handoff_linux.go. Server.Handoff moves live WebSockets to another edge
 // process over a Unix stream socket; Server.Adopt, in that process,
-// resumes them. The wire is internal/handoff: per connection one message,
+// resumes them. Handoff keeps up to 64 messages (64 KiB) in flight and
+// reads their answers in order, so a hand-off costs each process's own
+// work per connection rather than a round trip; Adopt answers each
+// message as soon as it has read and checked it, as every release did.
+// Besides its context, a hand-off ends when the peer answers nothing for
+// 10 s: a bound on progress, so many connections or a slow host do not
+// fail it. The wire is internal/handoff: per connection one message,
 // a versioned, length-checked binary state record with the client's and
 // the backend's socket descriptors attached (SCM_RIGHTS, unix(7)), and a
 // one-byte answer. The record holds the pool name, the backend's ID and
@@ -267,7 +273,13 @@
 // forgotten here: its counts given back, no access line, and
 // Observer.ConnClosed with the reason "moved" (no ConnCloseCode: it did
 // not close), so every ConnOpened keeps its ConnClosed. A peer that
-// refuses a record, or dies, leaves the connection here, resumed.
+// refuses a record, or dies, leaves the connection here, resumed; so
+// does a socket that fails with the connection in flight (the peer holds
+// one only once its answer is written, and written answers are read
+// first). One still in flight when the deadline passes (the context
+// ended, or the peer stalled) may be running in the peer already: it is
+// given up here as if moved, never resumed, so no connection runs in two
+// processes.
 //
 // Connections that cannot move (the goroutine splice, TLS on crypto/tls
 // (TLS 1.2), closing, or still busy or queued once the retries' time is

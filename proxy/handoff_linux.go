@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/edgelb/edge/balance"
@@ -29,11 +30,45 @@ const (
 	moveRetryWait = 5 * time.Millisecond
 )
 
+// How many messages Handoff keeps in flight (sent, their answers not read
+// yet), and how many of their bytes. One at a time, a hand-off costs a
+// round trip per connection, and on a loaded host a round trip is the
+// other process's scheduling delay: milliseconds, so 9,000 connections
+// took 42 to 71 s. With a window the round trips overlap, and the cost is
+// the two processes' own work per connection. The window stays well
+// within what the kernel holds without blocking either end: each message
+// carries 2 descriptors, and the kernel refuses SCM_RIGHTS (ETOOMANYREFS)
+// once a user's descriptors in flight, all its processes together, pass
+// its RLIMIT_NOFILE (unix(7)): 12 processes handing off at once hold
+// 1,536 at most. The messages in flight are charged to this end's send
+// buffer and the peer's one-byte answers (about 768 bytes of kernel
+// memory each) to the peer's until read here; net.core.wmem_default,
+// 208 KiB on most systems, takes 64 of either with room to spare, so
+// neither end blocks on a full buffer while the other waits for it.
+const (
+	handoffWindow      = 64
+	handoffWindowBytes = 64 << 10
+)
+
+// handoffStall is how long Handoff waits for the peer's next answer
+// while messages are in flight (from the last answer, or from a message
+// sent when none was): the bound is progress, not the count, so a
+// hand-off of many connections to a slow peer goes on as long as the
+// peer keeps taking them. Adopt answers within microseconds of reading a
+// message; a peer silent this long is stopped, starved or deadlocked,
+// and the hand-off ends as when its context ends (errHandoffStalled).
+const handoffStall = 10 * time.Second
+
+// errHandoffStalled is the error of a hand-off whose peer stopped
+// answering (handoffStall).
+var errHandoffStalled = errors.New("handoff: the peer stopped answering")
+
 // moveResult is what one attempt to move a connection came to.
 type moveResult int
 
 const (
-	moveDone   moveResult = iota // the peer holds it; forgotten here
+	moveDone   moveResult = iota // held still, ready to move
+	moveSent                     // in flight: its answer decides
 	moveRetry                    // busy or queued: try again next round
 	moveNever                    // cannot move: it gets a 1012
 	moveGone                     // ended meanwhile
@@ -50,6 +85,13 @@ const (
 // from the start, like Drain's. to must be a SOCK_STREAM Unix socket; it
 // is left open (closing it ends the peer's Adopt).
 //
+// Up to handoffWindow messages are in flight at once, their answers read
+// in order; a peer that answers each message as it reads it (Adopt, this
+// release's and the previous ones') needs nothing else. Besides ctx, the
+// hand-off is bounded by progress: a peer that answers nothing for
+// handoffStall ends it (errHandoffStalled), however many connections are
+// left.
+//
 // A connection moves only while it is quiescent: plain or TLS 1.3 on
 // edge's record layer (TLS 1.2 on crypto/tls cannot move), on the
 // readiness-driven splice, its runner held, nothing
@@ -57,48 +99,33 @@ const (
 // Once the peer acknowledged it, both descriptors here are closed without
 // shutdown(2) or any write: the peer's duplicates keep the connection,
 // and this process forgets it without an access line (Observer.ConnClosed
-// with ReasonMoved).
+// with ReasonMoved). A connection in flight when the socket's deadline
+// passes (ctx ended, or the stall) may run in the peer already: it is
+// given up here the same way, never resumed, so no connection runs in
+// both processes; a refused one, and every one in flight when the socket
+// fails otherwise (the peer holds a connection only once its answer is
+// written, and what it wrote is read here first), stays here and gets a
+// 1012.
 func (s *Server) Handoff(ctx context.Context, to *net.UnixConn, window time.Duration) (moved, closed int, err error) {
 	s.draining.Store(true)
 	s.reg.mu.Lock()
 	s.reg.draining, s.reg.window = true, window
 	s.reg.code, s.reg.why = CloseServiceRestart, ReasonRestart
 	s.reg.mu.Unlock()
-	stop := context.AfterFunc(ctx, func() { to.SetDeadline(aLongTimeAgo) })
-	defer stop()
-
-	var left []*wsConn
-	pending := s.reg.appendAll(nil)
+	m := &mover{ctx: ctx, to: to, clock: handoffClock{to: to, stall: handoffStall}}
+	if s.testHandoffStall > 0 {
+		m.clock.stall = s.testHandoffStall
+	}
+	stop := context.AfterFunc(ctx, m.clock.end)
+	defer func() {
+		stop()
+		m.clock.finish()
+	}()
 	retryFor := moveRetryFor
 	if s.testMoveRetryFor > 0 {
 		retryFor = s.testMoveRetryFor
 	}
-	until := time.Now().Add(retryFor)
-	for round := 0; len(pending) > 0 && (round == 0 || time.Now().Before(until)) && ctx.Err() == nil; round++ {
-		if round > 0 {
-			time.Sleep(moveRetryWait)
-		}
-		var again []*wsConn
-		for i, c := range pending {
-			if err != nil {
-				left = append(left, pending[i:]...)
-				break
-			}
-			switch res, merr := s.moveOne(c, to); res {
-			case moveDone:
-				moved++
-			case moveRetry:
-				again = append(again, c)
-			case moveNever:
-				left = append(left, c)
-			case moveBroken:
-				err = merr
-				left = append(left, c)
-			}
-		}
-		pending = again
-	}
-	left = append(left, pending...)
+	left := m.run(s.reg.appendAll(nil), retryFor)
 	closed = s.restartClose(left, window)
 	if s.reg.wait(ctx) != nil {
 		for _, c := range s.reg.appendAll(nil) {
@@ -106,56 +133,235 @@ func (s *Server) Handoff(ctx context.Context, to *net.UnixConn, window time.Dura
 		}
 		s.reg.wait(context.Background())
 	}
-	return moved, closed, err
+	return m.moved, closed, m.err
 }
 
-// moveOne tries to move c once: freeze, encode, send, ack, forget.
-func (s *Server) moveOne(c *wsConn, to *net.UnixConn) (moveResult, error) {
+// mover is one Handoff's pipeline: the messages in flight, oldest first,
+// and what became of the connections.
+type mover struct {
+	ctx    context.Context
+	to     *net.UnixConn
+	clock  handoffClock
+	q      []*frozen // sent, not answered yet, oldest first
+	qBytes int       // their messages' bytes
+	moved  int
+	left   []*wsConn // refused, or thawed when the socket failed: 1012
+	err    error     // the socket failed or stalled: nothing more is sent
+	acks   [handoffWindow]byte
+}
+
+// run moves pending in rounds: connections that were busy or had bytes
+// queued are tried again every moveRetryWait for retryFor. It returns
+// the connections that get a 1012.
+func (m *mover) run(pending []*wsConn, retryFor time.Duration) []*wsConn {
+	until := time.Now().Add(retryFor)
+	for round := 0; len(pending) > 0 && (round == 0 || time.Now().Before(until)) && m.ctx.Err() == nil; round++ {
+		if round > 0 {
+			time.Sleep(moveRetryWait)
+		}
+		var again []*wsConn
+		for i, c := range pending {
+			if m.err != nil {
+				m.left = append(m.left, pending[i:]...)
+				break
+			}
+			switch m.move(c) {
+			case moveRetry:
+				again = append(again, c)
+			case moveNever, moveBroken:
+				m.left = append(m.left, c)
+			}
+		}
+		// Every answer before the pause: what moved is forgotten now.
+		m.collect(len(m.q))
+		pending = again
+	}
+	return append(m.left, pending...)
+}
+
+// move tries to move c once: freeze, encode, send; its answer comes
+// later (collect). The window is made room in first.
+func (m *mover) move(c *wsConn) moveResult {
+	if len(m.q) >= handoffWindow || m.qBytes >= handoffWindowBytes {
+		m.collect(1)
+		if m.err != nil {
+			return moveBroken
+		}
+	}
 	f, res := c.d.freeze()
 	if f == nil {
-		return res, nil
+		return res
 	}
 	msg, err := f.encode()
 	if err != nil {
 		f.thaw()
-		return moveNever, nil
+		return moveNever
 	}
 	// Out of this process's epoll first: the peer's duplicates keep the
 	// files open.
 	if f.rf.Unwatch() != nil {
 		f.thaw()
-		return moveNever, nil
+		return moveNever
+	}
+	return m.send(f, msg)
+}
+
+// send puts f's message in flight.
+func (m *mover) send(f *frozen, msg []byte) moveResult {
+	if len(m.q) == 0 {
+		// The stall counts from the oldest message not answered.
+		m.clock.progress()
 	}
 	cfd, bfd := f.rf.FDs()
-	if err := handoff.Send(to, msg, cfd, bfd); err != nil {
-		f.thaw()
-		return moveBroken, err
-	}
-	ok, err := handoff.ReadAck(to)
-	if err != nil && errors.Is(err, os.ErrDeadlineExceeded) {
-		// ctx ended while the peer may be splicing it already: two
-		// processes must never both run it, so it is given up here
-		// (closed without a write) as if moved.
-		ok, err = true, nil
+	err := handoff.Send(m.to, msg, cfd, bfd)
+	if errors.Is(err, unix.ETOOMANYREFS) && len(m.q) > 0 {
+		// This user's descriptors in flight passed RLIMIT_NOFILE (other
+		// processes hand off too): they leave the kernel's count as the
+		// peer reads them. Nothing of this message was sent.
+		if m.collect(len(m.q)); m.err != nil {
+			f.thaw()
+			return moveBroken
+		}
+		m.clock.progress()
+		err = handoff.Send(m.to, msg, cfd, bfd)
 	}
 	switch {
+	case errors.Is(err, unix.ETOOMANYREFS):
+		f.thaw()
+		return moveRetry
 	case err != nil:
-		// No answer: a peer that died closed its duplicates with it.
+		// Not sent, or only a part the peer cannot complete (and so
+		// never answers): it stays here. The answers to what went
+		// before it are still read: the kernel returns the bytes queued
+		// before an error or the end.
 		f.thaw()
-		return moveBroken, err
-	case !ok:
-		f.thaw()
-		return moveNever, nil
+		m.setErr(err)
+		m.collect(len(m.q))
+		return moveBroken
 	}
-	f.forget()
-	return moveDone, nil
+	f.size = len(msg)
+	m.q = append(m.q, f)
+	m.qBytes += f.size
+	return moveSent
+}
+
+// collect reads answers until need more came (or none is in flight),
+// taking in each read as many as have come (never more than are in
+// flight, so never a byte the peer did not answer with), and acts on
+// each: forgotten when adopted, thawed (and left to a 1012) when refused.
+// A socket that fails first settles everything still in flight (fail).
+func (m *mover) collect(need int) {
+	for need > 0 && len(m.q) > 0 {
+		n, err := m.to.Read(m.acks[:len(m.q)])
+		if n > 0 {
+			m.clock.progress()
+		}
+		for _, b := range m.acks[:n] {
+			f := m.q[0]
+			m.q, m.qBytes, need = m.q[1:], m.qBytes-f.size, need-1
+			switch b {
+			case handoff.AckAdopted:
+				f.forget()
+				m.moved++
+				continue
+			case handoff.AckRefused:
+			default:
+				err = fmt.Errorf("ack byte %#x", b)
+			}
+			f.thaw()
+			m.left = append(m.left, f.r.c)
+			if err != nil {
+				break
+			}
+		}
+		if err != nil {
+			m.fail(fmt.Errorf("handoff: ack: %w", err))
+			return
+		}
+	}
+}
+
+// fail ends the hand-off on err, a failure of the socket, and settles
+// every message in flight without reading more. At a deadline (ctx
+// ended, or the peer stalled) the peer may be splicing them already: two
+// processes must never both run one, so each is given up here (closed
+// without a write) as if moved. On any other failure the peer did not
+// answer and so does not hold them (Adopt closes its duplicates when its
+// answer cannot be written; a peer that died closed them with it): they
+// are thawed.
+func (m *mover) fail(err error) {
+	m.setErr(err)
+	timedOut := errors.Is(err, os.ErrDeadlineExceeded)
+	for _, f := range m.q {
+		if timedOut {
+			f.forget()
+			m.moved++
+		} else {
+			f.thaw()
+			m.left = append(m.left, f.r.c)
+		}
+	}
+	m.q, m.qBytes = m.q[:0], 0
+}
+
+// setErr keeps the hand-off's first error, saying which bound a deadline
+// was.
+func (m *mover) setErr(err error) {
+	switch {
+	case m.err != nil:
+	case !errors.Is(err, os.ErrDeadlineExceeded):
+		m.err = err
+	case m.ctx.Err() != nil:
+		m.err = fmt.Errorf("handoff: %w (%w)", context.Cause(m.ctx), err)
+	default:
+		m.err = fmt.Errorf("%w for %v: %w", errHandoffStalled, m.clock.stall, err)
+	}
+}
+
+// handoffClock is the hand-off socket's deadline: the stall bound from
+// the last progress, until ctx ends, which sets it in the past for good.
+type handoffClock struct {
+	mu    sync.Mutex
+	to    *net.UnixConn
+	stall time.Duration
+	ended bool
+}
+
+// end sets the deadline in the past: every read and write on the socket
+// returns os.ErrDeadlineExceeded from now on.
+func (k *handoffClock) end() {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.ended = true
+	k.to.SetDeadline(aLongTimeAgo)
+}
+
+// progress moves the deadline to a stall from now, unless ctx ended.
+func (k *handoffClock) progress() {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if !k.ended {
+		k.to.SetDeadline(time.Now().Add(k.stall))
+	}
+}
+
+// finish lifts the stall bound from the socket, which outlives Handoff;
+// after ctx ended it stays in the past.
+func (k *handoffClock) finish() {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if !k.ended {
+		k.to.SetDeadline(time.Time{})
+	}
+	k.ended = true
 }
 
 // frozen is a connection held still for a move (ready.Frozen) and what
 // goes with it.
 type frozen struct {
-	r  *readyState
-	rf *ready.Frozen
+	r    *readyState
+	rf   *ready.Frozen
+	size int // its message's bytes, while in flight
 }
 
 // freeze holds the connection still if it can move now (the goroutine

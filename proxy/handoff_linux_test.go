@@ -50,7 +50,7 @@ func accessLines(t *testing.T, log *testkit.Buffer) []map[string]any {
 }
 
 // unixPair returns both ends of a SOCK_STREAM Unix socketpair.
-func unixPair(t *testing.T) (*net.UnixConn, *net.UnixConn) {
+func unixPair(t testing.TB) (*net.UnixConn, *net.UnixConn) {
 	t.Helper()
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {

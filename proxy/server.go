@@ -61,6 +61,9 @@ type Server struct {
 	// testMoveRetryFor, when set by a test, replaces Handoff's bound on
 	// retrying busy connections (moveRetryFor).
 	testMoveRetryFor time.Duration
+	// testHandoffStall, when set by a test, replaces Handoff's bound on
+	// waiting for the peer's next answer (handoffStall).
+	testHandoffStall time.Duration
 }
 
 // New returns a Server for the routes in opts.

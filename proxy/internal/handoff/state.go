@@ -19,7 +19,9 @@
 //	      read from the socket but not yet decrypted (each u32 length + bytes)
 //
 // The receiver answers each message with one byte, AckAdopted or
-// AckRefused, after it holds the descriptors. A record it cannot read is
+// AckRefused, after it holds the descriptors, and as soon as it has
+// read that message: it must not wait for the next one. A sender may
+// keep several messages in flight and read the answers in order. A record it cannot read is
 // refused and its descriptors closed; the next message is read as usual,
 // since the length in the header still frames it. Only a header that is
 // not one (bad magic, a length over MaxBody) loses the framing.

@@ -1,0 +1,316 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/edgelb/edge/internal/testkit"
+	"github.com/edgelb/edge/proxy/internal/handoff"
+	"github.com/gorilla/websocket"
+)
+
+// peerAct is what relayPeer does with one message.
+type peerAct int
+
+const (
+	peerPass   peerAct = iota // pass it on to B and answer what B answered
+	peerRefuse                // close its descriptors and answer AckRefused
+	peerBreak                 // answer the messages before it, then close the socket to A
+	peerHang                  // keep it and everything after, answer nothing more
+)
+
+// relayPeer stands in for the new process between A and B: it reads
+// batch messages from A before it answers any of them, acts on each as
+// decide says (passing it on to B's Adopt over toB, one at a time as the
+// previous release's sender does), then writes the batch's answers to A
+// in one write. A sender that waits for each answer before it sends the
+// next message never gets one. It returns when A's end closes, or after
+// a break or a hang; descriptors it kept are closed at the test's end.
+func relayPeer(t *testing.T, fromA, toB *net.UnixConn, batch int, decide func(i int) peerAct) <-chan struct{} {
+	done := make(chan struct{})
+	var mu sync.Mutex
+	var kept []handoff.Message
+	t.Cleanup(func() {
+		mu.Lock()
+		defer mu.Unlock()
+		for i := range kept {
+			kept[i].Close()
+		}
+	})
+	go func() {
+		defer close(done)
+		defer toB.CloseWrite() // B's Adopt returns at EOF
+		for i := 0; ; {
+			var msgs []handoff.Message
+			for range batch {
+				m, err := handoff.Receive(fromA)
+				if err != nil {
+					break
+				}
+				msgs = append(msgs, m)
+			}
+			if len(msgs) == 0 {
+				return
+			}
+			var acks []byte
+			for j := range msgs {
+				m := &msgs[j]
+				switch decide(i) {
+				case peerPass:
+					if err := handoff.Send(toB, m.Bytes, m.FDs[0], m.FDs[1]); err != nil {
+						t.Errorf("relay to B: %v", err)
+						return
+					}
+					m.Close()
+					ok, err := handoff.ReadAck(toB)
+					if err != nil {
+						t.Errorf("relay: B's answer: %v", err)
+						return
+					}
+					acks = append(acks, map[bool]byte{true: handoff.AckAdopted, false: handoff.AckRefused}[ok])
+				case peerRefuse:
+					m.Close()
+					acks = append(acks, handoff.AckRefused)
+				case peerBreak:
+					fromA.Write(acks)
+					for k := j; k < len(msgs); k++ {
+						msgs[k].Close()
+					}
+					fromA.Close()
+					return
+				case peerHang:
+					mu.Lock()
+					kept = append(kept, msgs[j:]...)
+					mu.Unlock()
+					fromA.Write(acks)
+					return
+				}
+				i++
+			}
+			if _, err := fromA.Write(acks); err != nil {
+				t.Errorf("relay: answers to A: %v", err)
+				return
+			}
+		}
+	}()
+	return done
+}
+
+// relayed is a pair whose hand-off goes through relayPeer, with n plain
+// WebSockets in A, each read by a goroutine of its own that reports what
+// it gets: a close code (an unmoved connection's 1012) or "echo".
+type relayed struct {
+	*pair
+	cs    []*websocket.Conn
+	got   chan string // per client event: "echo" or "close 1012"
+	adopt chan int
+}
+
+func startRelayed(t *testing.T, n int) *relayed {
+	be := startBackend(t, "b1")
+	r := &relayed{pair: startPair(t, be.Addr(), nil, edgeConfig{}), got: make(chan string, 2*n), adopt: make(chan int, 1)}
+	for range n {
+		c, _ := r.a.dialWS(t, "/", nil)
+		testkit.Ask(t, c, "before")
+		r.cs = append(r.cs, c)
+		go func() {
+			for {
+				_, b, err := c.ReadMessage()
+				var ce *websocket.CloseError
+				switch {
+				case errors.As(err, &ce):
+					c.Close() // the close handshake is done: A's socket ends now
+					r.got <- fmt.Sprintf("close %d", ce.Code)
+					return
+				case err != nil:
+					r.got <- "error " + err.Error()
+					return
+				}
+				r.got <- string(b)
+			}
+		}()
+	}
+	return r
+}
+
+// run hands A's connections off through a relayPeer and returns A's
+// results. ctx's bound is far beyond what the hand-off needs; it only
+// keeps a sender that waits for each answer from hanging the test.
+func (r *relayed) run(t *testing.T, batch int, decide func(i int) peerAct) (moved, closed int, err error) {
+	t.Helper()
+	ra, rb := unixPair(t) // A to the relay
+	fb, ub := unixPair(t) // the relay to B
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	go func() {
+		n, err := r.b.srv.Adopt(context.Background(), ub)
+		if err != nil {
+			t.Errorf("Adopt: %v", err)
+		}
+		r.adopt <- n
+	}()
+	relay := relayPeer(t, rb, fb, batch, decide)
+	moved, closed, err = r.a.srv.Handoff(ctx, ra, 100*time.Millisecond)
+	if ctx.Err() != nil {
+		t.Errorf("the hand-off ran until its context ended: %v", err)
+	}
+	ra.CloseWrite()
+	<-relay
+	return moved, closed, err
+}
+
+// after sends "after" on every client and counts the answers and the
+// 1012s: each client answers exactly once, with one or the other.
+func (r *relayed) after(t *testing.T) (echoed, restarted int) {
+	t.Helper()
+	for _, c := range r.cs {
+		c.WriteMessage(websocket.TextMessage, []byte("after"))
+	}
+	for range r.cs {
+		select {
+		case ev := <-r.got:
+			switch ev {
+			case "after":
+				echoed++
+			case "close 1012":
+				restarted++
+			default:
+				t.Errorf("a client got %q", ev)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%d answers and %d 1012s of %d clients", echoed, restarted, len(r.cs))
+		}
+	}
+	return echoed, restarted
+}
+
+// TestHandoffPipelined: a peer that reads 8 messages before it answers
+// any (as a sender that keeps messages in flight may expect) gets all 24
+// connections: Handoff does not wait for each answer before sending the
+// next. Every client then echoes through B.
+func TestHandoffPipelined(t *testing.T) {
+	const n, batch = 24, 8
+	r := startRelayed(t, n)
+	moved, closed, err := r.run(t, batch, func(int) peerAct { return peerPass })
+	if err != nil || moved != n || closed != 0 {
+		t.Fatalf("moved %d closed %d (%v), want %d 0", moved, closed, err, n)
+	}
+	if got := <-r.adopt; got != n {
+		t.Fatalf("B adopted %d, want %d", got, n)
+	}
+	if echoed, restarted := r.after(t); echoed != n || restarted != 0 {
+		t.Fatalf("%d echoed, %d got 1012, want %d 0", echoed, restarted, n)
+	}
+	if got := r.a.srv.Active(); got != 0 {
+		t.Errorf("A holds %d", got)
+	}
+}
+
+// TestHandoffPipelinedRefused: the messages a peer refuses, among
+// others it takes in the same batch, stay in A and get their 1012 there;
+// the others move.
+func TestHandoffPipelinedRefused(t *testing.T) {
+	const n, batch = 16, 8
+	r := startRelayed(t, n)
+	moved, closed, err := r.run(t, batch, func(i int) peerAct {
+		if i%5 == 2 { // 2, 7, 12
+			return peerRefuse
+		}
+		return peerPass
+	})
+	if err != nil || moved != n-3 || closed != 3 {
+		t.Fatalf("moved %d closed %d (%v), want %d 3", moved, closed, err, n-3)
+	}
+	if got := <-r.adopt; got != n-3 {
+		t.Fatalf("B adopted %d, want %d", got, n-3)
+	}
+	if echoed, restarted := r.after(t); echoed != n-3 || restarted != 3 {
+		t.Fatalf("%d echoed, %d got 1012, want %d 3", echoed, restarted, n-3)
+	}
+}
+
+// TestHandoffPipelinedBroken: a peer that answers 5 messages of a
+// batch and then closes the socket, with more in flight: the 5 move, and
+// every other connection, sent or not, stays in A (none runs in both)
+// and gets its 1012 there.
+func TestHandoffPipelinedBroken(t *testing.T) {
+	const n, batch, took = 16, 8, 5
+	r := startRelayed(t, n)
+	moved, closed, err := r.run(t, batch, func(i int) peerAct {
+		if i < took {
+			return peerPass
+		}
+		return peerBreak
+	})
+	if err == nil || moved != took || closed != n-took {
+		t.Fatalf("moved %d closed %d (%v), want %d %d and an error", moved, closed, err, took, n-took)
+	}
+	if got := <-r.adopt; got != took {
+		t.Fatalf("B adopted %d, want %d", got, took)
+	}
+	if echoed, restarted := r.after(t); echoed != took || restarted != n-took {
+		t.Fatalf("%d echoed, %d got 1012, want %d %d", echoed, restarted, took, n-took)
+	}
+}
+
+// TestHandoffPeerStalls: a peer that reads messages and then answers
+// nothing ends the hand-off at the stall bound while its context still
+// runs. Every connection in flight then may be running in the peer: A
+// gives each up (closed without a write, observed as moved), resumes
+// none, and says the peer stalled.
+func TestHandoffPeerStalls(t *testing.T) {
+	const n, batch = 16, 8
+	r := startRelayed(t, n)
+	r.a.srv.testHandoffStall = 200 * time.Millisecond
+	moved, closed, err := r.run(t, batch, func(int) peerAct { return peerHang })
+	if !errors.Is(err, errHandoffStalled) || moved != n || closed != 0 {
+		t.Fatalf("moved %d closed %d (%v), want %d 0 and the stall", moved, closed, err, n)
+	}
+	if got := r.a.srv.Active(); got != 0 {
+		t.Fatalf("A still holds %d", got)
+	}
+	r.a.obs.mu.Lock()
+	defer r.a.obs.mu.Unlock()
+	if len(r.a.obs.closed) != n {
+		t.Fatalf("A observed %d closes, want %d", len(r.a.obs.closed), n)
+	}
+	for _, why := range r.a.obs.closed {
+		if why != string(ReasonMoved) {
+			t.Fatalf("A observed a close %q, want only %q", why, ReasonMoved)
+		}
+	}
+}
+
+// TestHandoffThousands: 2,500 connections, many windows' worth, move in
+// one hand-off, every one of them: A holds none, B all, each counted on
+// B's backend, and every client still echoes.
+func TestHandoffThousands(t *testing.T) {
+	const n = 2500
+	be := startBackend(t, "b1")
+	pr := startPair(t, be.Addr(), nil, edgeConfig{})
+	cs := make([]*websocket.Conn, n)
+	for i := range cs {
+		cs[i], _ = pr.a.dialWS(t, "/", nil)
+	}
+	testkit.WaitFor(t, "every connection in A", func() bool { return pr.a.srv.Active() == n })
+	moved, closed, adopted := pr.handoff(t, time.Second)
+	if moved != n || closed != 0 || adopted != n {
+		t.Fatalf("moved %d closed %d adopted %d, want %d 0 %d", moved, closed, adopted, n, n)
+	}
+	if a, b := pr.a.srv.Active(), pr.b.srv.Active(); a != 0 || b != n {
+		t.Fatalf("A holds %d, B %d, want 0 %d", a, b, n)
+	}
+	if got := pr.poolB.Balancer.Snapshot().ByID("b1").Active(); got != n {
+		t.Fatalf("B's backend count %d, want %d", got, n)
+	}
+	for i, c := range cs {
+		if got := testkit.Ask(t, c, "after"); got != "after" {
+			t.Fatalf("client %d after the hand-off: %q", i, got)
+		}
+	}
+}
