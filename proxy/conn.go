@@ -267,35 +267,46 @@ func (c *wsConn) relay(p []byte) bool {
 }
 
 // forward carries client bytes p to the backend as the session says, and
-// reports how many went; ok false: a write failed and the session's
-// decision about it (a) was carried out.
+// reports how many were handled (forwarded, or pongs edge consumed); ok
+// false: a write failed and the session's decision about it (a) was
+// carried out.
 func (c *wsConn) forward(p []byte) (n int, a wsession.Action, ok bool) {
-	v := c.sess.FromClient(p, time.Now().UnixNano())
-	if v.Wake {
-		c.d.wake()
-		if c.sess.Reason() == ReasonRateLimited {
-			c.s.obs.RateLimited(c.pool.name, RateClose)
+	now := time.Now().UnixNano()
+	paused := false
+	for {
+		v := c.sess.FromClient(p, now)
+		if v.Wake {
+			c.d.wake()
+			if c.sess.Reason() == ReasonRateLimited {
+				c.s.obs.RateLimited(c.pool.name, RateClose)
+			}
+		}
+		if v.Pause != 0 && !paused {
+			paused = true
+			c.s.obs.RateLimited(c.pool.name, RateSlow)
+		}
+		if v.N > 0 {
+			if err := c.d.sendBackend(p[:v.N]); err != nil {
+				return n, c.writeFailed(SideBackend, err), false
+			}
+			n += v.N
+		}
+		if v.CloseBackend {
+			var k [4]byte
+			rand.Read(k[:])
+			mc := c.sess.MaskedClose(k)
+			if err := c.d.sendBackend(mc); err != nil {
+				return n, c.writeFailed(SideBackend, err), false
+			}
+			return n + len(mc), a, true
+		}
+		// A pong answering edge's ping ends here (wsession/pong.go); the
+		// bytes behind it are judged next.
+		n += v.Drop
+		if p = p[v.N+v.Drop:]; v.Drop == 0 || len(p) == 0 {
+			return n, a, true
 		}
 	}
-	if v.Pause != 0 {
-		c.s.obs.RateLimited(c.pool.name, RateSlow)
-	}
-	p = p[:v.N]
-	if len(p) > 0 {
-		if err := c.d.sendBackend(p); err != nil {
-			return 0, c.writeFailed(SideBackend, err), false
-		}
-	}
-	if v.CloseBackend {
-		var k [4]byte
-		rand.Read(k[:])
-		mc := c.sess.MaskedClose(k)
-		if err := c.d.sendBackend(mc); err != nil {
-			return len(p), c.writeFailed(SideBackend, err), false
-		}
-		return len(p) + len(mc), a, true
-	}
-	return len(p), a, true
 }
 
 // head renders the 101 and the frames the backend sent behind it, and

@@ -201,8 +201,23 @@
 // ends with "ping_timeout":
 // that reaps half-open sockets, such as a phone that left coverage, which
 // would otherwise pin a backend connection for ever (traefik#10627,
-// traefik#8668). The client's pong is forwarded to the backend like any
-// other frame: unsolicited pongs are allowed (§5.5.3).
+// traefik#8668). The client's pong to edge's ping ends at edge: the
+// backend never asked for it, and at 100,000 connections pinged every
+// 30 s forwarding it costs thousands of backend writes a second for
+// nothing. A client pong is consumed when edge's ping is out and
+// unanswered, every ping the backend sent (the backend->client tracker
+// counts them) was followed by a client pong that went on, and the pong
+// is empty (a pong carries its ping's data, §5.5.3; edge's ping has
+// none), masked, final and whole in the bytes at hand at a frame
+// boundary (wsession/pong.go). Every other pong goes on: one that may
+// answer the backend's ping, an unsolicited one (allowed, §5.5.3), one
+// whose header is split across reads (its first bytes may already have
+// gone). A consumed pong still counts as a client frame (rate, limits)
+// and as life for the ping timeout. Both drivers share this through
+// forward (conn.go). A session adopted in a hand-off assumes a backend
+// ping may be out, so the client's first pong there goes on; one whose
+// client frames were not followed before (pings without limits, or
+// opaque) forwards every pong, its client boundaries being unknown.
 //
 // Timers: the session keeps the last byte either way, the last client
 // byte and the last ping as timestamps, and decides on the clock

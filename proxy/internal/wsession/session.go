@@ -2,7 +2,8 @@
 // without any I/O: frame tracking in both directions, control frames only
 // at frame boundaries, pings and the ping timeout, frame and message
 // limits (a compressed client message counted inflated, deflate.go and
-// inflate.go), per-connection message and byte rates (rate.go), close
+// inflate.go), per-connection message and byte rates (rate.go), the
+// client's pongs to edge's pings consumed, not forwarded (pong.go), close
 // requests (drain, a departing backend, an operator), the
 // close code and side edge observed, the lingering close after a close
 // frame, and the close reason.
@@ -133,6 +134,20 @@ type aware struct {
 	awaitSince  atomic.Int64
 	pingWanted  atomic.Bool
 	pingExpired atomic.Bool
+
+	// Pongs (pong.go). edgePing: edge's ping is out and no client pong
+	// answered it yet (set by the backend reader before the ping is
+	// written, cleared by the client reader). backendPings counts the
+	// backend's pings (backend reader); pongedAt is its value when a
+	// client pong last went to the backend (client reader): they differ
+	// while a backend ping may be waiting for its pong. pongBlind: the
+	// client stream's boundaries are unknown to the pong check (an
+	// adopted session whose client frames were not followed), so every
+	// pong goes on.
+	edgePing     atomic.Bool
+	backendPings atomic.Uint32
+	pongedAt     uint32
+	pongBlind    bool
 }
 
 // Init readies s for a connection of a pool with cfg, opened at now.
@@ -225,7 +240,9 @@ const (
 // Head consumes backend bytes that came behind the 101 and returns how
 // many go out with it; tooBig: a frame over the limit follows them.
 func (s *Session) Head(p []byte) (n int, tooBig bool) {
-	n = s.b2c.feed(p, false)
+	c := counting{}
+	n = s.b2c.feedWith(p, false, &c)
+	s.noteBackendPings(c.pings)
 	s.noteBackendClose()
 	return n, s.b2c.tooBig
 }
@@ -241,7 +258,9 @@ func (s *Session) FromBackend(p []byte) (n int, v Verdict) {
 		return len(p), Drop
 	}
 	stop := s.Requested() || s.fw != nil && s.fw.pingWanted.Load()
-	n = s.b2c.feed(p, stop)
+	c := counting{}
+	n = s.b2c.feedWith(p, stop, &c)
+	s.noteBackendPings(c.pings)
 	s.noteBackendClose()
 	if s.b2c.tooBig {
 		return n, TooBig
@@ -284,6 +303,9 @@ func (s *Session) BackendControl() Control {
 		return s.closeControl(int(code))
 	}
 	if s.mayPing() {
+		// Marked before the write: the client's pong may be read before
+		// ControlWritten runs.
+		s.fw.edgePing.Store(true)
 		return Control{Frame: wswire.Ping}
 	}
 	return Control{}
@@ -373,6 +395,11 @@ type Client struct {
 	// Pause, when not 0, is the unix nano time before which the client
 	// must not be read: it is over its rate under Rate.Slow.
 	Pause int64
+	// Drop, when not 0: the Drop bytes after the first N are a client
+	// pong answering edge's ping, consumed here (pong.go); the bytes
+	// after them were not looked at: the driver feeds them next. When
+	// Drop is 0, all of the input was consumed.
+	Drop int
 }
 
 // FromClient consumes the client bytes p read at now. At the header of a
@@ -390,7 +417,7 @@ func (s *Session) FromClient(p []byte, now int64) Client {
 	}
 	f.lastClient.Store(now)
 	if !s.cfg.tracksClient() {
-		return Client{N: len(p)}
+		return s.pongsOnly(p)
 	}
 	if f.tooBig {
 		return Client{}
@@ -401,7 +428,9 @@ func (s *Session) FromClient(p []byte, now int64) Client {
 	}
 	boundary := f.c2b.atBoundary()
 	starts := 0
-	n := f.c2b.feedCounting(p, false, z, f.c2b.msgLimit, s.cfg.Inflate, &starts)
+	k := s.pongCounting(z, &starts)
+	n := f.c2b.feedWith(p, false, &k)
+	s.notePongs(&k)
 	if code, ok := f.c2b.newClose(); ok {
 		s.NoteClose(SideClient, code)
 	}
@@ -412,9 +441,10 @@ func (s *Session) FromClient(p []byte, now int64) Client {
 	case f.c2b.broken:
 	default:
 		if r := &s.cfg.Rate; r.On() {
-			return s.charge(p, starts, boundary, now)
+			// The pong edge consumes is still charged: a client frame.
+			return dropped(s.charge(p[:n], starts, boundary, now), &k, n)
 		}
-		return Client{N: len(p)}
+		return dropped(Client{N: n}, &k, n)
 	}
 	f.tooBig = true
 	f.endAfterClose.Store(true)

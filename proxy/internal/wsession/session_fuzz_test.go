@@ -126,6 +126,8 @@ func FuzzSessionSplit(f *testing.F) {
 func FuzzSessionClient(f *testing.F) {
 	f.Add([]byte{0x01, 4, 'a', 'b', 'c', 'd', 0x80, 4, 'e', 'f', 'g', 'h'}, []byte{1, 5}, uint16(0), uint16(6))
 	f.Add([]byte{0x82, 0x80 | 126, 0, 200, 1, 2, 3, 4}, []byte{1, 1, 1}, uint16(100), uint16(0))
+	// A message, two empty pongs (one answers edge's ping), a pong with data.
+	f.Add([]byte{0x81, 0x81, 1, 2, 3, 4, 'a', 0x8a, 0x80, 1, 2, 3, 4, 0x8a, 0x80, 5, 6, 7, 8, 0x8a, 0x81, 1, 2, 3, 4, 'b'}, []byte{7, 3, 9}, uint16(10), uint16(0))
 	f.Fuzz(func(t *testing.T, data, cuts []byte, limit, msgLimit uint16) {
 		cfg := &Config{MaxFrameBytes: int64(limit), MaxMessageBytes: int64(msgLimit)}
 		run := func(cuts []byte) (fwd int, closeBackend, wake bool, code int) {
@@ -160,7 +162,102 @@ func FuzzSessionClient(f *testing.F) {
 		if w1 != w2 || k1 != k2 || f2 < f1 || c1 && f2-f1 >= wswire.MaxHeader || (c1 != c2 && f2 == f1) {
 			t.Fatalf("whole: %d %v %v %d; split: %d %v %v %d", f1, c1, w1, k1, f2, c2, w2, k2)
 		}
+		pcfg := *cfg
+		pcfg.PingInterval = time.Second
+		for _, backendPing := range []bool{false, true} {
+			checkPongs(t, &pcfg, data, nil, backendPing)
+			checkPongs(t, &pcfg, data, cuts, backendPing)
+			pcfg := pcfg
+			pcfg.MaxFrameBytes, pcfg.MaxMessageBytes = 0, 0 // pings only
+			checkPongs(t, &pcfg, data, cuts, backendPing)
+		}
 	})
+}
+
+// checkPongs feeds the client stream data in chunks (as FuzzSessionClient)
+// after edge pinged, and after a backend ping when backendPing: what edge
+// consumed is one whole empty masked pong at a frame boundary of data
+// (none while the backend's ping waits for the first pong), and what went
+// on is data without it.
+func checkPongs(t *testing.T, cfg *Config, data, cuts []byte, backendPing bool) {
+	t.Helper()
+	var s Session
+	s.Init(cfg, 1)
+	if backendPing {
+		s.FromBackend([]byte{0x89, 0})
+	}
+	s.fw.pingWanted.Store(true)
+	c := s.BackendControl()
+	s.ControlWritten(c, 1)
+	var fwd []byte
+	var drops []int
+	consumed := 0
+	for pos, i := 0, 0; pos < len(data); i++ {
+		k := len(data) - pos
+		if len(cuts) > 0 {
+			k = int(cuts[i%len(cuts)]%32) + 1
+		}
+		p := data[pos:min(pos+k, len(data))]
+		pos += len(p)
+		for at := pos - len(p); len(p) > 0; {
+			v := s.FromClient(p, 2)
+			if v.N < 0 || v.Drop < 0 || v.N+v.Drop > len(p) {
+				t.Fatalf("FromClient: %+v for %d bytes", v, len(p))
+			}
+			fwd = append(fwd, p[:v.N]...)
+			if v.Drop == 0 {
+				consumed = at + v.N
+				if v.N < len(p) {
+					pos = len(data) // the rest is not forwarded: the end
+				}
+				break
+			}
+			drops = append(drops, at+v.N)
+			at += v.N + v.Drop
+			consumed = at
+			p = p[v.N+v.Drop:]
+		}
+	}
+	if len(drops) > 1 {
+		t.Fatalf("one ping out, %d pongs consumed at %v", len(drops), drops)
+	}
+	var want []byte
+	last := 0
+	for _, d := range drops {
+		var fresh tracker
+		fresh.feed(data[:d], false)
+		if !fresh.atBoundary() || !isEmptyPong(data[d:]) {
+			t.Fatalf("consumed at %d: % x, not an empty masked pong at a boundary", d, data[d:min(d+6, len(data))])
+		}
+		if backendPing && !pongBefore(data[:d]) {
+			t.Fatalf("consumed the pong at %d while the backend's ping waited", d)
+		}
+		want = append(want, data[last:d]...)
+		last = d + len(emptyPong)
+	}
+	want = append(want, data[last:consumed]...)
+	if !bytes.Equal(fwd, want) {
+		t.Fatalf("forwarded % x, want % x (consumed %v)", fwd, want, drops)
+	}
+}
+
+// pongBefore reports whether a pong frame header starts at a frame
+// boundary of the client stream p.
+func pongBefore(p []byte) bool {
+	var tr tracker
+	for len(p) > 0 {
+		if tr.atBoundary() {
+			if h, err := wswire.ParseHeader(p); err == nil && h.Size != 0 && h.Opcode == wswire.OpPong {
+				return true
+			}
+		}
+		n := tr.feed(p, true)
+		if n == 0 || tr.broken {
+			return false
+		}
+		p = p[n:]
+	}
+	return false
 }
 
 type splitCheck struct{}

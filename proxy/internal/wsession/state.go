@@ -150,6 +150,17 @@ func (s *Session) UnmarshalBinary(b []byte) error {
 			s.DeflateOn()
 		}
 	}
+	if f := s.fw; f != nil {
+		// The record says nothing of pongs (pong.go): the adopted side
+		// assumes a backend ping may be waiting, so the client's next
+		// pong goes on, and that edge has no ping out. A session whose
+		// client frames were not followed (stTracksClient; an opaque one
+		// neither) has no known boundary to find a pong at: its pongs
+		// all go on.
+		f.backendPings.Store(1)
+		f.pongedAt = 0
+		f.pongBlind = flags&stTracksClient == 0
+	}
 	return nil
 }
 

@@ -78,18 +78,31 @@ func (t *tracker) feed(p []byte, stop bool) int { return t.feedCounting(p, stop,
 // header of every data frame that starts a message (RFC 6455 §5.4) and of
 // every control frame.
 func (t *tracker) feedCounting(p []byte, stop bool, z *zcount, limit uint64, ps *Inflaters, starts *int) int {
+	c := counting{z: z, limit: limit, ps: ps, starts: starts}
+	return t.feedWith(p, stop, &c)
+}
+
+// feedWith is feedCounting with what it counts in c, which also counts
+// the ping and pong headers that went by and, with c.dropPong, stops
+// right after the first whole empty masked pong that starts at a frame
+// boundary in p (c.dropAt its offset; it went through the tracker like
+// any other frame).
+func (t *tracker) feedWith(p []byte, stop bool, c *counting) int {
 	if t.tooBig {
 		return 0
 	}
-	c := counting{z: z, limit: limit, ps: ps, starts: starts}
 	i := 0
 	for i < len(p) && !t.broken {
 		var n int
 		var done bool
-		if t.remaining > 0 {
-			n, done = t.feedPayload(p[i:], stop, &c)
-		} else {
-			n, done = t.feedHeader(p[i:], stop, &c)
+		switch {
+		case t.remaining > 0:
+			n, done = t.feedPayload(p[i:], stop, c)
+		case c.dropPong && t.hn == 0 && isEmptyPong(p[i:]):
+			n, _ = t.feedHeader(p[i:i+len(emptyPong)], false, c)
+			c.dropAt, done = i, true
+		default:
+			n, done = t.feedHeader(p[i:], stop, c)
 		}
 		i += n
 		if done {
@@ -105,6 +118,11 @@ type counting struct {
 	limit  uint64
 	ps     *Inflaters
 	starts *int // nil: no count of message starts
+
+	pings, pongs int    // ping and pong headers that went by
+	seen         uint32 // the backend's pings counted before (pong.go)
+	dropPong     bool   // stop after a whole empty pong at a boundary
+	dropAt       int    // offset of that pong; -1: none
 }
 
 // feedPayload consumes payload bytes of the current frame from p and
@@ -168,6 +186,12 @@ func (t *tracker) feedHeader(p []byte, stop bool, c *counting) (int, bool) {
 			t.tooBig, t.tooBigMsg, t.inflated = true, true, true
 			return n, true
 		}
+	}
+	switch h.Opcode {
+	case wswire.OpPing:
+		c.pings++
+	case wswire.OpPong:
+		c.pongs++
 	}
 	if h.Opcode == wswire.OpClose {
 		t.closeSeen = true
