@@ -82,50 +82,63 @@ func (s *Server) dialUpgrade(ctx context.Context, x *exchange) (bc *backendConn,
 		}
 		b.Release()
 		x.backend = b.ID()
-		if ctx.Err() != nil {
-			// The client went away; that says nothing about the backend.
-			return nil, fmt.Errorf("backend %s: %w: %w", b.ID(), errClientGone, ctx.Err())
+		var retry bool
+		if retry, err = s.backendFailed(ctx, x, b, err); !retry {
+			return nil, err
 		}
-		var he *handshakeError
-		if errors.As(err, &he) && he.fault == "" {
-			if he.slow {
-				// The backend took the request and has not answered in
-				// time: a 504 for this client, no strike against the
-				// backend (a slow path is not a broken backend, and any
-				// client can choose one), and no retry (the request
-				// reached a backend; another try would double what a
-				// slow path costs).
-				s.log.Debug("backend answer slower than the handshake timeout; not counted against the backend",
-					"route", x.routeName(), "backend", b.ID(), "err", err)
-				return nil, fmt.Errorf("%w: %w", errSlowAnswer, err)
-			}
-			if he.unfit {
-				s.log.Debug("backend answer does not fit what the client asked; not counted against the backend",
-					"route", x.routeName(), "backend", b.ID(), "err", err)
-				return nil, err
-			}
-			if he.local {
-				// Edge itself is short of descriptors or memory: another
-				// backend would fail the same way, and none is to blame.
-				s.log.Warn("backend dial failed on a local resource; not counted against the backend",
-					"route", x.routeName(), "backend", b.ID(), "err", err)
-				return nil, fmt.Errorf("%w: %w", errLocalResource, err)
-			}
-			// The backend answered a complete head, then its body broke:
-			// no failure of the handshake, and nothing to retry.
-			s.log.Debug("backend answer broken after its head", "route", x.routeName(), "backend", b.ID(), "err", err)
-			return nil, fmt.Errorf("%w: %w", errAnswerBroken, err)
-		}
-		reason := "handshake"
-		if he != nil {
-			reason = he.fault
-		}
-		b.ReportFailureReason(reason)
-		s.obs.DialFailed(x.routeName(), b.ID(), err)
-		s.log.Debug("backend handshake failed", "route", x.routeName(), "backend", b.ID(), "reason", reason, "err", err)
 		req.Tried = append(req.Tried, b)
 	}
 	return nil, err
+}
+
+// backendFailed says what becomes of a failed attempt on b: the error
+// for the client, and retry when the failure is the backend's own
+// (counted against it) and another backend may be tried. Apart from
+// dialUpgrade's loop, so that the loop's frame, on the stack under every
+// dial, stays small.
+func (s *Server) backendFailed(ctx context.Context, x *exchange, b *balance.Backend, err error) (retry bool, _ error) {
+	if ctx.Err() != nil {
+		// The client went away; that says nothing about the backend.
+		return false, fmt.Errorf("backend %s: %w: %w", b.ID(), errClientGone, ctx.Err())
+	}
+	var he *handshakeError
+	if errors.As(err, &he) && he.fault == "" {
+		if he.slow {
+			// The backend took the request and has not answered in
+			// time: a 504 for this client, no strike against the
+			// backend (a slow path is not a broken backend, and any
+			// client can choose one), and no retry (the request
+			// reached a backend; another try would double what a
+			// slow path costs).
+			s.log.Debug("backend answer slower than the handshake timeout; not counted against the backend",
+				"route", x.routeName(), "backend", b.ID(), "err", err)
+			return false, fmt.Errorf("%w: %w", errSlowAnswer, err)
+		}
+		if he.unfit {
+			s.log.Debug("backend answer does not fit what the client asked; not counted against the backend",
+				"route", x.routeName(), "backend", b.ID(), "err", err)
+			return false, err
+		}
+		if he.local {
+			// Edge itself is short of descriptors or memory: another
+			// backend would fail the same way, and none is to blame.
+			s.log.Warn("backend dial failed on a local resource; not counted against the backend",
+				"route", x.routeName(), "backend", b.ID(), "err", err)
+			return false, fmt.Errorf("%w: %w", errLocalResource, err)
+		}
+		// The backend answered a complete head, then its body broke:
+		// no failure of the handshake, and nothing to retry.
+		s.log.Debug("backend answer broken after its head", "route", x.routeName(), "backend", b.ID(), "err", err)
+		return false, fmt.Errorf("%w: %w", errAnswerBroken, err)
+	}
+	reason := "handshake"
+	if he != nil {
+		reason = he.fault
+	}
+	b.ReportFailureReason(reason)
+	s.obs.DialFailed(x.routeName(), b.ID(), err)
+	s.log.Debug("backend handshake failed", "route", x.routeName(), "backend", b.ID(), "reason", reason, "err", err)
+	return true, err
 }
 
 // appendHeader writes h as header lines, skipping the field named skip and
@@ -191,22 +204,9 @@ func (s *Server) upgradeRequest(x *exchange) []byte {
 // (RFC 6455 §4.1), otherwise it is a broken handshake. Every error is a
 // *handshakeError saying whose fault it is.
 func (s *Server) handshake(ctx context.Context, p *pool, b *balance.Backend, head []byte, key string, ext []string) (*backendConn, error) {
-	d := net.Dialer{
-		Timeout: p.dialTimeout,
-		// A backend host that vanishes without a reset leaves an idle
-		// WebSocket open forever unless probed. Go's defaults (15 s, 15 s,
-		// 9), except that the count is the kernel's (also 9 unless tuned):
-		// one setsockopt less per connection.
-		KeepAliveConfig: net.KeepAliveConfig{Enable: true, Idle: 15 * time.Second, Interval: 15 * time.Second, Count: -1},
-	}
-	c, err := d.DialContext(ctx, "tcp", b.Addr())
+	conn, err := dialBackend(ctx, p, b)
 	if err != nil {
-		return nil, dialFault(fmt.Errorf("backend %s: dial: %w", b.ID(), err))
-	}
-	conn, ok := c.(*net.TCPConn)
-	if !ok {
-		c.Close()
-		return nil, &handshakeError{local: true, err: fmt.Errorf("backend %s: dial returned %T", b.ID(), c)}
+		return nil, err
 	}
 	// The request context ends when the client goes away: stop waiting then.
 	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Unix(1, 0)) })
@@ -226,11 +226,7 @@ func (s *Server) handshake(ctx context.Context, p *pool, b *balance.Backend, hea
 	if err != nil {
 		s.putReader(br)
 		conn.Close()
-		err = fmt.Errorf("backend %s: read handshake: %w", b.ID(), err)
-		if lim.hit {
-			return nil, &handshakeError{fault: "head_too_large", err: fmt.Errorf("%w (limit %d bytes)", err, p.maxResponseHeaderBytes)}
-		}
-		return nil, readFault(err)
+		return nil, headFault(b, p, lim, err)
 	}
 	lim.n = math.MaxInt64 // the head is complete: what follows is body or frames
 	bc := &backendConn{conn: conn, resp: resp}
@@ -238,19 +234,9 @@ func (s *Server) handshake(ctx context.Context, p *pool, b *balance.Backend, hea
 		return s.relayable(bc, br, p, b)
 	}
 	defer s.putReader(br)
-	if resp.Header.Get("Sec-WebSocket-Accept") != wswire.AcceptKey(key) ||
-		!httpguts.HeaderValuesContainsToken(resp.Header["Upgrade"], "websocket") {
+	if err := checkSwitching(bc, p, b, key, ext); err != nil {
 		conn.Close()
-		return nil, &handshakeError{fault: "bad_handshake", err: fmt.Errorf("backend %s: bad Sec-WebSocket-Accept or Upgrade: %w", b.ID(), errHandshake)}
-	}
-	if err := answerExtensions(bc, p, ext); err != nil {
-		conn.Close()
-		if errors.Is(err, wswire.ErrClientWindow) {
-			// The client's own window request, ignored by a backend that
-			// any client could send it to: a 502 for this client only.
-			return nil, &handshakeError{unfit: true, err: fmt.Errorf("backend %s: %w: %w", b.ID(), err, errAnswerUnfit)}
-		}
-		return nil, &handshakeError{fault: "bad_handshake", err: fmt.Errorf("backend %s: %w: %w", b.ID(), err, errHandshake)}
+		return nil, err
 	}
 	// Frames the backend sent right behind its 101 sit in br: keep them.
 	if n := br.Buffered(); n > 0 {
@@ -258,6 +244,58 @@ func (s *Server) handshake(ctx context.Context, p *pool, b *balance.Backend, hea
 		bc.buffered = append([]byte(nil), bc.buffered...)
 	}
 	return bc, nil
+}
+
+// dialBackend connects to b within the pool's dial timeout.
+func dialBackend(ctx context.Context, p *pool, b *balance.Backend) (*net.TCPConn, error) {
+	d := net.Dialer{
+		Timeout: p.dialTimeout,
+		// A backend host that vanishes without a reset leaves an idle
+		// WebSocket open forever unless probed. Go's defaults (15 s, 15 s,
+		// 9), except that the count is the kernel's (also 9 unless tuned):
+		// one setsockopt less per connection.
+		KeepAliveConfig: net.KeepAliveConfig{Enable: true, Idle: 15 * time.Second, Interval: 15 * time.Second, Count: -1},
+	}
+	c, err := d.DialContext(ctx, "tcp", b.Addr())
+	if err != nil {
+		return nil, dialFault(fmt.Errorf("backend %s: dial: %w", b.ID(), err))
+	}
+	conn, ok := c.(*net.TCPConn)
+	if !ok {
+		c.Close()
+		return nil, &handshakeError{local: true, err: fmt.Errorf("backend %s: dial returned %T", b.ID(), c)}
+	}
+	return conn, nil
+}
+
+// headFault is the handshakeError of a response head that could not be
+// read: too large for lim, or readFault's classification.
+func headFault(b *balance.Backend, p *pool, lim *headLimit, err error) error {
+	err = fmt.Errorf("backend %s: read handshake: %w", b.ID(), err)
+	if lim.hit {
+		return &handshakeError{fault: "head_too_large", err: fmt.Errorf("%w (limit %d bytes)", err, p.maxResponseHeaderBytes)}
+	}
+	return readFault(err)
+}
+
+// checkSwitching checks a backend's 101: the right Sec-WebSocket-Accept
+// for key and Upgrade: websocket (RFC 6455 §4.1), and its extensions
+// against the client's offer ext (answerExtensions).
+func checkSwitching(bc *backendConn, p *pool, b *balance.Backend, key string, ext []string) error {
+	resp := bc.resp
+	if resp.Header.Get("Sec-WebSocket-Accept") != wswire.AcceptKey(key) ||
+		!httpguts.HeaderValuesContainsToken(resp.Header["Upgrade"], "websocket") {
+		return &handshakeError{fault: "bad_handshake", err: fmt.Errorf("backend %s: bad Sec-WebSocket-Accept or Upgrade: %w", b.ID(), errHandshake)}
+	}
+	if err := answerExtensions(bc, p, ext); err != nil {
+		if errors.Is(err, wswire.ErrClientWindow) {
+			// The client's own window request, ignored by a backend that
+			// any client could send it to: a 502 for this client only.
+			return &handshakeError{unfit: true, err: fmt.Errorf("backend %s: %w: %w", b.ID(), err, errAnswerUnfit)}
+		}
+		return &handshakeError{fault: "bad_handshake", err: fmt.Errorf("backend %s: %w: %w", b.ID(), err, errHandshake)}
+	}
+	return nil
 }
 
 // relayable prepares a complete non-101 answer for relaying: a body of up

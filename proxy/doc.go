@@ -36,6 +36,10 @@
 //	tlsrecord.go, tlsrecord_linux.go  the TLS 1.3 record layer after the
 //	              upgrade: handshake log, secrets, takeover to a
 //	              ready.RecordConn
+//	handshakers.go  each TLS handshake started on a long-lived worker
+//	              goroutine (its stack already grown), net/http's own
+//	              goroutine waiting for it; bounded, falling back to
+//	              net/http's goroutine
 //	acceptlimit.go the cap on open client sockets, accept-error warnings
 //	splice_ready_linux.go, takeover_linux.go  the readiness-driven
 //	              splice's driver: no goroutine per idle connection

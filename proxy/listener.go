@@ -87,6 +87,11 @@ type edgeConn struct {
 
 	log *tlsLog // what crypto/tls read and wrote, until the takeover; nil: not kept
 
+	// held, while a handshake worker starts this conn's TLS handshake, is
+	// closed by its first read: the worker holds crypto/tls's handshake
+	// lock from then on (handshakers.go). Only the worker touches it.
+	held chan struct{}
+
 	// buffered: reads return only what a layer below already holds (pre)
 	// and would-block instead of reading the socket, while the takeover
 	// takes from crypto/tls what it already read (tlsrecord_linux.go).
@@ -106,11 +111,23 @@ func (c *edgeConn) release() {
 }
 
 func (c *edgeConn) Read(p []byte) (int, error) {
+	if c.held != nil {
+		c.holdHandshake()
+	}
 	n, err := c.read(p)
 	if c.log != nil && n > 0 {
 		c.log.read(p[:n])
 	}
 	return n, err
+}
+
+// holdHandshake tells the Accept waiting for a handshake worker that the
+// worker holds the handshake, once.
+func (c *edgeConn) holdHandshake() {
+	if h := c.held; h != nil {
+		c.held = nil
+		close(h)
+	}
 }
 
 func (c *edgeConn) read(p []byte) (int, error) {

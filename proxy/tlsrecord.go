@@ -47,7 +47,10 @@ var ErrKeyLogWriterSet = errors.New("tls.Config.KeyLogWriter is already set (an 
 // listener's, the Terminator's config; it must not be changed after), and
 // returns the TLS listener and the http.Server.ConnContext that goes with
 // it. A cfg whose KeyLogWriter is already set is refused with
-// ErrKeyLogWriterSet rather than silently losing either use of it.
+// ErrKeyLogWriterSet rather than silently losing either use of it. The
+// listener starts each handshake on a long-lived worker goroutine
+// (handshakers.go); net/http's goroutine waits for it and handles its
+// outcome as it would its own.
 //
 // The key log is crypto/tls's KeyLogWriter, documented as a debugging
 // hook: it is the one way crypto/tls hands out the traffic secrets of a
@@ -70,7 +73,7 @@ func listenTLS(l net.Listener, cfg *tls.Config, lim *AcceptLimit, n *ListenerCon
 	}
 	rl := &recordLayer{keys: record.NewKeyLog(keyLogAge, keyLogEntries, time.Now)}
 	cfg.KeyLogWriter = rl.keys
-	return tls.NewListener(&readyListener{Listener: l, lim: lim, cnt: n, rec: rl}, cfg), rl, nil
+	return newHandshakeListener(&readyListener{Listener: l, lim: lim, cnt: n, rec: rl}, cfg), rl, nil
 }
 
 // recordLayer holds one listener's key log: the application traffic
