@@ -169,7 +169,7 @@ func (e *edge) allPools() []*balance.Pool {
 }
 
 // listenReusePort binds a public listener (sockets.Listen: SO_REUSEPORT,
-// keep-alive on the listening socket).
+// keep-alive and TCP_DEFER_ACCEPT on the listening socket).
 func listenReusePort(addr string) (net.Listener, error) { return sockets.Listen(addr) }
 
 func (e *edge) buildListener(cfg *conf.Config, lc conf.Listener) (*listener, error) {

@@ -5,8 +5,10 @@
 // (and a new one binds before the old one has drained), and sets
 // keep-alive on the listening socket: on Linux the kernel copies it to
 // every accepted socket (tcp_create_openreq_child), which saves four
-// setsockopt calls per connection. Where there is no SO_REUSEPORT
-// (Windows, Solaris) a listener is an ordinary one.
+// setsockopt calls per connection. On Linux it also sets TCP_DEFER_ACCEPT,
+// so a connection is accepted once its client has spoken and the first
+// read finds its bytes. Where there is no SO_REUSEPORT (Windows, Solaris)
+// a listener is an ordinary one.
 //
 // Clashes finds two addresses that would bind the same socket, which
 // SO_REUSEPORT would otherwise let the kernel accept, spreading each one's

@@ -54,3 +54,54 @@ func TestAcceptedSocketsInheritKeepAlive(t *testing.T) {
 		}
 	}
 }
+
+// TestListenerDefersAccept: the listening socket waits for the client's
+// first bytes before it hands a connection over (TCP_DEFER_ACCEPT), so
+// what Accept returns already holds them: the handshake's first read
+// needs no wait in the poller.
+func TestListenerDefersAccept(t *testing.T) {
+	ln, err := Listen("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	rc, err := ln.(*net.TCPListener).SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v int
+	var gerr error
+	if err := rc.Control(func(fd uintptr) { v, gerr = unix.GetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_DEFER_ACCEPT) }); err != nil {
+		t.Fatal(err)
+	}
+	if gerr != nil || v <= 0 {
+		t.Fatalf("listening socket TCP_DEFER_ACCEPT = %d (%v), want it set", v, gerr)
+	}
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Write([]byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	a, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	arc, err := a.(*net.TCPConn).SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	var rerr error
+	if err := arc.Control(func(fd uintptr) {
+		n, _, rerr = unix.Recvfrom(int(fd), make([]byte, 1), unix.MSG_DONTWAIT|unix.MSG_PEEK)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if n != 1 || rerr != nil {
+		t.Fatalf("accepted connection: peek %d bytes (%v), want the client's byte already there", n, rerr)
+	}
+}
