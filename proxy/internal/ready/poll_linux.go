@@ -169,29 +169,32 @@ func (p *poller) run(log *slog.Logger) {
 	defer close(p.done)
 	evs := make([]unix.EpollEvent, 128)
 	var pend []*Conn
-	for {
-		// Collect ready events without blocking; when there are none, park
-		// in Go's poller until the epoll descriptor becomes readable. The
-		// callback looks before it waits, so no event is missed.
-		var n int
-		var err error
-		yielded := false
-		rerr := p.rc.Read(func(uintptr) bool {
-			for {
-				n, err = rawEpollPoll(p.epfd, evs)
-				if err == unix.EINTR {
-					continue
-				}
-				if err != nil || n > 0 || yielded {
-					return err != nil || n > 0
-				}
-				// Under load the next event is usually microseconds
-				// away: let other goroutines run once and look again
-				// before paying for a park and a netpoll wake-up.
-				yielded = true
-				runtime.Gosched()
+	// Collect ready events without blocking; when there are none, park in
+	// Go's poller until the epoll descriptor becomes readable. The callback
+	// looks before it waits, so no event is missed. It and what it sets are
+	// made once, not on every wake-up (four allocations each).
+	var n int
+	var err error
+	yielded := false
+	poll := func(uintptr) bool {
+		for {
+			n, err = rawEpollPoll(p.epfd, evs)
+			if err == unix.EINTR {
+				continue
 			}
-		})
+			if err != nil || n > 0 || yielded {
+				return err != nil || n > 0
+			}
+			// Under load the next event is usually microseconds away:
+			// let other goroutines run once and look again before paying
+			// for a park and a netpoll wake-up.
+			yielded = true
+			runtime.Gosched()
+		}
+	}
+	for {
+		n, err, yielded = 0, nil, false
+		rerr := p.rc.Read(poll)
 		if err == nil {
 			err = rerr
 		}
