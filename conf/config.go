@@ -180,7 +180,8 @@ type Drain struct {
 	// Default 10s; 0 closes everything at once.
 	Window Duration `yaml:"window" default:"10s"`
 	// Timeout force-closes connections still open this long after the
-	// drain began. Default 30s; must be >= Window.
+	// drain began. Default 30s; must be >= Window. An upgrade's hand-off
+	// adds 5 ms for each live WebSocket it moves.
 	Timeout Duration `yaml:"timeout" default:"30s"`
 }
 

@@ -86,17 +86,16 @@ func (e *edge) upgrade(binary, via string) error {
 // of them gets the drain's 503) and moves live WebSockets to the new
 // process (proxy.Server.Handoff); those that cannot move get a 1012 spread
 // over drain.window, and a hand-off that fails leaves the rest to a drain
-// (1001). Everything is bounded by drain.timeout.
+// (1001). HandOver bounds it by drain.timeout, grown with the count of
+// live WebSockets.
 func (e *edge) handOver(stopAdmin context.CancelFunc) {
 	d := e.config().Drain
 	e.drainFrom.Store(int64(e.proxy.Active()))
 	e.drainStart.Store(time.Now().UnixNano())
 	stopAdmin()
 	e.log.Info("handed over: draining", "connections", e.proxy.Active(), "window", d.Window.String(), "timeout", d.Timeout.String())
-	ctx, cancel := context.WithTimeout(context.Background(), d.Timeout.Std())
-	defer cancel()
-	e.up.HandOver(ctx, handOverServer{Server: e.proxy, e: e}, upgrade.HandOverOptions{
-		Window: d.Window.Std(), HandedOff: e.metrics.HandedOff, Log: e.log,
+	e.up.HandOver(context.Background(), handOverServer{Server: e.proxy, e: e}, upgrade.HandOverOptions{
+		Window: d.Window.Std(), Timeout: d.Timeout.Std(), HandedOff: e.metrics.HandedOff, Log: e.log,
 	})
 }
 

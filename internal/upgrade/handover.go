@@ -31,10 +31,49 @@ type Server interface {
 type HandOverOptions struct {
 	// Window is what a close (1012, or a drain's 1001) is spread over.
 	Window time.Duration
+	// Timeout (drain.timeout) bounds the stop of accepting and, grown
+	// with the count of live WebSockets (handOverBound), the whole
+	// hand-over; 0: only ctx does.
+	Timeout time.Duration
 	// HandedOff, if set, counts a hand-off's result.
 	HandedOff func(moved, closed int)
 	// Log receives the result; default the Upgrader's.
 	Log *slog.Logger
+}
+
+// handOverPerConn is what the bound on a hand-over grows by for each
+// live WebSocket it moves. A hand-off's time grows with its count: one
+// connection costs each process some 20 to 40 µs of its own work on a
+// quiet host (BenchmarkHandoff), and on a loaded one it waits for CPU as
+// well (at 9,000 connections over six processes on two busy cores, a
+// hand-off that waited a round trip per connection took 5 to 8 ms each).
+// A bound of drain.timeout alone failed such hand-offs for their size
+// and closed thousands of live connections that would have moved; 5 ms
+// each is over a hundred times the quiet cost, so a hand-off that runs
+// out of it is stuck, not large. The hand-off's own bound on progress
+// (proxy.Server.Handoff: the new process answers within 10 s) ends a
+// stuck one long before.
+const handOverPerConn = 5 * time.Millisecond
+
+// handOverBound is how long a whole hand-over of n live WebSockets may
+// take, from its start: timeout (drain.timeout, which the closes of what
+// cannot move and the drain of what a failed hand-off leaves still get in
+// full) and handOverPerConn for each connection. An operator's upgrade
+// thus ends in bounded time, known at its start (9,900 connections and
+// drain.timeout 30s: 79.5 s), and is not failed by its size. 0: no bound.
+func handOverBound(timeout time.Duration, n int) time.Duration {
+	if timeout <= 0 {
+		return 0
+	}
+	return timeout + time.Duration(n)*handOverPerConn
+}
+
+// within is ctx bounded to d after start; d 0 adds no bound.
+func within(ctx context.Context, start time.Time, d time.Duration) (context.Context, context.CancelFunc) {
+	if d <= 0 {
+		return context.WithCancel(ctx)
+	}
+	return context.WithDeadline(ctx, start.Add(d))
 }
 
 // HandOver is the old process's end of a successful upgrade, once the new
@@ -42,10 +81,12 @@ type HandOverOptions struct {
 // sockets, so their queues are its to accept), then the live WebSockets
 // move to the new process over the hand-off socket; a hand-off that fails
 // leaves the rest to a drain (1001), as does an upgrade without a hand-off
-// socket (a new process that does not take connections). Everything is
-// bounded by ctx. The fleet's upgrade slot, if one was taken, is this
-// process's until HandOver returns (HandOffDone): the fleet counts it as
-// handing off.
+// socket (a new process that does not take connections). The stop of
+// accepting, and a drain without a hand-off, are bounded by opts.Timeout;
+// a hand-off and what follows it by handOverBound from the start, which
+// grows with the count of live WebSockets; all of it by ctx. The fleet's
+// upgrade slot, if one was taken, is this process's until HandOver returns
+// (HandOffDone): the fleet counts it as handing off.
 func (u *Upgrader) HandOver(ctx context.Context, srv Server, opts HandOverOptions) {
 	defer u.HandOffDone()
 	log := opts.Log
@@ -55,15 +96,22 @@ func (u *Upgrader) HandOver(ctx context.Context, srv Server, opts HandOverOption
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	srv.StopAccepting(ctx)
+	start := time.Now()
+	base, cancel := within(ctx, start, opts.Timeout)
+	defer cancel()
+	srv.StopAccepting(base)
 	conn := u.Handoff()
 	if conn == nil {
-		srv.Drain(ctx, opts.Window)
+		srv.Drain(base, opts.Window)
 		_ = srv.Close()
 		log.Info("drained", "left", srv.Active())
 		return
 	}
 	defer conn.Close()
+	n := srv.Active()
+	ctx, cancelAll := within(ctx, start, handOverBound(opts.Timeout, n))
+	defer cancelAll()
+	log.Info("handing off", "connections", n, "bound", handOverBound(opts.Timeout, n).String())
 	moved, closed, err := srv.Handoff(ctx, conn, opts.Window)
 	if opts.HandedOff != nil {
 		opts.HandedOff(moved, closed)

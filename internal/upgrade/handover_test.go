@@ -18,12 +18,18 @@ type fakeServer struct {
 	left int
 	err  error
 	to   *net.UnixConn
+	// The deadlines of the contexts StopAccepting and Handoff got.
+	stopBy, handoffBy time.Time
 }
 
-func (f *fakeServer) StopAccepting(context.Context) { f.calls = append(f.calls, "stop") }
-func (f *fakeServer) Active() int                   { return f.active }
-func (f *fakeServer) Handoff(_ context.Context, to *net.UnixConn, w time.Duration) (int, int, error) {
+func (f *fakeServer) StopAccepting(ctx context.Context) {
+	f.calls = append(f.calls, "stop")
+	f.stopBy, _ = ctx.Deadline()
+}
+func (f *fakeServer) Active() int { return f.active }
+func (f *fakeServer) Handoff(ctx context.Context, to *net.UnixConn, w time.Duration) (int, int, error) {
 	f.calls = append(f.calls, "handoff")
+	f.handoffBy, _ = ctx.Deadline()
 	f.to = to
 	moved := f.active - f.left
 	f.active = f.left
@@ -104,5 +110,41 @@ func TestHandOverWithoutSocketDrains(t *testing.T) {
 	u.HandOver(context.Background(), srv, HandOverOptions{HandedOff: func(int, int) { t.Error("a hand-off counted without a socket") }})
 	if want := []string{"stop", "drain", "close"}; !slices.Equal(srv.calls, want) {
 		t.Errorf("calls %v, want %v", srv.calls, want)
+	}
+}
+
+// TestHandOverBoundGrowsWithCount: stopping to accept is bounded by the
+// timeout (drain.timeout), and the hand-off by the timeout and
+// handOverPerConn for each live WebSocket, both from the start: 9,900
+// connections are not held to 30 s, and the bound is still known.
+func TestHandOverBoundGrowsWithCount(t *testing.T) {
+	const timeout, n = 30 * time.Second, 9900
+	u := New(Options{})
+	handOffSocket(t, u)
+	srv := &fakeServer{active: n}
+	before := time.Now()
+	u.HandOver(context.Background(), srv, HandOverOptions{Timeout: timeout})
+	after := time.Now()
+	within := func(what string, got time.Time, d time.Duration) {
+		t.Helper()
+		if got.Before(before.Add(d)) || got.After(after.Add(d)) {
+			t.Errorf("%s bounded at %v after the start, want %v", what, got.Sub(before), d)
+		}
+	}
+	within("StopAccepting", srv.stopBy, timeout)
+	within("Handoff", srv.handoffBy, timeout+n*handOverPerConn)
+	if got, want := handOverBound(timeout, n), 79500*time.Millisecond; got != want {
+		t.Errorf("bound of %d connections: %v, want %v", n, got, want)
+	}
+}
+
+// TestHandOverWithoutTimeout: no timeout, no bound of HandOver's own.
+func TestHandOverWithoutTimeout(t *testing.T) {
+	u := New(Options{})
+	handOffSocket(t, u)
+	srv := &fakeServer{active: 3}
+	u.HandOver(context.Background(), srv, HandOverOptions{})
+	if !srv.stopBy.IsZero() || !srv.handoffBy.IsZero() {
+		t.Errorf("deadlines %v %v, want none", srv.stopBy, srv.handoffBy)
 	}
 }
