@@ -494,6 +494,7 @@ func (s *Server) Adopt(ctx context.Context, from *net.UnixConn) (adopted int, er
 	case <-ctx.Done():
 		return 0, ctx.Err()
 	}
+	var sh adoptShared
 	for {
 		m, err := handoff.Receive(from)
 		if errors.Is(err, io.EOF) {
@@ -506,7 +507,7 @@ func (s *Server) Adopt(ctx context.Context, from *net.UnixConn) (adopted int, er
 			return adopted, err
 		}
 		fds := m.FDs
-		c, why, perr := s.adoptPrepare(&m)
+		c, why, perr := s.adoptPrepare(&m, &sh)
 		if perr != nil {
 			s.log.Warn("hand-off: connection refused", "err", perr)
 			m.Close()
@@ -528,9 +529,47 @@ func (s *Server) Adopt(ctx context.Context, from *net.UnixConn) (adopted int, er
 	}
 }
 
+// adoptShared is what the connections one Adopt takes share rather than
+// each holding its own: the listener options of each name and the
+// stand-ins of a pool or backend that is not here any more. Without it a
+// hand-off of 10,000 connections whose pool was renamed compiled 10,000
+// pools and as many balance pools, and every adopted connection kept
+// options of its own. The maps hold one entry per name a record carries
+// (the old process's listeners, pools and backends); past adoptSharedMax
+// entries a map is not grown (a broken sender's names), and such a
+// connection gets its own, as before.
+type adoptShared struct {
+	listeners map[string]*ListenerOptions
+	pools     map[string]*pool
+	backends  map[standInKey]*balance.Backend
+}
+
+// standInKey names a stand-in backend.
+type standInKey struct{ pool, id, addr string }
+
+// adoptSharedMax bounds each map of adoptShared.
+const adoptSharedMax = 1024
+
+// listener is the shared ListenerOptions named name (only the name: an
+// adopted connection's listener is the old process's, and only its access
+// line names it).
+func (sh *adoptShared) listener(name string) *ListenerOptions {
+	if lo := sh.listeners[name]; lo != nil {
+		return lo
+	}
+	lo := &ListenerOptions{Name: name}
+	if len(sh.listeners) < adoptSharedMax {
+		if sh.listeners == nil {
+			sh.listeners = map[string]*ListenerOptions{}
+		}
+		sh.listeners[name] = lo
+	}
+	return lo
+}
+
 // adoptPrepare builds the connection of one message; nothing is counted
 // yet. why, when not empty, is the reason of the 1012 it gets at once.
-func (s *Server) adoptPrepare(m *handoff.Message) (*readyState, CloseReason, error) {
+func (s *Server) adoptPrepare(m *handoff.Message, sh *adoptShared) (*readyState, CloseReason, error) {
 	if len(m.FDs) != handoff.FDs {
 		return nil, "", fmt.Errorf("%d descriptors, want %d", len(m.FDs), handoff.FDs)
 	}
@@ -545,11 +584,11 @@ func (s *Server) adoptPrepare(m *handoff.Message) (*readyState, CloseReason, err
 	if err := streamSockets(m.FDs); err != nil {
 		return nil, "", err
 	}
-	pool, be, why := s.adoptTarget(st)
+	pool, be, why := s.adoptTarget(st, sh)
 	if be == nil {
 		return nil, "", fmt.Errorf("pool %q: no stand-in for backend %q", st.Pool, st.BackendID)
 	}
-	x := &exchange{s: s, lo: &ListenerOptions{Name: st.Listener}, start: time.Unix(0, st.Start), pool: pool,
+	x := &exchange{s: s, lo: sh.listener(st.Listener), start: time.Unix(0, st.Start), pool: pool,
 		id: identity{peer: st.Peer, client: st.Client}, backend: st.BackendID, status: 101, kind: "ws",
 		method: st.Method, host: st.Host, path: st.Path, tls: st.TLS, reqID: st.RequestID, upgrade: time.Duration(st.Upgrade)}
 	c := &wsConn{s: s, x: x, be: be, pool: pool}
@@ -640,27 +679,54 @@ func (c *wsConn) resumeSession(b []byte) (restart bool, err error) {
 // adoptTarget finds the pool and backend a record names. A pool or a
 // backend (same ID and address) no longer here gets a stand-in that only
 // counts, and ReasonBackendGone: the connection is closed 1012 like one
-// whose backend left its pool.
-func (s *Server) adoptTarget(st *handoff.State) (*pool, *balance.Backend, CloseReason) {
-	var pool *pool
-	for _, p := range s.routes.Load().pools {
-		if p.name == st.Pool {
-			pool = p
+// whose backend left its pool. The stand-ins are shared among the
+// connections of one Adopt (adoptShared).
+func (s *Server) adoptTarget(st *handoff.State, sh *adoptShared) (*pool, *balance.Backend, CloseReason) {
+	var p *pool
+	for _, q := range s.routes.Load().pools {
+		if q.name == st.Pool {
+			p = q
 			break
 		}
 	}
-	if pool != nil {
-		if b := pool.balancer.Snapshot().ByID(st.BackendID); b != nil && b.Addr() == st.BackendAddr {
-			return pool, b, ""
+	if p != nil {
+		if b := p.balancer.Snapshot().ByID(st.BackendID); b != nil && b.Addr() == st.BackendAddr {
+			return p, b, ""
 		}
 	} else {
-		pool = s.standIn(st.Pool)
+		p = sh.standIn(s, st.Pool)
+	}
+	key := standInKey{st.Pool, st.BackendID, st.BackendAddr}
+	if b := sh.backends[key]; b != nil {
+		return p, b, ReasonBackendGone
 	}
 	bp, err := balance.NewPool(balance.PoolOptions{Name: st.Pool})
 	if err != nil || bp.Update([]balance.Member{{ID: st.BackendID, Addr: st.BackendAddr}}) != nil {
-		return pool, nil, ReasonBackendGone
+		return p, nil, ReasonBackendGone
 	}
-	return pool, bp.Snapshot().ByID(st.BackendID), ReasonBackendGone
+	b := bp.Snapshot().ByID(st.BackendID)
+	if len(sh.backends) < adoptSharedMax {
+		if sh.backends == nil {
+			sh.backends = map[standInKey]*balance.Backend{}
+		}
+		sh.backends[key] = b
+	}
+	return p, b, ReasonBackendGone
+}
+
+// standIn is the shared stand-in of the pool named name (Server.standIn).
+func (sh *adoptShared) standIn(s *Server, name string) *pool {
+	if p := sh.pools[name]; p != nil {
+		return p
+	}
+	p := s.standIn(name)
+	if len(sh.pools) < adoptSharedMax {
+		if sh.pools == nil {
+			sh.pools = map[string]*pool{}
+		}
+		sh.pools[name] = p
+	}
+	return p
 }
 
 // adoptStart counts an adopted connection and resumes its splice: both

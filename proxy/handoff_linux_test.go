@@ -733,3 +733,33 @@ func TestHandoffTLS13RestedHalfRecord(t *testing.T) {
 		t.Fatalf("echo through B: opcode %#x %q", op, p)
 	}
 }
+
+// TestAdoptSharesStandIns: the connections one Adopt takes whose pool or
+// backend is not here share one stand-in pool and one stand-in backend
+// per name (which then counts them all), and one ListenerOptions per
+// listener name, rather than compiling their own each; a pool and
+// backend that are here are themselves.
+func TestAdoptSharesStandIns(t *testing.T) {
+	be := startBackend(t, "b1")
+	pr := startPair(t, be.Addr(), nil, edgeConfig{})
+	s := pr.b.srv
+	var sh adoptShared
+	gone := &handoff.State{Pool: "renamed", BackendID: "b1", BackendAddr: be.Addr()}
+	p1, b1, why1 := s.adoptTarget(gone, &sh)
+	p2, b2, why2 := s.adoptTarget(gone, &sh)
+	if p1 != p2 || b1 != b2 || b1 == nil || why1 != ReasonBackendGone || why2 != ReasonBackendGone {
+		t.Fatalf("stand-ins %p %p, %p %p (%q %q), want one pool and one backend, backend_gone", p1, p2, b1, b2, why1, why2)
+	}
+	left := &handoff.State{Pool: "chat", BackendID: "b9", BackendAddr: "127.0.0.1:9"}
+	p3, b3, _ := s.adoptTarget(left, &sh)
+	if _, b4, _ := s.adoptTarget(left, &sh); b3 != b4 || b3 == b1 || p3.name != "chat" {
+		t.Fatalf("a gone backend of a pool that is here: %p %p (pool %q)", b3, b4, p3.name)
+	}
+	here := &handoff.State{Pool: "chat", BackendID: "b1", BackendAddr: be.Addr()}
+	if _, b, why := s.adoptTarget(here, &sh); b != pr.poolB.Balancer.Snapshot().ByID("b1") || why != "" {
+		t.Fatalf("the backend that is here: %p %q", b, why)
+	}
+	if a, b := sh.listener("public"), sh.listener("public"); a != b || a.Name != "public" || sh.listener("admin") == a {
+		t.Fatal("listener options not shared by name")
+	}
+}
