@@ -34,6 +34,8 @@ import (
 //	EDGE_IDLE_CONNS=9800 go test -run '^$' -bench IdleMemory -benchtime 1x ./proxy
 //	EDGE_BENCH_TLS12=1 go test -run '^$' -bench IdleMemory -benchtime 1x ./proxy   (TLS 1.2: crypto/tls's records)
 //	EDGE_IDLE_BIG=16384 go test -run '^$' -bench IdleMemory -benchtime 1x ./proxy   (one 16 KiB echo each, then idle)
+//	EDGE_BENCH_PINGS=1 go test -run '^$' -bench IdleMemory -benchtime 1x ./proxy   (frame-aware, pings every 30s, timeout 90s)
+//	EDGE_IDLE_HEAPPROFILE=/tmp/idle go test -run '^$' -bench IdleMemory -benchtime 1x ./proxy   (every allocation sampled; the profile after the settle delay and a collection)
 //	go test -run '^$' -bench EchoCPU -benchtime 1x ./proxy
 
 // helperEnv switches the test binary into the load helper.
@@ -91,6 +93,9 @@ func benchEdge(b *testing.B, p splicePath, h *loadHelper) *edge {
 	b.Helper()
 	pool := newPool(b, "bench", balance.LeastConn, map[string]string{"b1": h.addr})
 	pool.IdleTimeout, pool.WriteTimeout = time.Hour, 30*time.Second
+	if os.Getenv("EDGE_BENCH_PINGS") != "" {
+		pool.PingInterval, pool.PingTimeout = 30*time.Second, 90*time.Second
+	}
 	obs := &reasonCounter{reasons: map[string]int{}}
 	b.Cleanup(func() {
 		if n := obs.total(); n > 0 {
@@ -159,6 +164,13 @@ func BenchmarkIdleMemory(b *testing.B) {
 	for _, p := range splicePaths {
 		b.Run(p.String(), func(b *testing.B) {
 			defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+			profile := os.Getenv("EDGE_IDLE_HEAPPROFILE")
+			if profile != "" {
+				// Every allocation sampled: per-connection bytes, not
+				// 512 KiB samples.
+				defer func(r int) { runtime.MemProfileRate = r }(runtime.MemProfileRate)
+				runtime.MemProfileRate = 1
+			}
 			h := startHelper(b, fmt.Sprintf("idle %d %d", n, envInt("EDGE_IDLE_BIG", 0)))
 			e := benchEdge(b, p, h)
 			runtime.GC()
@@ -174,13 +186,6 @@ func BenchmarkIdleMemory(b *testing.B) {
 				b.Fatalf("Active: got %d, want %d", got, n)
 			}
 			after := rssKiB(b)
-			if f := os.Getenv("EDGE_IDLE_HEAPPROFILE"); f != "" {
-				runtime.GC()
-				if w, err := os.Create(f + "." + p.String()); err == nil {
-					pprof.Lookup("heap").WriteTo(w, 0)
-					w.Close()
-				}
-			}
 			goroutines := runtime.NumGoroutine() - g0
 			// Like bench/'s settle delay: memory returned lazily counts.
 			time.Sleep(time.Duration(envInt("EDGE_IDLE_SETTLE_SECONDS", 5)) * time.Second)
@@ -188,6 +193,13 @@ func BenchmarkIdleMemory(b *testing.B) {
 			runtime.GC()
 			debug.FreeOSMemory()
 			afterGC := rssKiB(b)
+			if profile != "" {
+				runtime.GC() // the profile shows the last collection's live heap
+				if w, err := os.Create(profile + "." + p.String()); err == nil {
+					pprof.Lookup("heap").WriteTo(w, 0)
+					w.Close()
+				}
+			}
 			// What the heap itself holds after the collection: live
 			// objects, and the spans they keep in use (fragmentation).
 			var ms runtime.MemStats

@@ -25,7 +25,7 @@ func (s *Server) maxClientQueue() int64 {
 func (s *Server) recordConns() int {
 	n := 0
 	s.reg.each(func(c *wsConn) {
-		if r := readyOf(c); r != nil && r.rec != nil {
+		if r := readyOf(c); r != nil && r.rc.Record() != nil {
 			n++
 		}
 	})
@@ -56,8 +56,8 @@ func (s *Server) oneConn() *wsConn {
 func (s *Server) recordTails() int {
 	n := 0
 	s.reg.each(func(c *wsConn) {
-		if r := readyOf(c); r != nil && r.rec != nil {
-			n += r.rec.Tail()
+		if r := readyOf(c); r != nil && r.rc.Record() != nil {
+			n += r.rc.Record().Tail()
 		}
 	})
 	return n

@@ -28,14 +28,14 @@ type handler struct {
 // ServeHTTP is the top of the path of one connection.
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s := h.s
-	x := &exchange{s: s, lo: &h.lo, r: r, start: s.now(), kind: "http",
+	x := &exchange{s: s, lo: &h.lo, r: r, start: s.now(),
 		method: r.Method, host: r.Host, path: r.URL.Path}
 	if r.TLS != nil {
 		x.tls = tls.VersionName(r.TLS.Version)
 	}
 	ws := wantsUpgrade(r.Header)
 	if ws {
-		x.kind = "ws"
+		x.ws = true
 		// A refused upgrade leaves the connection to more requests,
 		// which never take this handshake's log over either; a 101's
 		// takeover ran on this goroutine and took it already.

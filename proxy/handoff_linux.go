@@ -589,7 +589,7 @@ func (s *Server) adoptPrepare(m *handoff.Message, sh *adoptShared) (*readyState,
 		return nil, "", fmt.Errorf("pool %q: no stand-in for backend %q", st.Pool, st.BackendID)
 	}
 	x := &exchange{s: s, lo: sh.listener(st.Listener), start: time.Unix(0, st.Start), pool: pool,
-		id: identity{peer: st.Peer, client: st.Client}, backend: st.BackendID, status: 101, kind: "ws",
+		id: identity{peer: st.Peer, client: st.Client}, backend: st.BackendID, status: 101, ws: true,
 		method: st.Method, host: st.Host, path: st.Path, tls: st.TLS, reqID: st.RequestID, upgrade: time.Duration(st.Upgrade)}
 	c := &wsConn{s: s, x: x, be: be, pool: pool}
 	restart, err := c.resumeSession(st.Session)
@@ -615,7 +615,7 @@ func (s *Server) adoptPrepare(m *handoff.Message, sh *adoptShared) (*readyState,
 	r.ec = ec
 	if rs != nil {
 		rc := ready.NewRecordConn(cs, rs, st.TLS13.Pending, ec.raddr, &s.bufs)
-		c.client, r.rec = rc, rc
+		c.client = rc
 		r.rc.SetRecord(rc)
 	}
 	m.FDs = nil

@@ -186,10 +186,13 @@ type exchange struct {
 	status  int
 	reason  string
 	in, out int64
-	kind    string // "ws" or "http"
 	// What admit took, given back by release.
 	admitted *atomic.Int64 // the pool's connection counter; nil until admitted
 	released atomic.Bool
+	// ws: a WebSocket upgrade, else plain HTTP (the access line's kind);
+	// a bool in released's padding rather than a string keeps the
+	// exchange, which a held connection keeps, in the 352-byte size class.
+	ws bool
 	// Copied from r for the access log, so a long-lived connection can
 	// drop the request (and its header map) after the handshake.
 	method, host, path string
@@ -214,6 +217,14 @@ func (x *exchange) routeName() string {
 	return x.pool.name
 }
 
+// kind names the exchange in the access line.
+func (x *exchange) kind() string {
+	if x.ws {
+		return "ws"
+	}
+	return "http"
+}
+
 // logAccess writes the access line; README's "Log fields" lists them.
 // Durations are seconds as floats, like Prometheus's base unit.
 func (x *exchange) logAccess() {
@@ -223,7 +234,7 @@ func (x *exchange) logAccess() {
 	}
 	attrs := [22]slog.Attr{
 		slog.String("listener", x.lo.Name),
-		slog.String("kind", x.kind),
+		slog.String("kind", x.kind()),
 		slog.String("request_id", x.reqID),
 		slog.String("client", client),
 		slog.String("tls", x.tls),
@@ -243,7 +254,7 @@ func (x *exchange) logAccess() {
 		attrs[n] = slog.String("client_request_id", x.clientReqID)
 		n++
 	}
-	if x.kind == "ws" && x.status == http.StatusSwitchingProtocols {
+	if x.ws && x.status == http.StatusSwitchingProtocols {
 		attrs[n] = slog.Float64("upgrade_s", x.upgrade.Seconds())
 		attrs[n+1] = slog.String("close_side", string(x.closeSide))
 		attrs[n+2] = slog.Int("close_code", x.closeCode)

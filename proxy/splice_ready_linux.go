@@ -19,8 +19,7 @@ type readyState struct {
 	c      *wsConn
 	rc     *ready.Conn
 	cs, bs *ready.Sock
-	ec     *edgeConn         // the accepted conn (addresses, PROXY bytes)
-	rec    *ready.RecordConn // the client's records, when edge owns them
+	ec     *edgeConn // the accepted conn (addresses, PROXY bytes)
 
 	lingering atomic.Bool // the runner discards what the client sends
 	// ctlWanted: the session has a control frame for the client (a ping,

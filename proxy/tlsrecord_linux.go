@@ -76,7 +76,6 @@ func (r *readyState) takeRecords(tc *tls.Conn, ec *edgeConn, clientBuffered []by
 	}
 	rc := ready.NewRecordConn(ec.s, st, tail, ec.RemoteAddr(), &c.s.bufs)
 	c.client = rc
-	r.rec = rc
 	r.rc.SetRecord(rc)
 	return drained, true
 }
