@@ -52,7 +52,9 @@ func (s *State) MarshalBinary() ([]byte, error) {
 	b = binary.BigEndian.AppendUint32(b, s.hsLeft)
 	for _, d := range []*dir{&s.read, &s.write} {
 		b = append(b, d.secret[:hashLen]...)
-		b = append(b, d.key[:keyLen]...)
+		var key [maxKey]byte
+		b = append(b, d.deriveKey(s.suite, &key)...)
+		clear(key[:])
 		b = append(b, d.iv[:]...)
 		b = binary.BigEndian.AppendUint64(b, d.seq)
 	}
@@ -96,7 +98,10 @@ func (s *State) UnmarshalBinary(b []byte) error {
 	p := b[13:]
 	for _, d := range []*dir{&t.read, &t.write} {
 		d.setSecret(suite, p[:hashLen])
-		if !bytes.Equal(d.key[:keyLen], p[hashLen:hashLen+keyLen]) || !bytes.Equal(d.iv[:], p[hashLen+keyLen:hashLen+keyLen+ivLen]) {
+		var key [maxKey]byte
+		same := bytes.Equal(d.deriveKey(suite, &key), p[hashLen:hashLen+keyLen])
+		clear(key[:])
+		if !same || !bytes.Equal(d.iv[:], p[hashLen+keyLen:hashLen+keyLen+ivLen]) {
 			return errors.New("tls record: unmarshal: key or iv does not derive from the secret")
 		}
 		p = p[hashLen+keyLen+ivLen:]

@@ -102,11 +102,14 @@ type State struct {
 	// remain.
 	hsLeft uint32
 	hsHdr  [4]byte
-	hsHave uint8
+	// pending: a KeyUpdate answer (update_not_requested) waits to go out.
+	// The fields from here are ordered to leave no padding: the State of
+	// an idle connection is 208 bytes, exactly its size class.
+	pending atomic.Bool
+	suite   uint16
+	hsHave  uint8
 
-	suite        uint16
-	peerIsServer bool        // the client's view (tests and the replay of the write log): NewSessionTicket is legal
-	pending      atomic.Bool // a KeyUpdate answer (update_not_requested) waits to go out
+	peerIsServer bool // the client's view (tests and the replay of the write log): NewSessionTicket is legal
 }
 
 // New returns the record state after the handshake from the application
