@@ -79,6 +79,12 @@ func FuzzSessionState(f *testing.F) {
 	st2, _ := o.MarshalBinary()
 	f.Add(st2, false) // opaque, reading a close code
 	f.Add([]byte{stateVersion}, false)
+	var b Session
+	b.Init(aware, 5)
+	b.fw.pingWanted.Store(true)
+	b.ControlWritten(b.BackendControl(), 6)
+	st3, _ := b.MarshalBinary()
+	f.Add(st3, true) // frame-aware, edge's ping out, both ways between frames
 	f.Fuzz(func(t *testing.T, b []byte, frameAware bool) {
 		cfg := &Config{}
 		if frameAware {
@@ -99,5 +105,17 @@ func FuzzSessionState(f *testing.F) {
 			}
 		}
 		s.FromBackend([]byte{0x81, 1, 'x', 0x82, 0})
+		if !frameAware {
+			return
+		}
+		// The record says nothing of pongs: the client's first pong after
+		// it goes on, even with edge's ping out (pong.go).
+		s.fw.pingWanted.Store(true)
+		if c := s.BackendControl(); c.Frame != nil && c.Code == 0 {
+			s.ControlWritten(c, 2)
+		}
+		if v := s.FromClient([]byte{0x8a, 0x80, 1, 2, 3, 4}, 3); v.Drop != 0 {
+			t.Fatalf("the first pong after the hand-off was consumed: %+v", v)
+		}
 	})
 }
