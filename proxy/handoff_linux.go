@@ -286,9 +286,9 @@ func (m *mover) collect(need int) {
 // ended, or the peer stalled) the peer may be splicing them already: two
 // processes must never both run one, so each is given up here (closed
 // without a write) as if moved. On any other failure the peer did not
-// answer and so does not hold them (Adopt closes its duplicates when its
-// answer cannot be written; a peer that died closed them with it): they
-// are thawed.
+// answer and so does not hold them (an Adopt that stopped closes its
+// duplicates of what it read but did not answer, the kernel those of what
+// it never read; a peer that died closed them with it): they are thawed.
 func (m *mover) fail(err error) {
 	m.setErr(err)
 	timedOut := errors.Is(err, os.ErrDeadlineExceeded)
@@ -481,7 +481,10 @@ func (c *wsConn) forgetMoved() {
 // read. Each connection is counted against its pool (by name, with this
 // process's settings), its backend (by ID and address: least-conns and
 // max-conns stay right) and its client's limits, and writes its one
-// access line here when it ends, with its original start time. When the
+// access line here when it ends, with its original start time. A
+// message read after the sender closed its end (it gave up what was in
+// flight at its deadline, or died) is still adopted, its answer unsent.
+// When the
 // pool or backend is not here any more, or the pool now follows client
 // frames the old process did not, the connection is still adopted and is
 // sent a close 1012 at its next frame boundary.
@@ -495,10 +498,11 @@ func (s *Server) Adopt(ctx context.Context, from *net.UnixConn) (adopted int, er
 		return 0, ctx.Err()
 	}
 	var sh adoptShared
+	var ackErr error // the first answer that could not be written
 	for {
 		m, err := handoff.Receive(from)
 		if errors.Is(err, io.EOF) {
-			return adopted, nil
+			return adopted, ackErr
 		}
 		if err != nil {
 			if ctx.Err() != nil {
@@ -512,16 +516,27 @@ func (s *Server) Adopt(ctx context.Context, from *net.UnixConn) (adopted int, er
 			s.log.Warn("hand-off: connection refused", "err", perr)
 			m.Close()
 		}
-		if err := handoff.WriteAck(from, perr == nil); err != nil {
+		if ackErr == nil {
+			ackErr = handoff.WriteAck(from, perr == nil)
+		}
+		if ackErr != nil && (ctx.Err() != nil || errors.Is(ackErr, os.ErrDeadlineExceeded)) {
+			// This end stopped (ctx): the sender did not hear the
+			// answer, sees the socket close and keeps the connection, so
+			// ours closes without a write.
 			if c != nil {
-				// The sender did not hear it and keeps the connection:
-				// close ours without a write.
 				for _, fd := range fds {
 					unix.Close(fd)
 				}
 			}
-			return adopted, err
+			return adopted, ackErr
 		}
+		// Any other answer that cannot be written means the sender's end
+		// is closed: it gave up everything still in flight as moved (its
+		// deadline, Handoff's fail) or it died, and either way this
+		// process holds the only descriptors left. So the connection is
+		// kept, and so is every message still queued behind it, until
+		// EOF: closing them would end each with neither a 1012 nor a
+		// process to run it.
 		if c != nil {
 			s.adoptStart(c, why)
 			adopted++

@@ -28,7 +28,8 @@ const (
 // batch messages from A before it answers any of them, acts on each as
 // decide says (passing it on to B's Adopt over toB, one at a time as the
 // previous release's sender does), then writes the batch's answers to A
-// in one write. A sender that waits for each answer before it sends the
+// in one write; after that first batch it answers each message as it
+// reads it. A sender that waits for each answer before it sends the
 // next message never gets one. It returns when A's end closes, or after
 // a break or a hang; descriptors it kept are closed at the test's end.
 func relayPeer(t *testing.T, fromA, toB *net.UnixConn, batch int, decide func(i int) peerAct) <-chan struct{} {
@@ -96,6 +97,10 @@ func relayPeer(t *testing.T, fromA, toB *net.UnixConn, batch int, decide func(i 
 				t.Errorf("relay: answers to A: %v", err)
 				return
 			}
+			// From now on each message is answered as it is read, as
+			// Adopt does: a connection busy in A's first round comes alone
+			// in a later one, and must not wait for a batch to fill.
+			batch = 1
 		}
 	}()
 	return done
@@ -268,21 +273,25 @@ func TestHandoffPeerStalls(t *testing.T) {
 	r := startRelayed(t, n)
 	r.a.srv.testHandoffStall = 200 * time.Millisecond
 	moved, closed, err := r.run(t, batch, func(int) peerAct { return peerHang })
-	if !errors.Is(err, errHandoffStalled) || moved != n || closed != 0 {
-		t.Fatalf("moved %d closed %d (%v), want %d 0 and the stall", moved, closed, err, n)
+	// A connection busy in the first round (its runner still held after
+	// the echo) is not sent before the stall, and gets its 1012 in A.
+	if !errors.Is(err, errHandoffStalled) || moved == 0 || moved+closed != n {
+		t.Fatalf("moved %d closed %d (%v), want %d in all, moved ones, and the stall", moved, closed, err, n)
 	}
-	if got := r.a.srv.Active(); got != 0 {
-		t.Fatalf("A still holds %d", got)
-	}
+	testkit.WaitFor(t, "A holding none", func() bool { return r.a.srv.Active() == 0 })
 	r.a.obs.mu.Lock()
 	defer r.a.obs.mu.Unlock()
 	if len(r.a.obs.closed) != n {
 		t.Fatalf("A observed %d closes, want %d", len(r.a.obs.closed), n)
 	}
+	given := 0
 	for _, why := range r.a.obs.closed {
-		if why != string(ReasonMoved) {
-			t.Fatalf("A observed a close %q, want only %q", why, ReasonMoved)
+		if why == string(ReasonMoved) {
+			given++
 		}
+	}
+	if given != moved {
+		t.Fatalf("A observed %d closes as %q, want the %d given up", given, ReasonMoved, moved)
 	}
 }
 
@@ -312,5 +321,31 @@ func TestHandoffThousands(t *testing.T) {
 		if got := testkit.Ask(t, c, "after"); got != "after" {
 			t.Fatalf("client %d after the hand-off: %q", i, got)
 		}
+	}
+}
+
+// TestHandoffLatePeerKeepsGivenUp: a peer that reads nothing until A has
+// given up at the stall bound and closed its end (the old process exits)
+// still finds A's messages queued on the socket. A gave each of those
+// connections up as moved, so the peer is their only holder: it must
+// keep them although its answers can no longer be written, or they end
+// with neither a 1012 nor a process to run them.
+func TestHandoffLatePeerKeepsGivenUp(t *testing.T) {
+	const n = 8
+	r := startRelayed(t, n)
+	r.a.srv.testHandoffStall = 200 * time.Millisecond
+	ua, ub := unixPair(t)
+	moved, closed, err := r.a.srv.Handoff(context.Background(), ua, 100*time.Millisecond)
+	// One busy in the first round is not sent, and gets its 1012 in A.
+	if !errors.Is(err, errHandoffStalled) || moved == 0 || moved+closed != n {
+		t.Fatalf("moved %d closed %d (%v), want %d in all, moved ones, and the stall", moved, closed, err, n)
+	}
+	ua.Close() // the old process is gone
+	got, err := r.b.srv.Adopt(context.Background(), ub)
+	if got != moved {
+		t.Fatalf("B adopted %d (%v), want the %d A gave up", got, err, moved)
+	}
+	if echoed, restarted := r.after(t); echoed != moved || restarted != closed {
+		t.Fatalf("%d echoed, %d got 1012, want %d %d", echoed, restarted, moved, closed)
 	}
 }
