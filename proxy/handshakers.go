@@ -3,7 +3,9 @@ package proxy
 import (
 	"context"
 	"crypto/tls"
+	"log/slog"
 	"net"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -96,10 +98,7 @@ func (l *handshakeListener) run(tc *tls.Conn) {
 	idle := time.NewTimer(handshakerIdle)
 	defer idle.Stop()
 	for {
-		// The handshake is bounded by the deadline net/http sets on the
-		// conn (its TLS handshake timeout), as when its own goroutine
-		// runs it: no context of its own.
-		_ = tc.HandshakeContext(context.Background())
+		handshake(tc)
 		// A handshake that ended before its first read still lets Accept
 		// go on.
 		tc.NetConn().(*edgeConn).holdHandshake()
@@ -112,6 +111,23 @@ func (l *handshakeListener) run(tc *tls.Conn) {
 			return
 		}
 	}
+}
+
+// handshake runs tc's handshake on a worker. It is bounded by the
+// deadline net/http sets on the conn (its TLS handshake timeout), as when
+// its own goroutine runs it: no context of its own. A panic in it (a
+// certificate or config callback's) ends this connection alone, as
+// net/http's recovery in its connection goroutine would: the conn is
+// closed, so net/http's own HandshakeContext fails and it drops the
+// connection, and the panic is logged with its stack.
+func handshake(tc *tls.Conn) {
+	defer func() {
+		if v := recover(); v != nil {
+			tc.NetConn().Close()
+			slog.Error("panic in a TLS handshake", "remote", tc.NetConn().RemoteAddr().String(), "panic", v, "stack", string(debug.Stack()))
+		}
+	}()
+	_ = tc.HandshakeContext(context.Background())
 }
 
 // Close closes the listener; idle workers end at once, busy ones once

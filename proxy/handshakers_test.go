@@ -184,3 +184,45 @@ func TestHandshakeWorkersEndWithClose(t *testing.T) {
 	silent.Close()
 	testkit.WaitFor(t, "the busy worker to end with its handshake", func() bool { return h.ln.live.Load() == 0 })
 }
+
+// TestHandshakeWorkerPanicContained: a panic in a handshake (a
+// certificate callback, on a client's SNI) ends that connection alone, as
+// net/http's recovery does on its own goroutine: the process goes on, and
+// the next client's handshake succeeds.
+func TestHandshakeWorkerPanicContained(t *testing.T) {
+	raw, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert := testkit.SelfSigned(t, "edge.test")
+	tc := cert.TLS()
+	cfg := &tls.Config{MinVersion: tls.VersionTLS13, GetCertificate: func(hi *tls.ClientHelloInfo) (*tls.Certificate, error) {
+		if hi.ServerName == "boom.test" {
+			panic("a certificate callback's bug")
+		}
+		return &tc, nil
+	}}
+	ln := newHandshakeListener(WrapListener(raw), cfg)
+	var logged testkit.Buffer
+	srv := &http.Server{
+		Handler:           http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "hello") }),
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          log.New(&logged, "", 0),
+	}
+	done := make(chan struct{})
+	go func() { defer close(done); srv.Serve(ln) }()
+	t.Cleanup(func() { srv.Close(); <-done })
+
+	c, err := tls.Dial("tcp", raw.Addr().String(), &tls.Config{ServerName: "boom.test", InsecureSkipVerify: true})
+	if err == nil {
+		c.Close()
+		t.Fatal("a handshake whose certificate callback panicked succeeded")
+	}
+	roots := testkit.ClientTLS(cert.Pool(), "edge.test")
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: roots, DisableKeepAlives: true}}
+	resp, err := hc.Get("https://" + raw.Addr().String() + "/")
+	if err != nil {
+		t.Fatalf("the next client: %v", err)
+	}
+	resp.Body.Close()
+}
