@@ -59,7 +59,7 @@ func (c *Conn) Freeze() (*Frozen, error) {
 }
 
 // FDs are the client's and the backend's descriptors.
-func (f *Frozen) FDs() (client, backend int) { return f.c.cs.fd, f.c.bs.fd }
+func (f *Frozen) FDs() (client, backend int) { return f.c.cs.sysfd(), f.c.bs.sysfd() }
 
 // RecordState is the client's record state (record.State.MarshalBinary)
 // and the start of a record already read; nil without edge's record layer.
@@ -76,10 +76,10 @@ func (f *Frozen) RecordState() (st, tail []byte, err error) {
 func (f *Frozen) Unwatch() error {
 	c := f.c
 	f.unwatched = true
-	if err := c.p.unwatch(c.cs.fd); err != nil {
+	if err := c.p.unwatch(c.cs.sysfd()); err != nil {
 		return err
 	}
-	return c.p.unwatch(c.bs.fd)
+	return c.p.unwatch(c.bs.sysfd())
 }
 
 // Thaw gives the connection back: re-watched when Unwatch ran (EEXIST for
@@ -90,8 +90,8 @@ func (f *Frozen) Thaw() {
 	c := f.c
 	if f.unwatched && c.p != nil {
 		id := c.id.Load()
-		c.p.watch(c.cs.fd, id)
-		c.p.watch(c.bs.fd, id|1)
+		c.p.watch(c.cs.sysfd(), id)
+		c.p.watch(c.bs.sysfd(), id|1)
 	}
 	c.c2bReady.Store(true)
 	c.b2cReady.Store(true)
@@ -105,8 +105,8 @@ func (f *Frozen) Thaw() {
 // nobody runs it again.
 func (f *Frozen) Forget() {
 	c := f.c
-	unix.Close(c.cs.fd)
-	unix.Close(c.bs.fd)
+	unix.Close(c.cs.sysfd())
+	unix.Close(c.bs.sysfd())
 	c.cs.fd, c.bs.fd = -1, -1
 	c.closed.Store(true)
 	if id := c.id.Load(); id != 0 {

@@ -1,0 +1,23 @@
+package proxy
+
+import (
+	"reflect"
+	"testing"
+)
+
+// TestHeldSizes keeps what an idle held connection keeps on the heap
+// within its size class: every one of up to 100,000 connections a box
+// holds pays for a field more with the next class.
+func TestHeldSizes(t *testing.T) {
+	for _, c := range []struct {
+		v   any
+		max uintptr
+	}{
+		{exchange{}, 352},
+		{readyState{}, 64},
+	} {
+		if n := reflect.TypeOf(c.v).Size(); n > c.max {
+			t.Errorf("%T is %d bytes, want at most %d", c.v, n, c.max)
+		}
+	}
+}
