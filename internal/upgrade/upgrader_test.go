@@ -291,16 +291,21 @@ func TestFailedUpgradeLeavesNothing(t *testing.T) {
 	defer debug.SetGCPercent(debug.SetGCPercent(-1))
 	u, ln := serving(t, Options{Timeout: 300 * time.Millisecond})
 	before := openFDs(t)
-	for _, tc := range []struct{ role, reason string }{
-		{"exit", "exited before it was ready: exit status 3"},
-		{"hang", "timed out: not ready within 300ms"},
-		{"missing", "no such file"},
+	// Only the hanging child waits for the bound; the others get one a
+	// loaded machine cannot reach, so "exit" is never seen as "timed out".
+	for _, tc := range []struct {
+		role, reason string
+		timeout      time.Duration
+	}{
+		{"exit", "exited before it was ready: exit status 3", 10 * time.Minute},
+		{"hang", "timed out: not ready within 300ms", 300 * time.Millisecond},
+		{"missing", "no such file", 10 * time.Minute},
 	} {
 		c := self(t, tc.role)
 		if tc.role == "missing" {
 			c.Path = t.TempDir() + "/edge"
 		}
-		u.opts.Child = c
+		u.opts.Child, u.opts.Timeout = c, tc.timeout
 		err := u.Upgrade("", "test")
 		if err == nil || errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), tc.reason) || !strings.Contains(err.Error(), "keeps serving") {
 			t.Errorf("%s: %v, want a failure saying %q", tc.role, err, tc.reason)
