@@ -102,7 +102,8 @@ const (
 // with ReasonMoved). A connection in flight when the socket's deadline
 // passes (ctx ended, or the stall) may run in the peer already: it is
 // given up here the same way, never resumed, so no connection runs in
-// both processes; a refused one, and every one in flight when the socket
+// both processes, and so is one whose answer is no answer this release
+// knows, with every one still in flight behind it; a refused one, and every one in flight when the socket
 // fails otherwise (the peer holds a connection only once its answer is
 // written, and what it wrote is read here first), stays here and gets a
 // 1012.
@@ -250,50 +251,59 @@ func (m *mover) send(f *frozen, msg []byte) moveResult {
 // flight, so never a byte the peer did not answer with), and acts on
 // each: forgotten when adopted, thawed (and left to a 1012) when refused.
 // A socket that fails first settles everything still in flight (fail).
+// An answer this release does not know (another release's peer) leaves
+// unknown whether the peer holds that connection, and the peer, alive,
+// may adopt every one still in flight: the answers read with it are
+// still acted on, and it and the rest are given up as at a deadline.
 func (m *mover) collect(need int) {
 	for need > 0 && len(m.q) > 0 {
 		n, err := m.to.Read(m.acks[:len(m.q)])
 		if n > 0 {
 			m.clock.progress()
 		}
+		var unknown error
 		for _, b := range m.acks[:n] {
 			f := m.q[0]
 			m.q, m.qBytes, need = m.q[1:], m.qBytes-f.size, need-1
-			switch b {
-			case handoff.AckAdopted:
+			switch {
+			case b == handoff.AckAdopted:
 				f.forget()
 				m.moved++
-				continue
-			case handoff.AckRefused:
+			case b == handoff.AckRefused:
+				f.thaw()
+				m.left = append(m.left, f.r.c)
 			default:
-				err = fmt.Errorf("ack byte %#x", b)
-			}
-			f.thaw()
-			m.left = append(m.left, f.r.c)
-			if err != nil {
-				break
+				if unknown == nil {
+					unknown = fmt.Errorf("handoff: ack byte %#x", b)
+				}
+				f.forget()
+				m.moved++
 			}
 		}
-		if err != nil {
-			m.fail(fmt.Errorf("handoff: ack: %w", err))
+		switch {
+		case unknown != nil:
+			m.fail(unknown, true)
+			return
+		case err != nil:
+			m.fail(fmt.Errorf("handoff: ack: %w", err), errors.Is(err, os.ErrDeadlineExceeded))
 			return
 		}
 	}
 }
 
-// fail ends the hand-off on err, a failure of the socket, and settles
-// every message in flight without reading more. At a deadline (ctx
-// ended, or the peer stalled) the peer may be splicing them already: two
-// processes must never both run one, so each is given up here (closed
-// without a write) as if moved. On any other failure the peer did not
-// answer and so does not hold them (an Adopt that stopped closes its
-// duplicates of what it read but did not answer, the kernel those of what
-// it never read; a peer that died closed them with it): they are thawed.
-func (m *mover) fail(err error) {
+// fail ends the hand-off on err and settles every message in flight
+// without reading more. With givenUp (a deadline: ctx ended, or the peer
+// stalled; or an answer not understood) the peer may be splicing them
+// already: two processes must never both run one, so each is given up
+// here (closed without a write) as if moved. On any other failure of the
+// socket the peer did not answer and so does not hold them (an Adopt
+// that stopped closes its duplicates of what it read but did not answer,
+// the kernel those of what it never read; a peer that died closed them
+// with it): they are thawed.
+func (m *mover) fail(err error, givenUp bool) {
 	m.setErr(err)
-	timedOut := errors.Is(err, os.ErrDeadlineExceeded)
 	for _, f := range m.q {
-		if timedOut {
+		if givenUp {
 			f.forget()
 			m.moved++
 		} else {

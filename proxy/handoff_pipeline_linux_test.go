@@ -22,6 +22,7 @@ const (
 	peerRefuse                // close its descriptors and answer AckRefused
 	peerBreak                 // answer the messages before it, then close the socket to A
 	peerHang                  // keep it and everything after, answer nothing more
+	peerGarble                // pass it on to B, answer a byte that is no answer
 )
 
 // relayPeer stands in for the new process between A and B: it reads
@@ -74,6 +75,17 @@ func relayPeer(t *testing.T, fromA, toB *net.UnixConn, batch int, decide func(i 
 						return
 					}
 					acks = append(acks, map[bool]byte{true: handoff.AckAdopted, false: handoff.AckRefused}[ok])
+				case peerGarble:
+					if err := handoff.Send(toB, m.Bytes, m.FDs[0], m.FDs[1]); err != nil {
+						t.Errorf("relay to B: %v", err)
+						return
+					}
+					m.Close()
+					if _, err := handoff.ReadAck(toB); err != nil {
+						t.Errorf("relay: B's answer: %v", err)
+						return
+					}
+					acks = append(acks, 0x7f)
 				case peerRefuse:
 					m.Close()
 					acks = append(acks, handoff.AckRefused)
@@ -344,6 +356,33 @@ func TestHandoffLatePeerKeepsGivenUp(t *testing.T) {
 	got, err := r.b.srv.Adopt(context.Background(), ub)
 	if got != moved {
 		t.Fatalf("B adopted %d (%v), want the %d A gave up", got, err, moved)
+	}
+	if echoed, restarted := r.after(t); echoed != moved || restarted != closed {
+		t.Fatalf("%d echoed, %d got 1012, want %d %d", echoed, restarted, moved, closed)
+	}
+}
+
+// TestHandoffUnknownAnswer: a peer whose answer to one message of a
+// window is no answer this release knows (another release's) while it
+// adopted that one and every other: A must not resume any of them, for
+// each may run in the peer. The answers read with the unknown one are
+// acted on, the unknown one and those still in flight are given up, and
+// no client gets A's 1012 while B runs its connection.
+func TestHandoffUnknownAnswer(t *testing.T) {
+	const n, batch = 8, 8
+	r := startRelayed(t, n)
+	moved, closed, err := r.run(t, batch, func(i int) peerAct {
+		if i == 3 {
+			return peerGarble
+		}
+		return peerPass
+	})
+	if err == nil || moved+closed != n {
+		t.Fatalf("moved %d closed %d (%v), want %d in all and an error", moved, closed, err, n)
+	}
+	adopted := <-r.adopt
+	if adopted != moved {
+		t.Fatalf("B adopted %d, A gave up %d: some run in both", adopted, moved)
 	}
 	if echoed, restarted := r.after(t); echoed != moved || restarted != closed {
 		t.Fatalf("%d echoed, %d got 1012, want %d %d", echoed, restarted, moved, closed)
