@@ -55,6 +55,15 @@ func startHelper(b *testing.B, mode string) *loadHelper {
 	b.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestLoadHelper$", "-test.count=1")
 	cmd.Env = append(os.Environ(), helperEnv+"="+mode)
+	h := runHelper(b, cmd, "helper")
+	h.addr = strings.TrimPrefix(h.expect(b, "backend "), "backend ")
+	return h
+}
+
+// runHelper starts cmd, a helper process talking over its standard input
+// and output, and stops it (its input closed) when b ends.
+func runHelper(b *testing.B, cmd *exec.Cmd, name string) *loadHelper {
+	b.Helper()
 	cmd.Stderr = os.Stderr
 	in, err := cmd.StdinPipe()
 	if err != nil {
@@ -65,12 +74,10 @@ func startHelper(b *testing.B, mode string) *loadHelper {
 		b.Fatal(err)
 	}
 	if err := cmd.Start(); err != nil {
-		b.Fatalf("start helper: %v", err)
+		b.Fatalf("start %s: %v", name, err)
 	}
-	h := &loadHelper{cmd: cmd, in: in, out: bufio.NewReader(out)}
 	b.Cleanup(func() { in.Close(); cmd.Wait() })
-	h.addr = strings.TrimPrefix(h.expect(b, "backend "), "backend ")
-	return h
+	return &loadHelper{cmd: cmd, in: in, out: bufio.NewReader(out)}
 }
 
 // expect reads the helper's next line, which must start with prefix.

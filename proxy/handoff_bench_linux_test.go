@@ -88,20 +88,7 @@ func startAdoptHelper(b *testing.B, backend string, sock *os.File) *loadHelper {
 	cmd := exec.Command(args[0], args[1:]...)
 	cmd.Env = append(os.Environ(), adoptHelperEnv+"="+backend)
 	cmd.ExtraFiles = []*os.File{sock}
-	cmd.Stderr = os.Stderr
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		b.Fatal(err)
-	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		b.Fatalf("start adopt helper: %v", err)
-	}
-	b.Cleanup(func() { in.Close(); cmd.Wait() })
-	return &loadHelper{cmd: cmd, in: in, out: bufio.NewReader(out)}
+	return runHelper(b, cmd, "adopt helper")
 }
 
 // TestHandoffAdoptHelper is BenchmarkHandoff's receiving process: a

@@ -21,17 +21,7 @@ import (
 // path) has not drained within WriteTimeout (traefik#10627).
 func TestWriteTimeoutReapsStuckClient(t *testing.T) {
 	forEachPath(t, func(t *testing.T, sp splicePath) {
-		addr := testkit.RawBackend(t, func(c net.Conn) {
-			_, resp := testkit.ReadUpgrade(t, bufio.NewReader(c))
-			io.WriteString(c, resp)
-			frame := append([]byte{0x82, 126, 0xff, 0xff}, make([]byte, 0xffff)...)
-			for {
-				c.SetWriteDeadline(time.Now().Add(10 * time.Second))
-				if _, err := c.Write(frame); err != nil {
-					return // the proxy closed the connection
-				}
-			}
-		})
+		addr := floodingBackend(t, nil)
 		p := newPool(t, "raw", balance.LeastConn, map[string]string{"raw": addr})
 		p.WriteTimeout = 300 * time.Millisecond
 		e := startEdge(t, edgeConfig{splice: sp, tls: true, opts: Options{Routes: []Route{{Default: true, Pool: p}}}})
@@ -52,17 +42,7 @@ func TestWriteTimeoutReapsStuckClient(t *testing.T) {
 // other.
 func TestWriteTimeoutZeroIsTheDefault(t *testing.T) {
 	forEachPath(t, func(t *testing.T, sp splicePath) {
-		addr := testkit.RawBackend(t, func(c net.Conn) {
-			_, resp := testkit.ReadUpgrade(t, bufio.NewReader(c))
-			io.WriteString(c, resp)
-			frame := append([]byte{0x82, 126, 0xff, 0xff}, make([]byte, 0xffff)...)
-			for {
-				c.SetWriteDeadline(time.Now().Add(10 * time.Second))
-				if _, err := c.Write(frame); err != nil {
-					return // the proxy closed the connection
-				}
-			}
-		})
+		addr := floodingBackend(t, nil)
 		p := newPool(t, "raw", balance.LeastConn, map[string]string{"raw": addr})
 		p.WriteTimeout = 0
 		p.HandshakeTimeout = 2 * time.Second
@@ -226,6 +206,27 @@ func TestCloseDuringUpgradePairsEvents(t *testing.T) {
 		defer e.obs.mu.Unlock()
 		if e.obs.opened != len(e.obs.closed) {
 			t.Fatalf("ConnOpened %d times, ConnClosed %d times", e.obs.opened, len(e.obs.closed))
+		}
+	})
+}
+
+// floodingBackend is a raw backend that takes the upgrade and, once start
+// is closed (at once when nil), writes 64 KiB frames until the proxy
+// closes the connection.
+func floodingBackend(t *testing.T, start <-chan struct{}) string {
+	t.Helper()
+	return testkit.RawBackend(t, func(c net.Conn) {
+		_, resp := testkit.ReadUpgrade(t, bufio.NewReader(c))
+		io.WriteString(c, resp)
+		if start != nil {
+			<-start
+		}
+		frame := append([]byte{0x82, 126, 0xff, 0xff}, make([]byte, 0xffff)...)
+		for {
+			c.SetWriteDeadline(time.Now().Add(10 * time.Second))
+			if _, err := c.Write(frame); err != nil {
+				return // the proxy closed the connection
+			}
 		}
 	})
 }

@@ -1,9 +1,7 @@
 package proxy
 
 import (
-	"bufio"
 	"io"
-	"net"
 	"testing"
 	"time"
 
@@ -33,18 +31,7 @@ func TestRestAfterEveryQuiet(t *testing.T) {
 // timeout: the runs that built the queue make it due.
 func TestWriteTimeoutAfterRest(t *testing.T) {
 	flood := make(chan struct{})
-	addr := testkit.RawBackend(t, func(c net.Conn) {
-		_, resp := testkit.ReadUpgrade(t, bufio.NewReader(c))
-		io.WriteString(c, resp)
-		<-flood
-		frame := append([]byte{0x82, 126, 0xff, 0xff}, make([]byte, 0xffff)...)
-		for {
-			c.SetWriteDeadline(time.Now().Add(10 * time.Second))
-			if _, err := c.Write(frame); err != nil {
-				return // the proxy closed the connection
-			}
-		}
-	})
+	addr := floodingBackend(t, flood)
 	p := newPool(t, "raw", balance.LeastConn, map[string]string{"raw": addr})
 	p.WriteTimeout = 300 * time.Millisecond
 	p.IdleTimeout = time.Hour
