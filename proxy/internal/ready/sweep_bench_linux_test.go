@@ -1,6 +1,7 @@
 package ready
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"testing"
@@ -60,6 +61,9 @@ func (h *boxHandler) answer(now int64) {
 // their last activity spread over one ping interval, each visited once.
 func boxRuntime(n int, start int64) (*Runtime, []*boxHandler, *schedule[*Conn]) {
 	rt := New(Options{})
+	// The tick's work, without its pauses (sweepSlice): a clock that
+	// stands still never ends a slice.
+	rt.clock = func() int64 { return start }
 	rt.polls = []*poller{{conns: map[uint64]*Conn{}}, {conns: map[uint64]*Conn{}}}
 	hs := make([]*boxHandler, n)
 	iv := int64(boxConfig.PingInterval)
@@ -74,7 +78,7 @@ func boxRuntime(n int, start int64) (*Runtime, []*boxHandler, *schedule[*Conn]) 
 		hs[i] = h
 	}
 	sched := new(schedule[*Conn])
-	rt.tick(sched, nil, start)
+	rt.tick(context.Background(), sched, nil, start)
 	return rt, hs, sched
 }
 
@@ -130,7 +134,7 @@ func BenchmarkSweepTick(b *testing.B) {
 						b.StartTimer()
 					}
 					if way == "due" {
-						buf = rt.tick(sched, buf, now)
+						buf = rt.tick(context.Background(), sched, buf, now)
 					} else {
 						buf = everyTick(rt, buf, now)
 					}

@@ -2,6 +2,7 @@ package ready
 
 import (
 	"context"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -256,5 +257,83 @@ func TestSweepDropsClosed(t *testing.T) {
 	}
 	if n := rt.scheduled.Load(); n != 0 {
 		t.Fatalf("%d connections scheduled, want 0", n)
+	}
+}
+
+// TestSweepGivesWayInLongTick: a tick with more due than one slice lets
+// the pollers run the connections that became ready during it (a message
+// does not wait behind a burst of pings), and still visits every due
+// connection in that tick. One P, as each box process has, and a clock
+// on which every visit uses up a slice: without the pauses the tick ends
+// before the poller runs again.
+func TestSweepGivesWayInLongTick(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	rt := New(Options{})
+	var fake atomic.Int64
+	rt.clock = func() int64 { return fake.Add(int64(sweepSlice)) }
+	log := &tickLog{ch: make(chan struct{}, 1)}
+	rt.ticked = log.tick
+	rt.NoteTimeout(minSweep)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- rt.Run(ctx) }()
+	<-rt.Started()
+	if !rt.Running() {
+		t.Skip("no epoll here")
+	}
+	defer func() {
+		cancel()
+		<-done
+	}()
+
+	ready := &sweepHandler{next: func(*sweepHandler, int64) int64 { return 0 }}
+	peer := sweepConn(t, rt, ready)
+	testkit.WaitFor(t, "the ready connection's first visit", func() bool { return ready.visits.Load() > 0 })
+
+	// Each due connection is due at every tick. In the tick after armed,
+	// the first of them visited makes the ready connection readable and
+	// the last reports whether it ran meanwhile.
+	const due = 20
+	var armed atomic.Bool
+	var inTick, base atomic.Int64
+	ranInTick := make(chan bool, 1)
+	hs := make([]*sweepHandler, due)
+	for i := range hs {
+		hs[i] = &sweepHandler{next: func(_ *sweepHandler, now int64) int64 {
+			if armed.CompareAndSwap(true, false) {
+				base.Store(ready.steps.Load())
+				inTick.Store(1)
+				if _, err := unix.Write(peer, []byte{1}); err != nil {
+					t.Error(err)
+				}
+			} else if inTick.Load() != 0 && inTick.Add(1) == due {
+				ranInTick <- ready.steps.Load() > base.Load()
+				inTick.Store(0)
+			}
+			return now + 1
+		}}
+	}
+	for _, h := range hs {
+		sweepConn(t, rt, h)
+	}
+	log.wait(t, 2)
+	v := make([]int64, due)
+	for i, h := range hs {
+		v[i] = h.visits.Load()
+	}
+	armed.Store(true)
+	select {
+	case ran := <-ranInTick:
+		if !ran {
+			t.Fatal("the connection made ready in a long tick did not run before the tick ended")
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("no tick in 30 s")
+	}
+	log.wait(t, 1)
+	for i, h := range hs {
+		if h.visits.Load() <= v[i] {
+			t.Fatalf("due connection %d was not visited in the long tick", i)
+		}
 	}
 }
