@@ -94,7 +94,12 @@ func (l *tickLog) firstAtOrAfter(at int64) int64 {
 // logged.
 func sweepRuntime(t *testing.T) (*Runtime, *tickLog) {
 	t.Helper()
-	rt := New(Options{})
+	return sweepRuntimeWith(t, New(Options{}))
+}
+
+// sweepRuntimeWith runs rt (its test hooks set) as sweepRuntime does.
+func sweepRuntimeWith(t *testing.T, rt *Runtime) (*Runtime, *tickLog) {
+	t.Helper()
 	log := &tickLog{ch: make(chan struct{}, 1)}
 	rt.ticked = log.tick
 	rt.NoteTimeout(minSweep)
@@ -271,20 +276,7 @@ func TestSweepGivesWayInLongTick(t *testing.T) {
 	rt := New(Options{})
 	var fake atomic.Int64
 	rt.clock = func() int64 { return fake.Add(int64(sweepSlice)) }
-	log := &tickLog{ch: make(chan struct{}, 1)}
-	rt.ticked = log.tick
-	rt.NoteTimeout(minSweep)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- rt.Run(ctx) }()
-	<-rt.Started()
-	if !rt.Running() {
-		t.Skip("no epoll here")
-	}
-	defer func() {
-		cancel()
-		<-done
-	}()
+	rt, log := sweepRuntimeWith(t, rt)
 
 	ready := &sweepHandler{next: func(*sweepHandler, int64) int64 { return 0 }}
 	peer := sweepConn(t, rt, ready)
