@@ -99,14 +99,15 @@ const (
 // Once the peer acknowledged it, both descriptors here are closed without
 // shutdown(2) or any write: the peer's duplicates keep the connection,
 // and this process forgets it without an access line (Observer.ConnClosed
-// with ReasonMoved). A connection in flight when the socket's deadline
-// passes (ctx ended, or the stall) may run in the peer already: it is
-// given up here the same way, never resumed, so no connection runs in
-// both processes, and so is one whose answer is no answer this release
-// knows, with every one still in flight behind it; a refused one, and every one in flight when the socket
-// fails otherwise (the peer holds a connection only once its answer is
-// written, and what it wrote is read here first), stays here and gets a
-// 1012.
+// with ReasonMoved). When the socket's deadline passes (ctx ended, or
+// the stall) the answers already queued on it are still read and acted
+// on; a connection then in flight unanswered may run in the peer
+// already: it is given up here the same way, never resumed, so no
+// connection runs in both processes, and so is one whose answer is no
+// answer this release knows, with every one still in flight behind it.
+// A refused one, and every one in flight when the socket fails otherwise
+// (the peer holds a connection only once its answer is written, and what
+// it wrote is read here first), stays here and gets a 1012.
 func (s *Server) Handoff(ctx context.Context, to *net.UnixConn, window time.Duration) (moved, closed int, err error) {
 	s.draining.Store(true)
 	s.reg.mu.Lock()
@@ -249,43 +250,82 @@ func (m *mover) send(f *frozen, msg []byte) moveResult {
 // collect reads answers until need more came (or none is in flight),
 // taking in each read as many as have come (never more than are in
 // flight, so never a byte the peer did not answer with), and acts on
-// each: forgotten when adopted, thawed (and left to a 1012) when refused.
-// A socket that fails first settles everything still in flight (fail).
-// An answer this release does not know (another release's peer) leaves
-// unknown whether the peer holds that connection, and the peer, alive,
-// may adopt every one still in flight: the answers read with it are
-// still acted on, and it and the rest are given up as at a deadline.
+// each (answer). A socket that fails first settles everything still in
+// flight (fail); at its deadline the answers already queued are acted on
+// first (answerQueued). An answer this release does not know (another
+// release's peer) leaves unknown whether the peer holds that connection,
+// and the peer, alive, may adopt every one still in flight: the answers
+// read with it are still acted on, and it and the rest are given up as
+// at a deadline.
 func (m *mover) collect(need int) {
 	for need > 0 && len(m.q) > 0 {
 		n, err := m.to.Read(m.acks[:len(m.q)])
 		if n > 0 {
 			m.clock.progress()
 		}
-		var unknown error
-		for _, b := range m.acks[:n] {
-			f := m.q[0]
-			m.q, m.qBytes, need = m.q[1:], m.qBytes-f.size, need-1
-			switch {
-			case b == handoff.AckAdopted:
-				f.forget()
-				m.moved++
-			case b == handoff.AckRefused:
-				f.thaw()
-				m.left = append(m.left, f.r.c)
-			default:
-				if unknown == nil {
-					unknown = fmt.Errorf("handoff: ack byte %#x", b)
-				}
-				f.forget()
-				m.moved++
-			}
-		}
+		need -= n
+		unknown := m.answer(m.acks[:n])
 		switch {
 		case unknown != nil:
 			m.fail(unknown, true)
 			return
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			m.answerQueued()
+			m.fail(fmt.Errorf("handoff: ack: %w", err), true)
+			return
 		case err != nil:
-			m.fail(fmt.Errorf("handoff: ack: %w", err), errors.Is(err, os.ErrDeadlineExceeded))
+			m.fail(fmt.Errorf("handoff: ack: %w", err), false)
+			return
+		}
+	}
+}
+
+// answer acts on acks, the answers to the oldest messages in flight, one
+// each: forgotten when adopted, thawed (and left to a 1012) when
+// refused. An answer it does not know is given up as adopted (the peer
+// may run it) and returned as the error.
+func (m *mover) answer(acks []byte) (unknown error) {
+	for _, b := range acks {
+		f := m.q[0]
+		m.q, m.qBytes = m.q[1:], m.qBytes-f.size
+		switch {
+		case b == handoff.AckAdopted:
+			f.forget()
+			m.moved++
+		case b == handoff.AckRefused:
+			f.thaw()
+			m.left = append(m.left, f.r.c)
+		default:
+			if unknown == nil {
+				unknown = fmt.Errorf("handoff: ack byte %#x", b)
+			}
+			f.forget()
+			m.moved++
+		}
+	}
+	return unknown
+}
+
+// answerQueued acts on the answers already queued on the socket once its
+// deadline passed, without waiting for more. Go's Read returns
+// os.ErrDeadlineExceeded then without reading, however many answers
+// wait: given up as moved, a refused connection would be closed here
+// without a write while the peer closed its duplicates, and its client
+// would lose it without the 1012 (RFC 6455 §7.4.1) a refused one gets.
+// So the bytes are read past the deadline (Control does not check it)
+// with MSG_DONTWAIT, never more than are in flight. After an answer it
+// does not know, nothing more is read: what follows may not be answers.
+func (m *mover) answerQueued() {
+	rc, err := m.to.SyscallConn()
+	if err != nil {
+		return
+	}
+	for len(m.q) > 0 {
+		n, rerr := 0, error(nil)
+		err := rc.Control(func(fd uintptr) {
+			n, _, rerr = unix.Recvfrom(int(fd), m.acks[:len(m.q)], unix.MSG_DONTWAIT)
+		})
+		if err != nil || rerr != nil || n <= 0 || m.answer(m.acks[:n]) != nil {
 			return
 		}
 	}
@@ -295,11 +335,13 @@ func (m *mover) collect(need int) {
 // without reading more. With givenUp (a deadline: ctx ended, or the peer
 // stalled; or an answer not understood) the peer may be splicing them
 // already: two processes must never both run one, so each is given up
-// here (closed without a write) as if moved. On any other failure of the
-// socket the peer did not answer and so does not hold them (an Adopt
-// that stopped closes its duplicates of what it read but did not answer,
-// the kernel those of what it never read; a peer that died closed them
-// with it): they are thawed.
+// here (closed without a write) as if moved; at a deadline collect acted
+// on the answers already queued first, so only those the peer had not
+// answered are. On any other failure of the socket the peer did not
+// answer and so does not hold them (an Adopt that stopped closes its
+// duplicates of what it read but did not answer, the kernel those of
+// what it never read; a peer that died closed them with it): they are
+// thawed.
 func (m *mover) fail(err error, givenUp bool) {
 	m.setErr(err)
 	for _, f := range m.q {

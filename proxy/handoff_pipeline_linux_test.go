@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"os"
 	"sync"
 	"testing"
 	"time"
@@ -12,6 +14,7 @@ import (
 	"github.com/edgelb/edge/internal/testkit"
 	"github.com/edgelb/edge/proxy/internal/handoff"
 	"github.com/gorilla/websocket"
+	"golang.org/x/sys/unix"
 )
 
 // peerAct is what relayPeer does with one message.
@@ -155,15 +158,13 @@ func startRelayed(t *testing.T, n int) *relayed {
 	return r
 }
 
-// run hands A's connections off through a relayPeer and returns A's
-// results. ctx's bound is far beyond what the hand-off needs; it only
-// keeps a sender that waits for each answer from hanging the test.
-func (r *relayed) run(t *testing.T, batch int, decide func(i int) peerAct) (moved, closed int, err error) {
+// relay starts B's Adopt and a relayPeer in front of it, and returns
+// both ends of the socket from A to the relay (ra is A's) and the
+// relay's done.
+func (r *relayed) relay(t *testing.T, batch int, decide func(i int) peerAct) (ra, rb *net.UnixConn, done <-chan struct{}) {
 	t.Helper()
-	ra, rb := unixPair(t) // A to the relay
+	ra, rb = unixPair(t)  // A to the relay
 	fb, ub := unixPair(t) // the relay to B
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
 	go func() {
 		n, err := r.b.srv.Adopt(context.Background(), ub)
 		if err != nil {
@@ -171,7 +172,17 @@ func (r *relayed) run(t *testing.T, batch int, decide func(i int) peerAct) (move
 		}
 		r.adopt <- n
 	}()
-	relay := relayPeer(t, rb, fb, batch, decide)
+	return ra, rb, relayPeer(t, rb, fb, batch, decide)
+}
+
+// run hands A's connections off through a relayPeer and returns A's
+// results. ctx's bound is far beyond what the hand-off needs; it only
+// keeps a sender that waits for each answer from hanging the test.
+func (r *relayed) run(t *testing.T, batch int, decide func(i int) peerAct) (moved, closed int, err error) {
+	t.Helper()
+	ra, _, relay := r.relay(t, batch, decide)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
 	moved, closed, err = r.a.srv.Handoff(ctx, ra, 100*time.Millisecond)
 	if ctx.Err() != nil {
 		t.Errorf("the hand-off ran until its context ended: %v", err)
@@ -189,21 +200,28 @@ func (r *relayed) after(t *testing.T) (echoed, restarted int) {
 		c.WriteMessage(websocket.TextMessage, []byte("after"))
 	}
 	for range r.cs {
-		select {
-		case ev := <-r.got:
-			switch ev {
-			case "after":
-				echoed++
-			case "close 1012":
-				restarted++
-			default:
-				t.Errorf("a client got %q", ev)
-			}
-		case <-time.After(30 * time.Second):
-			t.Fatalf("%d answers and %d 1012s of %d clients", echoed, restarted, len(r.cs))
+		switch ev := r.next(t); ev {
+		case "after":
+			echoed++
+		case "close 1012":
+			restarted++
+		default:
+			t.Errorf("a client got %q", ev)
 		}
 	}
 	return echoed, restarted
+}
+
+// next is the next event at a client.
+func (r *relayed) next(t *testing.T) string {
+	t.Helper()
+	select {
+	case ev := <-r.got:
+		return ev
+	case <-time.After(30 * time.Second):
+		t.Fatalf("no event at any of %d clients for 30 s", len(r.cs))
+		return ""
+	}
 }
 
 // TestHandoffPipelined: a peer that reads 8 messages before it answers
@@ -290,11 +308,18 @@ func TestHandoffPeerStalls(t *testing.T) {
 	if !errors.Is(err, errHandoffStalled) || moved == 0 || moved+closed != n {
 		t.Fatalf("moved %d closed %d (%v), want %d in all, moved ones, and the stall", moved, closed, err, n)
 	}
+	r.observedMoved(t, moved)
+}
+
+// observedMoved waits until A holds none and checks that A's Observer
+// saw every connection close, moved of them as moved.
+func (r *relayed) observedMoved(t *testing.T, moved int) {
+	t.Helper()
 	testkit.WaitFor(t, "A holding none", func() bool { return r.a.srv.Active() == 0 })
 	r.a.obs.mu.Lock()
 	defer r.a.obs.mu.Unlock()
-	if len(r.a.obs.closed) != n {
-		t.Fatalf("A observed %d closes, want %d", len(r.a.obs.closed), n)
+	if len(r.a.obs.closed) != len(r.cs) {
+		t.Fatalf("A observed %d closes, want %d", len(r.a.obs.closed), len(r.cs))
 	}
 	given := 0
 	for _, why := range r.a.obs.closed {
@@ -386,5 +411,112 @@ func TestHandoffUnknownAnswer(t *testing.T) {
 	}
 	if echoed, restarted := r.after(t); echoed != moved || restarted != closed {
 		t.Fatalf("%d echoed, %d got 1012, want %d %d", echoed, restarted, moved, closed)
+	}
+}
+
+// TestHandoffRefusedAtStall: the peer refused the first messages of a
+// window, and its answers wait unread on the socket when the stall bound
+// passes (A is sending: its send buffer is small here, so it blocks).
+// Go's Read returns at a passed deadline without reading what is queued,
+// yet those answers are there: each refused connection stays in A and
+// gets its close 1012 there (RFC 6455 §7.4.1), and only the connections
+// the peer holds unanswered are given up as moved.
+func TestHandoffRefusedAtStall(t *testing.T) {
+	refusedAtDeadline(t, func(_ context.CancelFunc, ra *net.UnixConn) {
+		// What handoffClock sets when the stall bound passes.
+		ra.SetDeadline(aLongTimeAgo)
+	})
+}
+
+// TestHandoffRefusedAtEnd: the same when the hand-off's context ends
+// instead. What is left then is closed as Drain does at its deadline,
+// so only the counts are asserted: the refused connections are not
+// counted moved.
+func TestHandoffRefusedAtEnd(t *testing.T) {
+	refusedAtDeadline(t, func(cancel context.CancelFunc, _ *net.UnixConn) { cancel() })
+}
+
+// refusedAtDeadline hands 32 connections off to a relayPeer that
+// refuses the first 4 messages and keeps the 5th unanswered, reading
+// nothing more; once its answers are written, end makes the hand-off's
+// deadline pass.
+func refusedAtDeadline(t *testing.T, end func(cancel context.CancelFunc, ra *net.UnixConn)) {
+	const n, refused = 32, 4
+	r := startRelayed(t, n)
+	ra, rb, relay := r.relay(t, refused+1, func(i int) peerAct {
+		if i < refused {
+			return peerRefuse
+		}
+		return peerHang
+	})
+	smallSendBuffer(t, ra)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	type result struct {
+		moved, closed int
+		err           error
+	}
+	done := make(chan result, 1)
+	go func() {
+		moved, closed, err := r.a.srv.Handoff(ctx, ra, 100*time.Millisecond)
+		done <- result{moved, closed, err}
+	}()
+	<-relay // the answers are queued, and the peer reads no more
+	end(cancel, ra)
+	res := <-done
+	if res.err == nil || !errors.Is(res.err, os.ErrDeadlineExceeded) {
+		t.Fatalf("Handoff: %v, want the deadline", res.err)
+	}
+	held := 1 + unread(t, ra, rb) // the one the relay kept, and what it never read
+	if res.moved != held || res.closed != n-held {
+		t.Fatalf("moved %d closed %d, want the %d the peer holds unanswered moved and %d closed (%d refused)",
+			res.moved, res.closed, held, n-held, refused)
+	}
+	if ctx.Err() == nil {
+		for range res.closed {
+			if ev := r.next(t); ev != "close 1012" {
+				t.Fatalf("a client A kept got %q, want close 1012", ev)
+			}
+		}
+	}
+	r.observedMoved(t, res.moved)
+	if got := <-r.adopt; got != 0 {
+		t.Fatalf("B adopted %d, want none: the relay passed nothing on", got)
+	}
+}
+
+// smallSendBuffer gives c the smallest send buffer the kernel allows:
+// a sender blocks once a few messages wait unread.
+func smallSendBuffer(t *testing.T, c *net.UnixConn) {
+	t.Helper()
+	rc, err := c.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var serr error
+	if err := rc.Control(func(fd uintptr) {
+		serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUF, 1)
+	}); err != nil || serr != nil {
+		t.Fatalf("SO_SNDBUF: %v %v", err, serr)
+	}
+}
+
+// unread counts the messages A sent that were never read from rb (A's
+// end, ra, is shut for writing first). Their descriptors are kept open
+// until the test ends, as the peer holding them would.
+func unread(t *testing.T, ra, rb *net.UnixConn) int {
+	t.Helper()
+	ra.CloseWrite()
+	n := 0
+	for {
+		m, err := handoff.Receive(rb)
+		if errors.Is(err, io.EOF) {
+			return n
+		}
+		if err != nil {
+			t.Fatalf("the messages left: %v", err)
+		}
+		n++
+		t.Cleanup(m.Close)
 	}
 }
