@@ -675,13 +675,14 @@ func (s *Server) adoptPrepare(m *handoff.Message, sh *adoptShared) (*readyState,
 	c.in.Store(st.In)
 	c.out.Store(st.Out)
 	cs, bs := ready.NewSock(m.FDs[0]), ready.NewSock(m.FDs[1])
-	ec := &edgeConn{s: cs, raddr: peerOf(m.FDs[0])}
+	ec := &edgeConn{s: cs}
+	ec.keepRemote(peerOf(m.FDs[0]))
 	cs.OnClose(ec.release)
 	c.client = ec
 	r := newReadyState(c, cs, bs)
 	r.ec = ec
 	if rs != nil {
-		rc := ready.NewRecordConn(cs, rs, st.TLS13.Pending, ec.raddr, &s.bufs)
+		rc := ready.NewRecordConn(cs, rs, st.TLS13.Pending, ec, &s.bufs)
 		c.client = rc
 		r.rc.SetRecord(rc)
 	}

@@ -3,6 +3,7 @@ package proxy
 import (
 	"crypto/tls"
 	"net"
+	"net/netip"
 	"sync/atomic"
 	"time"
 
@@ -62,7 +63,7 @@ func (l *readyListener) Accept() (net.Conn, error) {
 		if l.cnt != nil {
 			l.cnt.open.Add(1)
 		}
-		ec := &edgeConn{Conn: c, lim: l.lim, cnt: l.cnt}
+		ec := &edgeConn{Conn: c, l: l}
 		if l.rec != nil && recordLayerOn {
 			ec.log = &tlsLog{keys: l.rec.keys}
 		}
@@ -77,13 +78,26 @@ func (l *readyListener) Accept() (net.Conn, error) {
 type edgeConn struct {
 	net.Conn // nil after the takeover
 
-	s     *ready.Sock // set by the takeover
-	pre   []byte      // bytes a layer below (PROXY reader) still held at takeover
-	raddr net.Addr    // kept for logs; the local address is asked of the socket
+	s   *ready.Sock // set by the takeover
+	pre []byte      // bytes a layer below (PROXY reader) still held at takeover
 
-	lim      *AcceptLimit   // counts this socket until its descriptor closes
-	cnt      *ListenerConns // likewise, per listener
+	// The client's address, kept for RemoteAddr after the takeover (the
+	// local address is asked of the socket). A TCP one, the usual, is
+	// kept as a value: the *net.TCPAddr accept made keeps its IP in the
+	// accept's Sockaddr, two objects (80 bytes) for every held
+	// connection. Any other (a PROXY header's UNIX or UDP source) is
+	// kept as it came in raddr.
+	rap   netip.AddrPort
+	raddr net.Addr
+
+	// l counts this socket under its AcceptLimit and ListenerConns until
+	// its descriptor closes; nil: not counted (an adopted connection).
+	l        *readyListener
 	released atomic.Bool
+	// buffered: reads return only what a layer below already holds (pre)
+	// and would-block instead of reading the socket, while the takeover
+	// takes from crypto/tls what it already read (tlsrecord_linux.go).
+	buffered bool
 
 	log *tlsLog // what crypto/tls read and wrote, until the takeover; nil: not kept
 
@@ -91,23 +105,31 @@ type edgeConn struct {
 	// closed by its first read: the worker holds crypto/tls's handshake
 	// lock from then on (handshakers.go). Only the worker touches it.
 	held chan struct{}
-
-	// buffered: reads return only what a layer below already holds (pre)
-	// and would-block instead of reading the socket, while the takeover
-	// takes from crypto/tls what it already read (tlsrecord_linux.go).
-	buffered bool
 }
 
 // release gives the socket's place under the AcceptLimit back, once.
 func (c *edgeConn) release() {
-	if (c.lim != nil || c.cnt != nil) && c.released.CompareAndSwap(false, true) {
-		if c.lim != nil {
-			c.lim.done()
+	l := c.l
+	if l != nil && (l.lim != nil || l.cnt != nil) && c.released.CompareAndSwap(false, true) {
+		if l.lim != nil {
+			l.lim.done()
 		}
-		if c.cnt != nil {
-			c.cnt.open.Add(-1)
+		if l.cnt != nil {
+			l.cnt.open.Add(-1)
 		}
 	}
+}
+
+// keepRemote keeps a, the client's address, for RemoteAddr after the
+// takeover.
+func (c *edgeConn) keepRemote(a net.Addr) {
+	if ta, ok := a.(*net.TCPAddr); ok {
+		if ap := ta.AddrPort(); ap.Addr().IsValid() {
+			c.rap, c.raddr = ap, nil
+			return
+		}
+	}
+	c.rap, c.raddr = netip.AddrPort{}, a
 }
 
 func (c *edgeConn) Read(p []byte) (int, error) {
@@ -199,6 +221,9 @@ func (c *edgeConn) LocalAddr() net.Addr {
 func (c *edgeConn) RemoteAddr() net.Addr {
 	if c.s == nil {
 		return c.Conn.RemoteAddr()
+	}
+	if c.rap.IsValid() {
+		return net.TCPAddrFromAddrPort(c.rap)
 	}
 	return c.raddr
 }

@@ -15,6 +15,8 @@ func TestHeldSizes(t *testing.T) {
 	}{
 		{exchange{}, 352},
 		{readyState{}, 64},
+		// The accepted conn, with the client's address as a value.
+		{edgeConn{}, 128},
 	} {
 		if n := reflect.TypeOf(c.v).Size(); n > c.max {
 			t.Errorf("%T is %d bytes, want at most %d", c.v, n, c.max)

@@ -43,7 +43,7 @@ func takeover(ec *edgeConn, backend *net.TCPConn) (cs, bs *ready.Sock, err error
 			}
 		}
 	}
-	ec.raddr = ec.Conn.RemoteAddr()
+	ec.keepRemote(ec.Conn.RemoteAddr())
 	// Closing the Go conns removes them from the runtime poller; the
 	// duplicates keep the connections open.
 	ec.Conn.Close()

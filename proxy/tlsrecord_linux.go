@@ -74,7 +74,7 @@ func (r *readyState) takeRecords(tc *tls.Conn, ec *edgeConn, clientBuffered []by
 		c.s.log.Debug("record layer: keeping crypto/tls", "err", err)
 		return drained, false
 	}
-	rc := ready.NewRecordConn(ec.s, st, tail, ec.RemoteAddr(), &c.s.bufs)
+	rc := ready.NewRecordConn(ec.s, st, tail, ec, &c.s.bufs)
 	c.client = rc
 	r.rc.SetRecord(rc)
 	return drained, true

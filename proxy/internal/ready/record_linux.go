@@ -19,12 +19,17 @@ type Buffers interface {
 
 // NewRecordConn returns the record layer of a TLS 1.3 client over sock,
 // resumed at st (record.Resume, or a hand-off's state) with tail, the
-// start of a record already read; raddr is the client's address.
-func NewRecordConn(sock *Sock, st *record.State, tail []byte, raddr net.Addr, bufs Buffers) *RecordConn {
-	r := &RecordConn{bufs: bufs, sock: sock, raddr: raddr, st: st}
+// start of a record already read; peer knows the client's address.
+func NewRecordConn(sock *Sock, st *record.State, tail []byte, peer Peer, bufs Buffers) *RecordConn {
+	r := &RecordConn{bufs: bufs, sock: sock, peer: peer, st: st}
 	r.setTail(tail)
 	return r
 }
+
+// Peer tells a RecordConn its client's address. The accepted connection
+// knows it (a PROXY header's source included), so the record layer asks
+// it instead of keeping a copy of its own.
+type Peer interface{ RemoteAddr() net.Addr }
 
 // RecordConn is the client side of a TLS 1.3 WebSocket once the splice owns
 // its record layer (tls/record): reads unprotect records in place in the
@@ -35,14 +40,14 @@ func NewRecordConn(sock *Sock, st *record.State, tail []byte, raddr net.Addr, bu
 // The runner reads and writes; a closing goroutine may write a
 // close_notify at the same time, hence mu over the record state.
 type RecordConn struct {
-	mu    sync.Mutex
-	bufs  Buffers
-	sock  *Sock
-	raddr net.Addr
-	st    *record.State
-	tail  []byte // an incomplete record read ahead; nil when none
-	rerr  error  // sticky read error (close_notify read: io.EOF)
-	shut  bool   // close_notify sent
+	mu   sync.Mutex
+	bufs Buffers
+	sock *Sock
+	peer Peer
+	st   *record.State
+	tail []byte // an incomplete record read ahead; nil when none
+	rerr error  // sticky read error (close_notify read: io.EOF)
+	shut bool   // close_notify sent
 
 	// hot while the record state may hold ciphers; rest asks the runner
 	// to drop them (Conn.Rest).
@@ -186,8 +191,17 @@ func (r *RecordConn) idle() {
 	r.mu.Unlock()
 }
 
-func (r *RecordConn) LocalAddr() net.Addr              { return r.sock.LocalAddr() }
-func (r *RecordConn) RemoteAddr() net.Addr             { return r.raddr }
+func (r *RecordConn) LocalAddr() net.Addr { return r.sock.LocalAddr() }
+
+// RemoteAddr is the client's address, as the Peer given to NewRecordConn
+// tells it; nil without one.
+func (r *RecordConn) RemoteAddr() net.Addr {
+	if r.peer == nil {
+		return nil
+	}
+	return r.peer.RemoteAddr()
+}
+
 func (r *RecordConn) SetDeadline(time.Time) error      { return nil }
 func (r *RecordConn) SetReadDeadline(time.Time) error  { return nil }
 func (r *RecordConn) SetWriteDeadline(time.Time) error { return nil }
