@@ -27,6 +27,7 @@ type wsConn struct {
 	pool    *pool
 
 	timer *time.Timer // jittered close request; guarded by the registry lock
+	reg   int32       // 1 + its index in the registry's list; 0: not in it; guarded likewise
 
 	sess    wsession.Session
 	in, out atomic.Int64

@@ -12,8 +12,10 @@ import (
 // registry holds every live upgraded connection. http.Server.Shutdown does
 // not know hijacked connections (traefik#3630): draining them is ours.
 type registry struct {
-	mu       sync.Mutex
-	conns    map[*wsConn]struct{}
+	mu sync.Mutex
+	// conns lists the registered connections, each knowing its place
+	// (wsConn.reg): 8 bytes a connection, where a map took about 32.
+	conns    []*wsConn
 	empty    chan struct{} // closed when conns becomes empty; nil if nobody waits
 	closed   bool          // no new registrations
 	draining bool
@@ -24,7 +26,10 @@ type registry struct {
 	why  CloseReason
 }
 
-func (g *registry) init() { g.conns = map[*wsConn]struct{}{} }
+// has reports whether c is registered; the lock is held.
+func (g *registry) has(c *wsConn) bool {
+	return c.reg > 0 && int(c.reg) <= len(g.conns) && g.conns[c.reg-1] == c
+}
 
 // add registers c; it reports false once the registry is closed.
 func (g *registry) add(c *wsConn) bool {
@@ -33,7 +38,8 @@ func (g *registry) add(c *wsConn) bool {
 	if g.closed {
 		return false
 	}
-	g.conns[c] = struct{}{}
+	g.conns = append(g.conns, c)
+	c.reg = int32(len(g.conns))
 	if g.draining {
 		// Registered while a drain is under way: schedule it like the rest.
 		code, why := CloseGoingAway, ReasonDrain
@@ -54,7 +60,14 @@ func (g *registry) add(c *wsConn) bool {
 func (g *registry) remove(c *wsConn) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	delete(g.conns, c)
+	if g.has(c) {
+		// The last one takes c's place.
+		last := g.conns[len(g.conns)-1]
+		g.conns[c.reg-1], last.reg = last, c.reg
+		g.conns[len(g.conns)-1] = nil
+		g.conns = g.conns[:len(g.conns)-1]
+		c.reg = 0
+	}
 	if c.timer != nil {
 		c.timer.Stop()
 		c.timer = nil
@@ -91,16 +104,13 @@ func (g *registry) wait(ctx context.Context) error {
 func (g *registry) appendAll(buf []*wsConn) []*wsConn {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	for c := range g.conns {
-		buf = append(buf, c)
-	}
-	return buf
+	return append(buf, g.conns...)
 }
 
 func (g *registry) each(f func(c *wsConn)) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	for c := range g.conns {
+	for _, c := range g.conns {
 		f(c)
 	}
 }
@@ -119,7 +129,7 @@ func (s *Server) ClosePending() int {
 	s.reg.mu.Lock()
 	defer s.reg.mu.Unlock()
 	n := 0
-	for c := range s.reg.conns {
+	for _, c := range s.reg.conns {
 		if c.timer != nil || c.sess.Requested() {
 			n++
 		}
@@ -140,7 +150,7 @@ func (s *Server) Drain(ctx context.Context, window time.Duration) {
 	s.reg.mu.Lock()
 	s.reg.draining = true
 	s.reg.window = window
-	for c := range s.reg.conns {
+	for _, c := range s.reg.conns {
 		c.scheduleCloseLocked(window, CloseGoingAway, ReasonDrain)
 	}
 	s.reg.mu.Unlock()
@@ -251,7 +261,7 @@ func (s *Server) restartClose(conns []*wsConn, window time.Duration) int {
 			d = window * time.Duration(i) / time.Duration(k)
 		}
 		s.handoffPlan = append(s.handoffPlan, d)
-		if _, ok := s.reg.conns[c]; !ok {
+		if !s.reg.has(c) {
 			continue
 		}
 		if c.timer != nil && c.timer.Stop() {

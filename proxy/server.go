@@ -92,7 +92,6 @@ func New(opts Options) (*Server, error) {
 		return nil, err
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
-	s.reg.init()
 	s.closed = make(chan struct{})
 	s.rt = ready.New(ready.Options{Logger: s.log, Quiet: opts.Quiet})
 	return s, nil

@@ -14,6 +14,8 @@ func TestHeldSizes(t *testing.T) {
 		max uintptr
 	}{
 		{exchange{}, 352},
+		// Its place in the registry in the last word's spare half.
+		{wsConn{}, 320},
 		{readyState{}, 64},
 		// The accepted conn, with the client's address as a value.
 		{edgeConn{}, 128},
