@@ -674,15 +674,14 @@ func (s *Server) adoptPrepare(m *handoff.Message, sh *adoptShared) (*readyState,
 	c.sess.Touch(st.Last)
 	c.in.Store(st.In)
 	c.out.Store(st.Out)
-	cs, bs := ready.NewSock(m.FDs[0]), ready.NewSock(m.FDs[1])
-	ec := &edgeConn{s: cs}
+	r := newReadyState(c, m.FDs[0], m.FDs[1])
+	ec := &edgeConn{}
 	ec.keepRemote(peerOf(m.FDs[0]))
-	cs.OnClose(ec.release)
+	ec.own(r.cs)
 	c.client = ec
-	r := newReadyState(c, cs, bs)
 	r.ec = ec
 	if rs != nil {
-		rc := ready.NewRecordConn(cs, rs, st.TLS13.Pending, ec, &s.bufs)
+		rc := ready.NewRecordConn(r.cs, rs, st.TLS13.Pending, ec, &s.bufs)
 		c.client = rc
 		r.rc.SetRecord(rc)
 	}

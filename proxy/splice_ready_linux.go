@@ -50,12 +50,13 @@ func (c *wsConn) startReady(head, clientBuffered, backendBuffered []byte) bool {
 	}
 	// The Go conns are closed by the takeover: deadlines net/http or the
 	// backend handshake left on them no longer matter.
-	cs, bs, err := takeover(ec, c.backend)
+	cfd, bfd, err := takeover(ec, c.backend)
 	if err != nil {
 		c.s.log.Debug("readiness splice: keeping goroutines", "err", err)
 		return false
 	}
-	r := newReadyState(c, cs, bs)
+	r := newReadyState(c, cfd, bfd)
+	ec.own(r.cs)
 	r.ec = ec
 	clientBuffered, _ = r.ownRecords(ec, clientBuffered)
 	c.backend = nil
@@ -73,11 +74,12 @@ func (c *wsConn) startReady(head, clientBuffered, backendBuffered []byte) bool {
 	return true
 }
 
-// newReadyState makes r c's driver over cs and bs; the runtime's Conn
-// starts held by the caller.
-func newReadyState(c *wsConn, cs, bs *ready.Sock) *readyState {
-	r := &readyState{c: c, cs: cs, bs: bs}
-	r.rc = ready.NewConn(r, cs, bs)
+// newReadyState makes r c's driver over the client's and the backend's
+// descriptors; the runtime's Conn starts held by the caller.
+func newReadyState(c *wsConn, cfd, bfd int) *readyState {
+	r := &readyState{c: c}
+	r.rc = ready.NewConn(r, cfd, bfd)
+	r.cs, r.bs = r.rc.Sock(ready.Client), r.rc.Sock(ready.Backend)
 	c.d = r
 	return r
 }

@@ -13,21 +13,23 @@ var errNoSocket = errors.New("no TCP socket under the connection")
 
 // takeover moves both sockets of a spliced connection out of Go's net
 // package: their descriptors are duplicated, the Go conns (with their
-// runtime poll descriptors) are closed, and the duplicates become socks.
-// On error nothing has changed and the caller keeps the Go conns.
-func takeover(ec *edgeConn, backend *net.TCPConn) (cs, bs *ready.Sock, err error) {
+// runtime poll descriptors) are closed, and the duplicates are returned
+// for the readiness runtime's Conn (ready.NewConn), whose client socket
+// ec then owns (edgeConn.own). On error nothing has changed and the
+// caller keeps the Go conns.
+func takeover(ec *edgeConn, backend *net.TCPConn) (cfd, bfd int, err error) {
 	ctcp := tcpOf(ec.Conn)
 	if ctcp == nil || backend == nil {
-		return nil, nil, errNoSocket
+		return -1, -1, errNoSocket
 	}
-	cfd, err := ready.DupFD(ctcp)
+	cfd, err = ready.DupFD(ctcp)
 	if err != nil {
-		return nil, nil, err
+		return -1, -1, err
 	}
-	bfd, err := ready.DupFD(backend)
+	bfd, err = ready.DupFD(backend)
 	if err != nil {
 		unix.Close(cfd)
-		return nil, nil, err
+		return -1, -1, err
 	}
 	if _, plain := ec.Conn.(*net.TCPConn); !plain {
 		// A PROXY-protocol reader may still hold bytes the client sent.
@@ -48,8 +50,12 @@ func takeover(ec *edgeConn, backend *net.TCPConn) (cs, bs *ready.Sock, err error
 	// duplicates keep the connections open.
 	ec.Conn.Close()
 	backend.Close()
-	cs, bs = ready.NewSock(cfd), ready.NewSock(bfd)
+	return cfd, bfd, nil
+}
+
+// own makes cs, the client's socket taken over, the one ec reads and
+// writes; closing it gives ec's place under the accept cap back.
+func (ec *edgeConn) own(cs *ready.Sock) {
 	cs.OnClose(ec.release)
 	ec.s, ec.Conn = cs, nil
-	return cs, bs, nil
 }

@@ -69,12 +69,25 @@ type Conn struct {
 	yield bool // runner-owned: a pump used up its budget with bytes left
 }
 
-// NewConn returns the runtime state of a connection over client and
-// backend, run by h. It starts held (the caller's first Run releases it),
-// with both directions marked readable: bytes buffered before the
-// takeover raise no edge.
-func NewConn(h Handler, client, backend *Sock) *Conn {
-	c := &Conn{h: h, cs: client, bs: backend}
+// connSocks is a Conn and its two sockets in one allocation of 256
+// bytes, exactly its size class: they live and die together, and a held
+// connection's objects left alone in spans that a burst of handshakes
+// filled with garbage keep those spans partly used long after it.
+type connSocks struct {
+	c      Conn
+	cs, bs Sock
+}
+
+// NewConn returns the runtime state of a connection over the
+// descriptors client and backend (taken over as NewSock takes one), run
+// by h; Sock returns the sockets it made. It starts held (the caller's
+// first Run releases it), with both directions marked readable: bytes
+// buffered before the takeover raise no edge.
+func NewConn(h Handler, client, backend int) *Conn {
+	a := &connSocks{}
+	a.cs.fd, a.bs.fd = int32(client), int32(backend)
+	c := &a.c
+	c.h, c.cs, c.bs = h, &a.cs, &a.bs
 	c.state.Store(runBusy)
 	c.c2bReady.Store(true)
 	c.b2cReady.Store(true)

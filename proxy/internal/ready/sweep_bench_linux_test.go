@@ -70,7 +70,7 @@ func boxRuntime(n int, start int64) (*Runtime, []*boxHandler, *schedule[*Conn]) 
 	for i := range hs {
 		h := &boxHandler{}
 		h.sess.Init(&boxConfig, start-iv+int64(i)*iv/int64(n))
-		h.c = NewConn(h, NewSock(-1), NewSock(-1))
+		h.c = NewConn(h, -1, -1)
 		p := rt.polls[i%len(rt.polls)]
 		h.c.p = p
 		h.c.id.Store(p.add(h.c))

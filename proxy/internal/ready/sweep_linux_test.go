@@ -121,16 +121,16 @@ func sweepRuntimeWith(t *testing.T, rt *Runtime) (*Runtime, *tickLog) {
 // as the proxy's register does; it returns the client's peer descriptor.
 func sweepConn(t *testing.T, rt *Runtime, h *sweepHandler) int {
 	t.Helper()
-	var peers [2]int
-	var socks [2]*Sock
-	for i := range socks {
+	var peers, own [2]int
+	for i := range own {
 		fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
-		socks[i], peers[i] = NewSock(fds[0]), fds[1]
+		own[i], peers[i] = fds[0], fds[1]
 	}
-	h.c = NewConn(h, socks[0], socks[1])
+	h.c = NewConn(h, own[0], own[1])
+	socks := [2]*Sock{h.c.Sock(Client), h.c.Sock(Backend)}
 	if err := rt.Add(h.c); err != nil {
 		t.Fatal(err)
 	}
