@@ -127,9 +127,10 @@
 // collection (runtime/debug.FreeOSMemory).
 //
 // Close order: a taken-over socket has exactly one descriptor, so closing
-// it also removes it from the epoll set, and events carry never-reused
-// connection ids, so an event for a reused descriptor number cannot reach
-// another connection.
+// it also removes it from the epoll set, and events carry connection ids
+// not reused for 2^32 registrations (a slot of the poller's table and the
+// registration's number), so an event for a reused descriptor number or
+// slot cannot reach another connection.
 //
 // TLS 1.3 record layer. crypto/tls never shrinks its record buffers, so
 // on the readiness splice edge owns the records of a TLS 1.3 WebSocket

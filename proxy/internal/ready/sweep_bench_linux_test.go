@@ -64,7 +64,7 @@ func boxRuntime(n int, start int64) (*Runtime, []*boxHandler, *schedule[*Conn]) 
 	// The tick's work, without its pauses (sweepSlice): a clock that
 	// stands still never ends a slice.
 	rt.clock = func() int64 { return start }
-	rt.polls = []*poller{{conns: map[uint64]*Conn{}}, {conns: map[uint64]*Conn{}}}
+	rt.polls = []*poller{{}, {}}
 	hs := make([]*boxHandler, n)
 	iv := int64(boxConfig.PingInterval)
 	for i := range hs {
@@ -89,7 +89,9 @@ func everyTick(rt *Runtime, buf []*Conn, now int64) []*Conn {
 	for _, p := range rt.polls {
 		p.mu.RLock()
 		for _, c := range p.conns {
-			buf = append(buf, c)
+			if c != nil {
+				buf = append(buf, c)
+			}
 		}
 		p.mu.RUnlock()
 	}
