@@ -73,12 +73,12 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		x.reject(w, http.StatusMisdirectedRequest, "sni_mismatch")
 		return
 	}
-	x.route = s.routes.Load().match(r.Host, r.URL.Path)
-	if x.route == nil {
+	rt := s.routes.Load().match(r.Host, r.URL.Path)
+	if rt == nil {
 		x.reject(w, http.StatusMisdirectedRequest, "no_route")
 		return
 	}
-	x.pool = x.route.pool
+	x.pool = rt.pool
 	if ws {
 		if e := checkUpgrade(r); e != nil {
 			x.status, x.reason = e.status, e.reason
@@ -115,8 +115,8 @@ func (x *exchange) admit(w http.ResponseWriter) bool {
 		}
 		return x.refuse(w, http.StatusServiceUnavailable, "client_max_conns", retryAfterBusy)
 	}
-	x.admitted = p.use
-	n, total := x.admitted.Add(1), s.inflight.Add(1)
+	x.admitted = true
+	n, total := p.use.Add(1), s.inflight.Add(1)
 	switch {
 	case p.maxConns > 0 && n > p.maxConns:
 		x.release()
@@ -137,10 +137,10 @@ func (x *exchange) admit(w http.ResponseWriter) bool {
 // rather than a closure: a long-lived WebSocket holds the exchange anyway,
 // and a closure with its sync.Once would be one more allocation each.
 func (x *exchange) release() {
-	if x.admitted == nil || !x.released.CompareAndSwap(false, true) {
+	if !x.admitted || !x.released.CompareAndSwap(false, true) {
 		return
 	}
-	x.admitted.Add(-1)
+	x.pool.use.Add(-1)
 	x.s.inflight.Add(-1)
 	x.pool.limiter.Done(x.id.client)
 }
@@ -226,6 +226,7 @@ func (s *Server) serveWebSocket(w http.ResponseWriter, x *exchange) {
 	head := s.switchingResponse(x, bc)
 	// The request is not needed any more: an idle connection should not pin it.
 	x.r = nil
+	x.detach()
 	c.start(head, clientBuffered, bc.buffered)
 }
 

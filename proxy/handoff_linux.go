@@ -506,7 +506,7 @@ func (c *wsConn) handoffState() *handoff.State {
 	sess, _ := c.sess.MarshalBinary()
 	st := &handoff.State{
 		Pool: c.pool.name, BackendID: c.be.ID(), BackendAddr: c.be.Addr(),
-		Method: x.method, Host: x.host, Path: x.path, RequestID: x.reqID, TLS: x.tls,
+		Method: x.method, Host: x.host, Path: x.path, RequestID: x.requestID(), TLS: x.tls,
 		Client: x.id.client, Peer: x.id.peer,
 		Start: x.start.UnixNano(), Upgrade: int64(x.upgrade),
 		In: c.in.Load(), Out: c.out.Load(), Last: c.sess.LastActivity(),
@@ -658,6 +658,7 @@ func (s *Server) adoptPrepare(m *handoff.Message, sh *adoptShared) (*readyState,
 	x := &exchange{s: s, lo: sh.listener(st.Listener), start: time.Unix(0, st.Start), pool: pool,
 		id: identity{peer: st.Peer, client: st.Client}, backend: st.BackendID, status: 101, ws: true,
 		method: st.Method, host: st.Host, path: st.Path, tls: st.TLS, reqID: st.RequestID, upgrade: time.Duration(st.Upgrade)}
+	x.detach()
 	c := &wsConn{s: s, x: x, be: be, pool: pool}
 	restart, err := c.resumeSession(st.Session)
 	if err != nil {
@@ -802,8 +803,8 @@ func (sh *adoptShared) standIn(s *Server, name string) *pool {
 func (s *Server) adoptStart(r *readyState, why CloseReason) {
 	c, x := r.c, r.c.x
 	c.be.Acquire()
-	x.admitted = c.pool.use
-	x.admitted.Add(1)
+	x.admitted = true
+	c.pool.use.Add(1)
 	s.inflight.Add(1)
 	c.pool.limiter.Hold(x.id.client)
 	s.obs.ConnOpened(x.routeName(), c.be.ID())

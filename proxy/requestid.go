@@ -51,3 +51,28 @@ func newRequestID() string {
 	rand.Read(b[:])
 	return hex.EncodeToString(b[:])
 }
+
+// requestID is the exchange's request id: reqID, or rid in hex once
+// packed.
+func (x *exchange) requestID() string {
+	if x.ridPacked {
+		return hex.EncodeToString(x.rid[:])
+	}
+	return x.reqID
+}
+
+// packRequestID keeps an id of 32 lower-case hex digits (edge's own, and
+// any other that renders back the same) as its 16 bytes, for a
+// connection held for long: the string is one more object for its
+// lifetime, while its two uses left (the access line, a hand-off's
+// record) can render it again.
+func (x *exchange) packRequestID() {
+	var b [16]byte
+	if x.ridPacked || len(x.reqID) != 2*len(b) {
+		return
+	}
+	if _, err := hex.Decode(b[:], []byte(x.reqID)); err != nil || hex.EncodeToString(b[:]) != x.reqID {
+		return
+	}
+	x.rid, x.reqID, x.ridPacked = b, "", true
+}

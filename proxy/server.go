@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -178,25 +179,29 @@ type exchange struct {
 	lo      *ListenerOptions
 	r       *http.Request
 	start   time.Time
-	route   *route
 	pool    *pool
 	id      identity
 	backend string
 	status  int
 	reason  string
 	in, out int64
-	// What admit took, given back by release.
-	admitted *atomic.Int64 // the pool's connection counter; nil until admitted
+	// What admit took (one of the pool's connections, counted in
+	// pool.use), given back by release. The four flags share a word.
 	released atomic.Bool
+	admitted bool
 	// ws: a WebSocket upgrade, else plain HTTP (the access line's kind);
 	// a bool in released's padding rather than a string keeps the
 	// exchange, which a held connection keeps, in the 352-byte size class.
 	ws bool
+	// ridPacked: the request id is rid (see packRequestID), reqID empty.
+	ridPacked bool
 	// Copied from r for the access log, so a long-lived connection can
-	// drop the request (and its header map) after the handshake.
+	// drop the request (and its header map) after the handshake; detach
+	// gives host and path an allocation of their own.
 	method, host, path string
 	tls                string // TLS version name; "" on a plain listener
-	reqID              string // X-Request-Id, a trusted proxy's or made up
+	reqID              string // X-Request-Id, a trusted proxy's or made up; see requestID
+	rid                [16]byte
 	clientReqID        string // an untrusted peer's X-Request-Id, logged apart
 	// WebSocket only: time from the request to the 101, and who closed
 	// first with which code (0: no close frame seen).
@@ -207,6 +212,25 @@ type exchange struct {
 	// the wire and inflated bytes of the client's compressed messages.
 	deflate          string
 	zWire, zInflated uint64
+}
+
+// detach readies the exchange of a WebSocket for a long hold: what the
+// access log keeps of the request is copied out of what net/http read.
+// The method and path are substrings of the request line and the host a
+// header value, two objects a held connection would keep for its
+// lifetime; one copy of the host and path, the method's constant and the
+// request id's bytes (packRequestID) keep none of them.
+func (x *exchange) detach() {
+	if x.method == http.MethodGet {
+		x.method = http.MethodGet
+	}
+	var b strings.Builder
+	b.Grow(len(x.host) + len(x.path))
+	b.WriteString(x.host)
+	b.WriteString(x.path)
+	hp := b.String()
+	x.host, x.path = hp[:len(x.host)], hp[len(x.host):]
+	x.packRequestID()
 }
 
 func (x *exchange) routeName() string {
@@ -234,7 +258,7 @@ func (x *exchange) logAccess() {
 	attrs := [22]slog.Attr{
 		slog.String("listener", x.lo.Name),
 		slog.String("kind", x.kind()),
-		slog.String("request_id", x.reqID),
+		slog.String("request_id", x.requestID()),
 		slog.String("client", client),
 		slog.String("tls", x.tls),
 		slog.String("method", x.method),
