@@ -26,15 +26,9 @@ func TestConnSize(t *testing.T) {
 // TestNewConnSockets checks that the sockets NewConn makes are over the
 // descriptors it was given, each on its side.
 func TestNewConnSockets(t *testing.T) {
-	var own, peer [2]int
-	for i := range own {
-		fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		own[i], peer[i] = fds[0], fds[1]
-		defer unix.Close(peer[i])
-	}
+	own, peer := socketPairs(t)
+	defer unix.Close(peer[0])
+	defer unix.Close(peer[1])
 	c := NewConn(nil, own[0], own[1])
 	for i, side := range []Side{Client, Backend} {
 		s := c.Sock(side)

@@ -121,14 +121,7 @@ func sweepRuntimeWith(t *testing.T, rt *Runtime) (*Runtime, *tickLog) {
 // as the proxy's register does; it returns the client's peer descriptor.
 func sweepConn(t *testing.T, rt *Runtime, h *sweepHandler) int {
 	t.Helper()
-	var peers, own [2]int
-	for i := range own {
-		fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		own[i], peers[i] = fds[0], fds[1]
-	}
+	own, peers := socketPairs(t)
 	h.c = NewConn(h, own[0], own[1])
 	socks := [2]*Sock{h.c.Sock(Client), h.c.Sock(Backend)}
 	if err := rt.Add(h.c); err != nil {
@@ -328,4 +321,19 @@ func TestSweepGivesWayInLongTick(t *testing.T) {
 			t.Fatalf("due connection %d was not visited in the long tick", i)
 		}
 	}
+}
+
+// socketPairs makes two non-blocking stream socket pairs, one for each
+// side of a Conn: own are the ends a Conn takes, peer the other ends,
+// which the caller closes.
+func socketPairs(t *testing.T) (own, peer [2]int) {
+	t.Helper()
+	for i := range own {
+		fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		own[i], peer[i] = fds[0], fds[1]
+	}
+	return own, peer
 }
