@@ -189,42 +189,48 @@ type Result struct {
 
 // Run holds one proxy's figures.
 type Run struct {
-	Proxy               string
-	Dir                 string
-	ConnectS            float64 // start of the generators to every connection up
-	ProxyCPUConnectS    float64 // proxies' CPU (user+system) over the connect
-	RSSBeforeKB         int64   // proxies, before any connection
-	RSSAtOnceKB         int64   // right after the last connection was up
-	RSSSettledKB        int64   // after -settle
-	KiBAtOnce           float64 // per connection
-	KiBSettled          float64
-	SockMemKiB          float64 // /proc/net/sockstat TCP mem, per connection, all sockets of the test
-	SlabKiB             float64 // /proc/meminfo Slab, per connection, all sockets of the test
-	HoldS               float64
-	HoldUserPct         float64 // proxies' user CPU over the hold, percent of one core
-	HoldSysPct          float64
-	ActiveP50Ms         float64
-	ActiveP99Ms         float64
-	ActiveMessages      uint64
-	UpAfterHold         int
-	EndedDuringHold     uint64
-	StormS              float64 // SIGKILL of every proxy to every connection back
-	StormProxyCPUS      float64
-	StormUserS          float64
-	StormSysS           float64
-	StormReconnects     uint64
-	StormDown           int     // fewest connections up during the storm
-	UpgradeS            float64 // first edge -upgrade to the last old process's exit
-	UpgradeP50Ms        float64
-	UpgradeP99Ms        float64
-	UpgradeExtraP99Ms   float64 // over the hold's p99
-	UpgradeEnded        uint64  // connections that ended during the upgrades (must be 0)
-	UpgradeMessages     uint64
-	UpAfterUpgrade      int
-	UpgradePerProcS     []float64
-	Procs               int
-	ConnsPerProc        []int
-	HostOtherPctConnect float64
+	Proxy            string
+	Dir              string
+	ConnectS         float64 // start of the generators to every connection up
+	ProxyCPUConnectS float64 // proxies' CPU (user+system) over the connect
+	RSSBeforeKB      int64   // proxies, before any connection
+	RSSAtOnceKB      int64   // right after the last connection was up
+	RSSSettledKB     int64   // after -settle
+	KiBAtOnce        float64 // per connection
+	KiBSettled       float64
+	// The same from the processes' own memory (RssAnon) and from their
+	// proportional set size (Pss): VmRSS counts the executable's pages,
+	// shared by every process, once per process (procfs.Mem).
+	MemBefore, MemAtOnce, MemSettled procfs.Mem
+	AnonKiBAtOnce, AnonKiBSettled    float64
+	PssKiBAtOnce, PssKiBSettled      float64
+	SockMemKiB                       float64 // /proc/net/sockstat TCP mem, per connection, all sockets of the test
+	SlabKiB                          float64 // /proc/meminfo Slab, per connection, all sockets of the test
+	HoldS                            float64
+	HoldUserPct                      float64 // proxies' user CPU over the hold, percent of one core
+	HoldSysPct                       float64
+	ActiveP50Ms                      float64
+	ActiveP99Ms                      float64
+	ActiveMessages                   uint64
+	UpAfterHold                      int
+	EndedDuringHold                  uint64
+	StormS                           float64 // SIGKILL of every proxy to every connection back
+	StormProxyCPUS                   float64
+	StormUserS                       float64
+	StormSysS                        float64
+	StormReconnects                  uint64
+	StormDown                        int     // fewest connections up during the storm
+	UpgradeS                         float64 // first edge -upgrade to the last old process's exit
+	UpgradeP50Ms                     float64
+	UpgradeP99Ms                     float64
+	UpgradeExtraP99Ms                float64 // over the hold's p99
+	UpgradeEnded                     uint64  // connections that ended during the upgrades (must be 0)
+	UpgradeMessages                  uint64
+	UpAfterUpgrade                   int
+	UpgradePerProcS                  []float64
+	Procs                            int
+	ConnsPerProc                     []int
+	HostOtherPctConnect              float64
 }
 
 type backendAddr struct{ ID, Addr string }
@@ -284,7 +290,8 @@ func runProxy(ctx context.Context, o options, log *slog.Logger, stamp, kind stri
 		return r, err
 	}
 	time.Sleep(2 * time.Second)
-	r.RSSBeforeKB = b.rss()
+	r.MemBefore = b.mem()
+	r.RSSBeforeKB = r.MemBefore.RSS
 	sock0, slab0 := kernelMem()
 
 	// Connect.
@@ -301,9 +308,12 @@ func runProxy(ctx context.Context, o options, log *slog.Logger, stamp, kind stri
 	u, s := b.cpu().sub(cpu0)
 	r.ProxyCPUConnectS = (u + s).Seconds()
 	r.HostOtherPctConnect = 100 * (hostBusy() - host0 - u - s).Seconds() / time.Since(t0).Seconds()
-	r.RSSAtOnceKB = b.rss()
+	r.MemAtOnce = b.mem()
+	r.RSSAtOnceKB = r.MemAtOnce.RSS
 	sock1, slab1 := kernelMem()
 	r.KiBAtOnce = float64(r.RSSAtOnceKB-r.RSSBeforeKB) / float64(o.conns)
+	r.AnonKiBAtOnce = float64(r.MemAtOnce.Anon-r.MemBefore.Anon) / float64(o.conns)
+	r.PssKiBAtOnce = float64(r.MemAtOnce.Pss-r.MemBefore.Pss) / float64(o.conns)
 	r.SockMemKiB = float64(sock1-sock0) / float64(o.conns)
 	r.SlabKiB = float64(slab1-slab0) / float64(o.conns)
 	b.log.Info("all up", "seconds", fmt.Sprintf("%.1f", r.ConnectS), "kib_per_conn", fmt.Sprintf("%.2f", r.KiBAtOnce))
@@ -313,8 +323,11 @@ func runProxy(ctx context.Context, o options, log *slog.Logger, stamp, kind stri
 	if !sleepCtx(ctx, o.settle) {
 		return r, context.Cause(ctx)
 	}
-	r.RSSSettledKB = b.rss()
+	r.MemSettled = b.mem()
+	r.RSSSettledKB = r.MemSettled.RSS
 	r.KiBSettled = float64(r.RSSSettledKB-r.RSSBeforeKB) / float64(o.conns)
+	r.AnonKiBSettled = float64(r.MemSettled.Anon-r.MemBefore.Anon) / float64(o.conns)
+	r.PssKiBSettled = float64(r.MemSettled.Pss-r.MemBefore.Pss) / float64(o.conns)
 	st0, err := b.stats(ctx) // resets the latency histograms
 	if err != nil {
 		return r, err
@@ -692,16 +705,20 @@ func (b *box) cpu() cpuTimes {
 	return c
 }
 
-func (b *box) rss() int64 {
-	var kb int64
+// mem sums the memory figures of the current proxy processes.
+func (b *box) mem() procfs.Mem {
+	var sum procfs.Mem
 	for _, pid := range b.pids {
 		for _, p := range procfs.Tree(pid) {
-			if v, err := procfs.ReadRSS(p); err == nil {
-				kb += v
+			if m, err := procfs.ReadMem(p); err == nil {
+				sum.RSS += m.RSS
+				sum.Anon += m.Anon
+				sum.File += m.File
+				sum.Pss += m.Pss
 			}
 		}
 	}
-	return kb
+	return sum
 }
 
 // connsPerProc counts each proxy process's established sockets on the
@@ -807,6 +824,12 @@ func render(res *Result) string {
 	row("RSS per connection, at once, KiB", func(r Run) string { return fmt.Sprintf("%.2f", r.KiBAtOnce) })
 	row("RSS of all proxy processes, settled, MiB", func(r Run) string { return fmt.Sprintf("%.0f", float64(r.RSSSettledKB)/1024) })
 	row("RSS per connection, settled, KiB", func(r Run) string { return fmt.Sprintf("%.2f", r.KiBSettled) })
+	row("own memory (RssAnon) per connection, at once / settled, KiB", func(r Run) string {
+		return fmt.Sprintf("%.2f / %.2f", r.AnonKiBAtOnce, r.AnonKiBSettled)
+	})
+	row("proportional set size (Pss) per connection, at once / settled, KiB", func(r Run) string {
+		return fmt.Sprintf("%.2f / %.2f", r.PssKiBAtOnce, r.PssKiBSettled)
+	})
 	row("kernel TCP memory per connection (sockstat, whole test), KiB", func(r Run) string { return fmt.Sprintf("%.2f", r.SockMemKiB) })
 	row("kernel slab per connection (meminfo, whole test), KiB", func(r Run) string { return fmt.Sprintf("%.2f", r.SlabKiB) })
 	row("proxy CPU while holding, user + system, % of one core", func(r Run) string {

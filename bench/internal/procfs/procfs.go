@@ -64,22 +64,91 @@ func ParseProcStat(b []byte) (ProcStat, error) {
 
 // ParseRSS returns VmRSS in KiB from the contents of /proc/PID/status.
 func ParseRSS(b []byte) (int64, error) {
+	v, err := kBField(b, "VmRSS:")
+	if err != nil {
+		return 0, fmt.Errorf("parse /proc status: %w", err)
+	}
+	return v, nil
+}
+
+// Mem is a process's memory in KiB: VmRSS and its two parts from
+// /proc/PID/status, and Pss from /proc/PID/smaps_rollup.
+//
+// VmRSS counts every page the process maps, the pages of its executable
+// too, which the page cache holds once however many processes map them:
+// summed over twelve processes of one binary it counts those pages twelve
+// times. RssAnon is the process's own memory (heap, stacks), RssFile the
+// mapped files. Pss (proc(5), "proportional set size") divides each page
+// among the processes that map it, so its sum over processes is the
+// memory they take together.
+type Mem struct {
+	RSS, Anon, File, Pss int64
+}
+
+// ParseStatusMem returns VmRSS, RssAnon and RssFile in KiB from the
+// contents of /proc/PID/status.
+func ParseStatusMem(b []byte) (Mem, error) {
+	var m Mem
+	fields := []struct {
+		name string
+		v    *int64
+	}{{"VmRSS:", &m.RSS}, {"RssAnon:", &m.Anon}, {"RssFile:", &m.File}}
+	for _, f := range fields {
+		v, err := kBField(b, f.name)
+		if err != nil {
+			return Mem{}, fmt.Errorf("parse /proc status: %w", err)
+		}
+		*f.v = v
+	}
+	return m, nil
+}
+
+// ParsePss returns Pss in KiB from the contents of /proc/PID/smaps_rollup.
+func ParsePss(b []byte) (int64, error) {
+	v, err := kBField(b, "Pss:")
+	if err != nil {
+		return 0, fmt.Errorf("parse /proc smaps_rollup: %w", err)
+	}
+	return v, nil
+}
+
+// kBField returns the value of the line "name N kB" in b.
+func kBField(b []byte, name string) (int64, error) {
 	for line := range strings.SplitSeq(string(b), "\n") {
-		v, ok := strings.CutPrefix(line, "VmRSS:")
+		v, ok := strings.CutPrefix(line, name)
 		if !ok {
 			continue
 		}
 		f := strings.Fields(v)
 		if len(f) != 2 || f[1] != "kB" {
-			return 0, fmt.Errorf("parse VmRSS %q: want \"N kB\"", line)
+			return 0, fmt.Errorf("%q: want \"%s N kB\"", line, name)
 		}
 		n, err := strconv.ParseInt(f[0], 10, 64)
 		if err != nil {
-			return 0, fmt.Errorf("parse VmRSS %q: %w", line, err)
+			return 0, fmt.Errorf("%q: %w", line, err)
 		}
 		return n, nil
 	}
-	return 0, fmt.Errorf("parse /proc status: no VmRSS line")
+	return 0, fmt.Errorf("no %s line", strings.TrimSuffix(name, ":"))
+}
+
+// ReadMem reads the memory figures of pid.
+func ReadMem(pid int) (Mem, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return Mem{}, fmt.Errorf("read status of pid %d: %w", pid, err)
+	}
+	m, err := ParseStatusMem(b)
+	if err != nil {
+		return Mem{}, fmt.Errorf("pid %d: %w", pid, err)
+	}
+	if b, err = os.ReadFile(fmt.Sprintf("/proc/%d/smaps_rollup", pid)); err != nil {
+		return Mem{}, fmt.Errorf("read smaps_rollup of pid %d: %w", pid, err)
+	}
+	if m.Pss, err = ParsePss(b); err != nil {
+		return Mem{}, fmt.Errorf("pid %d: %w", pid, err)
+	}
+	return m, nil
 }
 
 // CPUTimes is one line of /proc/stat for a core, in ticks.

@@ -60,6 +60,42 @@ func TestParseRSS(t *testing.T) {
 	}
 }
 
+func TestParseMem(t *testing.T) {
+	status := "Name:\tedge\nVmRSS:\t   45216 kB\nRssAnon:\t   28196 kB\nRssFile:\t   17020 kB\nRssShmem:\t 0 kB\n"
+	got, err := ParseStatusMem([]byte(status))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (Mem{RSS: 45216, Anon: 28196, File: 17020}); got != want {
+		t.Errorf("ParseStatusMem = %+v, want %+v", got, want)
+	}
+	for _, bad := range []string{"VmRSS: 1 kB\nRssAnon: 1 kB\n", "VmRSS: 1 kB\nRssAnon: 1 kB\nRssFile: 1 MB\n"} {
+		if _, err := ParseStatusMem([]byte(bad)); err == nil {
+			t.Errorf("ParseStatusMem(%q) succeeded, want an error", bad)
+		}
+	}
+	rollup := "00400000-7ffd rw-p 00000000 00:00 0  [rollup]\nRss:   45216 kB\nPss:   30001 kB\nPss_Anon: 28196 kB\n"
+	if pss, err := ParsePss([]byte(rollup)); err != nil || pss != 30001 {
+		t.Errorf("ParsePss = %d, %v, want 30001", pss, err)
+	}
+	if _, err := ParsePss([]byte("Rss: 1 kB\n")); err == nil {
+		t.Error("ParsePss without a Pss line succeeded, want an error")
+	}
+}
+
+// TestReadMemSelf: this process's figures are all read. They are not
+// compared: status and smaps_rollup are read apart, and the kernel batches
+// the counters behind status (proc(5): "inaccurate").
+func TestReadMemSelf(t *testing.T) {
+	m, err := ReadMem(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.RSS <= 0 || m.Anon <= 0 || m.File <= 0 || m.Pss <= 0 {
+		t.Errorf("ReadMem(self) = %+v: want every figure above 0", m)
+	}
+}
+
 func TestParseCPUStat(t *testing.T) {
 	in := `cpu  300 0 100 1000 10 0 5 0 0 0
 cpu0 200 0 50 400 5 0 5 0 0 0
