@@ -65,6 +65,10 @@ type Server struct {
 	// testHandoffStall, when set by a test, replaces Handoff's bound on
 	// waiting for the peer's next answer (handoffStall).
 	testHandoffStall time.Duration
+	// testRestAfter, when set by a test, replaces how long a record-layer
+	// client must be quiet before the sweeper drops its ciphers
+	// (restAfter), in nanoseconds. Atomic: the sweeper reads it.
+	testRestAfter atomic.Int64
 }
 
 // New returns a Server for the routes in opts.

@@ -108,7 +108,11 @@ func (r *recorder) ConnCloseCode(_ string, side CloseSide, code int) {
 }
 func (r *recorder) Upgraded(string, time.Duration) {}
 func (r *recorder) PingSent(string)                { r.mu.Lock(); r.pings++; r.mu.Unlock() }
-func (r *recorder) CloseSent(string, int)          {}
+
+// pingsSent is how many heartbeat pings edge sent so far.
+func (r *recorder) pingsSent() int { r.mu.Lock(); defer r.mu.Unlock(); return r.pings }
+
+func (r *recorder) CloseSent(string, int) {}
 func (r *recorder) Deflate(_, outcome string) {
 	r.mu.Lock()
 	r.deflate = append(r.deflate, outcome)

@@ -7,6 +7,8 @@ import (
 
 	"github.com/edgelb/edge/balance"
 	"github.com/edgelb/edge/internal/testkit"
+	"github.com/edgelb/edge/internal/wswire"
+	"github.com/gorilla/websocket"
 )
 
 // TestRestAfterEveryQuiet: the sweeper drops a quiet connection's
@@ -23,6 +25,34 @@ func TestRestAfterEveryQuiet(t *testing.T) {
 			t.Fatalf("echo %d after a rest: %q", i, got)
 		}
 	}
+}
+
+// TestHeartbeatRests: the runs of a held connection's heartbeat, edge's
+// ping written and the client's pong to it consumed, leave its ciphers
+// dropped themselves: the sweeper's rest here waits an hour. The client
+// is gorilla's, answering the pings from its read loop; a message after
+// the heartbeat still reaches the backend (the ciphers rebuilt).
+func TestHeartbeatRests(t *testing.T) {
+	e, backend := pongEdge(t, spliceReadiness, 50*time.Millisecond, nil, 1<<20)
+	e.srv.testRestAfter.Store(int64(time.Hour))
+	c, _ := e.dialWS(t, "/", nil)
+	defer c.Close()
+	go func() {
+		for {
+			if _, _, err := c.ReadMessage(); err != nil {
+				return
+			}
+		}
+	}()
+	testkit.WaitFor(t, "the record layer to take the connection", func() bool { return e.srv.recordConns() == 1 })
+	pinged := e.obs.pingsSent()
+	testkit.WaitFor(t, "a heartbeat to leave the connection resting", func() bool {
+		return e.obs.pingsSent() > pinged && e.srv.restedConns() == 1
+	})
+	if err := c.WriteMessage(websocket.TextMessage, []byte("after")); err != nil {
+		t.Fatal(err)
+	}
+	wantFrame(t, backend, wswire.OpText, "after")
 }
 
 // TestWriteTimeoutAfterRest: a connection that rested, so that nothing

@@ -276,6 +276,16 @@ func (c *Conn) Rest() {
 	}
 }
 
+// RestNow has the runner drop the client's record ciphers at the end of
+// the run it is in, as Rest would, but without a run of its own: for a
+// run that moved no data. A record read in part keeps them, since its
+// rest needs the read cipher. Runner only.
+func (c *Conn) RestNow() {
+	if c.rec != nil {
+		c.rec.restNow()
+	}
+}
+
 // Hot reports a client on edge's record layer whose ciphers may be built:
 // Rest would drop them.
 func (c *Conn) Hot() bool { return c.rec != nil && c.rec.hot.Load() }

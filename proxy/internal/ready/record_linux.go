@@ -216,6 +216,17 @@ func (r *RecordConn) afterRun() {
 	}
 }
 
+// restNow has afterRun drop the ciphers, unless a record is read in part.
+func (r *RecordConn) restNow() {
+	r.mu.Lock()
+	partial := r.tail != nil
+	r.mu.Unlock()
+	if !partial {
+		r.hot.Store(false)
+		r.rest.Store(true)
+	}
+}
+
 func (r *RecordConn) resting() bool { return !r.hot.Load() && !r.rest.Load() }
 
 // Healthy reports a record layer that can still move: no read error, no
