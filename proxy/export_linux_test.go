@@ -32,8 +32,8 @@ func (s *Server) recordConns() int {
 	return n
 }
 
-// restedConns counts the record-layer connections whose ciphers the
-// runner dropped after the sweeper found them quiet.
+// restedConns counts the record-layer connections whose ciphers are
+// dropped (the sweeper's rest, or a run that moved nothing: RestNow).
 func (s *Server) restedConns() int {
 	n := 0
 	s.reg.each(func(c *wsConn) {

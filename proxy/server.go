@@ -67,7 +67,8 @@ type Server struct {
 	testHandoffStall time.Duration
 	// testRestAfter, when set by a test, replaces how long a record-layer
 	// client must be quiet before the sweeper drops its ciphers
-	// (restAfter), in nanoseconds. Atomic: the sweeper reads it.
+	// (restAfter, Sweep; not restIfStill's), in nanoseconds. Atomic: the
+	// sweeper reads it.
 	testRestAfter atomic.Int64
 }
 

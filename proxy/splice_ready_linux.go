@@ -139,9 +139,10 @@ func (r *readyState) Step() {
 		r.lingerStep()
 	default:
 		r.moved = false
+		last := r.c.sess.LastActivity()
 		r.flushQueues()
 		r.pumps()
-		r.restIfStill()
+		r.restIfStill(last)
 	}
 	if r.rc.Closed() {
 		r.finishReady()
@@ -160,17 +161,19 @@ func (r *readyState) Panicked(v any) {
 }
 
 // restIfStill drops the client's record ciphers at the end of a run that
-// moved no data: nothing read from the backend or forwarded to it,
-// nothing flushed. On a held connection those are the runs of its
-// heartbeat, edge's ping written and the pong answering it consumed
-// (wsession/pong.go), which edge sends only to a client silent for a
-// whole ping interval. Left to the sweeper's rest (Sweep), the ciphers
-// of each would be kept for restAfter and dropped by a visit and a run of
-// their own: two of each per ping cycle, 6,700 runs a second at 100,000
-// connections pinged every 30 s. A data run that follows rebuilds them,
-// as after a rest; a record half read keeps them (ready.Conn.RestNow).
-func (r *readyState) restIfStill() {
-	if !r.moved && !r.rc.Closed() {
+// moved no data (nothing read from the backend or forwarded to it,
+// nothing flushed) on a connection quiet for restAfter before it (last:
+// its last activity when the run began). On a held connection those are
+// the runs of its heartbeat: edge's ping written, and the pong answering
+// it consumed (wsession/pong.go), which touches the connection, hence the
+// activity taken before the run. Left to the sweeper, the ping's run was
+// followed by a run of the rest's own, and the pong's ciphers were kept
+// restAfter for a visit and a run that dropped them: about 6,700 runs a
+// second at 100,000 connections pinged every 30 s. A connection the
+// backend streams to is never quiet, so its pings leave its ciphers
+// built; a record read in part keeps them too (ready.Conn.RestNow).
+func (r *readyState) restIfStill(last int64) {
+	if !r.moved && !r.rc.Closed() && time.Now().UnixNano()-last >= int64(restAfter) {
 		r.rc.RestNow()
 	}
 }

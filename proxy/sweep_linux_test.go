@@ -1,7 +1,10 @@
 package proxy
 
 import (
+	"bufio"
+	"fmt"
 	"io"
+	"net"
 	"testing"
 	"time"
 
@@ -30,29 +33,71 @@ func TestRestAfterEveryQuiet(t *testing.T) {
 // TestHeartbeatRests: the runs of a held connection's heartbeat, edge's
 // ping written and the client's pong to it consumed, leave its ciphers
 // dropped themselves: the sweeper's rest here waits an hour. The client
-// is gorilla's, answering the pings from its read loop; a message after
-// the heartbeat still reaches the backend (the ciphers rebuilt).
+// is gorilla's, answering the pings from its read loop, and is pinged
+// after 1.5 s of silence, longer than a run's rest asks for (restAfter).
+// A message after the heartbeat still reaches the backend, and the run
+// that carried it leaves the ciphers built.
 func TestHeartbeatRests(t *testing.T) {
-	e, backend := pongEdge(t, spliceReadiness, 50*time.Millisecond, nil, 1<<20)
+	e, backend := pongEdge(t, spliceReadiness, 1500*time.Millisecond, nil, 1<<20)
 	e.srv.testRestAfter.Store(int64(time.Hour))
 	c, _ := e.dialWS(t, "/", nil)
 	defer c.Close()
-	go func() {
-		for {
-			if _, _, err := c.ReadMessage(); err != nil {
+	go readAll(c)
+	testkit.WaitFor(t, "the record layer to take the connection", func() bool { return e.srv.recordConns() == 1 })
+	for i := range 2 {
+		if err := c.WriteMessage(websocket.TextMessage, []byte("data")); err != nil {
+			t.Fatal(err)
+		}
+		wantFrame(t, backend, wswire.OpText, "data")
+		testkit.WaitFor(t, "the message's run to leave the ciphers built", func() bool { return e.srv.restedConns() == 0 })
+		pinged := e.obs.pingsSent()
+		testkit.WaitFor(t, fmt.Sprintf("heartbeat %d to leave the connection resting", i), func() bool {
+			return e.obs.pingsSent() > pinged && e.srv.restedConns() == 1
+		})
+	}
+}
+
+// TestPushStreamKeepsCiphers: a client that never writes is pinged while
+// its backend streams to it; the stream's runs keep the connection from
+// being quiet, so the heartbeat's runs leave its ciphers built.
+func TestPushStreamKeepsCiphers(t *testing.T) {
+	addr := testkit.RawBackend(t, func(c net.Conn) {
+		br := bufio.NewReader(c)
+		_, resp := testkit.ReadUpgrade(t, br)
+		io.WriteString(c, resp)
+		// A push stream: a frame every 20 ms until the connection ends.
+		tick := time.NewTicker(20 * time.Millisecond)
+		defer tick.Stop()
+		for range tick.C {
+			if _, err := c.Write(serverFrame(wswire.OpText, true, []byte("tick"))); err != nil {
 				return
 			}
 		}
-	}()
-	testkit.WaitFor(t, "the record layer to take the connection", func() bool { return e.srv.recordConns() == 1 })
-	pinged := e.obs.pingsSent()
-	testkit.WaitFor(t, "a heartbeat to leave the connection resting", func() bool {
-		return e.obs.pingsSent() > pinged && e.srv.restedConns() == 1
 	})
-	if err := c.WriteMessage(websocket.TextMessage, []byte("after")); err != nil {
-		t.Fatal(err)
+	p := newPool(t, "raw", balance.LeastConn, map[string]string{"raw": addr})
+	p.PingInterval, p.PingTimeout, p.MaxFrameBytes = 100*time.Millisecond, time.Minute, 1<<20
+	e := startEdge(t, edgeConfig{splice: spliceReadiness, tls: true, opts: Options{Routes: []Route{{Default: true, Pool: p}}}})
+	e.srv.testRestAfter.Store(int64(time.Hour))
+	c, _ := e.dialWS(t, "/", nil)
+	defer c.Close()
+	go readAll(c)
+	testkit.WaitFor(t, "the record layer to take the connection", func() bool { return e.srv.recordConns() == 1 })
+	testkit.WaitFor(t, "three heartbeats", func() bool {
+		if n := e.srv.restedConns(); n != 0 {
+			t.Fatalf("the streamed-to connection rested after %d pings", e.obs.pingsSent())
+		}
+		return e.obs.pingsSent() >= 3
+	})
+}
+
+// readAll reads c until it fails, which answers the pings it reads
+// (gorilla's default ping handler).
+func readAll(c *websocket.Conn) {
+	for {
+		if _, _, err := c.ReadMessage(); err != nil {
+			return
+		}
 	}
-	wantFrame(t, backend, wswire.OpText, "after")
 }
 
 // TestWriteTimeoutAfterRest: a connection that rested, so that nothing

@@ -413,5 +413,9 @@ func (s *State) Idle() {
 	s.write.aead = nil
 }
 
+// Ciphers reports whether either direction holds its AEAD: false from
+// Idle until the next Open or Seal. Not concurrent with them.
+func (s *State) Ciphers() bool { return s.read.aead != nil || s.write.aead != nil }
+
 // bodyLen is the length field of the record header at the front of b.
 func bodyLen(b []byte) int { return int(b[3])<<8 | int(b[4]) }

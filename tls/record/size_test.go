@@ -75,3 +75,28 @@ func TestNoAllocations(t *testing.T) {
 		}
 	}
 }
+
+// TestCiphersAfterIdle: Ciphers follows the AEADs: none before the first
+// record, built by Seal and by Open, none again after Idle.
+func TestCiphersAfterIdle(t *testing.T) {
+	for _, suite := range suites {
+		s, cv := statePair(t, suite)
+		if s.Ciphers() {
+			t.Fatalf("suite %#04x: a new State holds ciphers", suite)
+		}
+		s.Seal(nil, []byte("out"))
+		if !s.Ciphers() {
+			t.Fatalf("suite %#04x: no ciphers after Seal", suite)
+		}
+		s.Idle()
+		if s.Ciphers() {
+			t.Fatalf("suite %#04x: ciphers after Idle", suite)
+		}
+		if _, _, err := s.Open(cv.Seal(nil, []byte("in"))); err != nil {
+			t.Fatal(err)
+		}
+		if !s.Ciphers() {
+			t.Fatalf("suite %#04x: no ciphers after Open", suite)
+		}
+	}
+}

@@ -278,8 +278,8 @@ func (c *Conn) Rest() {
 
 // RestNow has the runner drop the client's record ciphers at the end of
 // the run it is in, as Rest would, but without a run of its own: for a
-// run that moved no data. A record read in part keeps them, since its
-// rest needs the read cipher. Runner only.
+// run that moved no data. A record read in part keeps them: the rest of
+// it is on its way, and would rebuild them at once. Runner only.
 func (c *Conn) RestNow() {
 	if c.rec != nil {
 		c.rec.restNow()
@@ -291,5 +291,5 @@ func (c *Conn) RestNow() {
 func (c *Conn) Hot() bool { return c.rec != nil && c.rec.hot.Load() }
 
 // Resting reports whether a client on edge's record layer dropped its
-// ciphers: for tests.
+// ciphers and nothing rebuilt them: for tests.
 func (c *Conn) Resting() bool { return c.rec != nil && c.rec.resting() }

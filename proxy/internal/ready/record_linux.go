@@ -49,8 +49,8 @@ type RecordConn struct {
 	rerr error  // sticky read error (close_notify read: io.EOF)
 	shut bool   // close_notify sent
 
-	// hot while the record state may hold ciphers; rest asks the runner
-	// to drop them (Conn.Rest).
+	// hot while the record state may hold ciphers; rest asks the end of
+	// the run to drop them (Conn.Rest, Conn.RestNow).
 	hot, rest atomic.Bool
 }
 
@@ -207,7 +207,7 @@ func (r *RecordConn) SetReadDeadline(time.Time) error  { return nil }
 func (r *RecordConn) SetWriteDeadline(time.Time) error { return nil }
 
 // afterRun is the end of a run: the ciphers are dropped when the sweeper
-// asked for it, and are hot otherwise.
+// or the run asked for it (Rest, RestNow), and are hot otherwise.
 func (r *RecordConn) afterRun() {
 	if r.rest.Swap(false) {
 		r.idle()
@@ -227,7 +227,11 @@ func (r *RecordConn) restNow() {
 	}
 }
 
-func (r *RecordConn) resting() bool { return !r.hot.Load() && !r.rest.Load() }
+func (r *RecordConn) resting() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return !r.hot.Load() && !r.rest.Load() && !r.st.Ciphers()
+}
 
 // Healthy reports a record layer that can still move: no read error, no
 // close_notify sent. The caller holds it still (Frozen).
