@@ -251,10 +251,11 @@ func dialBackend(ctx context.Context, p *pool, b *balance.Backend) (*net.TCPConn
 	d := net.Dialer{
 		Timeout: p.dialTimeout,
 		// A backend host that vanishes without a reset leaves an idle
-		// WebSocket open forever unless probed. Go's defaults (15 s, 15 s,
-		// 9), except that the count is the kernel's (also 9 unless tuned):
-		// one setsockopt less per connection.
-		KeepAliveConfig: net.KeepAliveConfig{Enable: true, Idle: 15 * time.Second, Interval: 15 * time.Second, Count: -1},
+		// WebSocket open forever unless probed: after the pool's ping
+		// interval of silence, or Go's 15 s (keepalive.go), then every
+		// 15 s; the count is the kernel's (9 unless tuned), one
+		// setsockopt less per connection.
+		KeepAliveConfig: net.KeepAliveConfig{Enable: true, Idle: p.backendKeepAliveIdle(), Interval: defaultKeepAliveIdle, Count: -1},
 	}
 	c, err := d.DialContext(ctx, "tcp", b.Addr())
 	if err != nil {

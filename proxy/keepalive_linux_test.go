@@ -1,0 +1,92 @@
+package proxy
+
+import (
+	"bufio"
+	"io"
+	"net"
+	"os/exec"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/edgelb/edge/balance"
+	"github.com/edgelb/edge/internal/testkit"
+)
+
+// TestKeepAliveFollowsPings: ss, reading the kernel's timers, sees no
+// keep-alive on edge's client socket of a pool that pings its clients and
+// ends the silent ones, and edge's backend socket probed after the ping
+// interval (an hour here) instead of 15 s; a pool without pings keeps
+// both probing at 15 s.
+func TestKeepAliveFollowsPings(t *testing.T) {
+	if _, err := exec.LookPath("ss"); err != nil {
+		t.Fatal("ss (iproute2) is needed: scripts/test.sh installs it")
+	}
+	forEachPath(t, func(t *testing.T, sp splicePath) {
+		for _, pings := range []bool{true, false} {
+			addr := testkit.RawBackend(t, func(c net.Conn) {
+				br := bufio.NewReader(c)
+				_, resp := testkit.ReadUpgrade(t, br)
+				io.WriteString(c, resp)
+				io.Copy(io.Discard, br)
+			})
+			p := newPool(t, "raw", balance.LeastConn, map[string]string{"raw": addr})
+			if pings {
+				p.PingInterval, p.PingTimeout = time.Hour, 3*time.Hour
+			}
+			e := startEdge(t, edgeConfig{splice: sp, opts: Options{Routes: []Route{{Default: true, Pool: p}}}})
+			c, _ := rawUpgraded(t, e)
+			defer c.Close()
+			client := keepAliveTimer(t, "sport = :"+port(t, e.addr))
+			backend := keepAliveTimer(t, "dport = :"+port(t, addr))
+			if pings {
+				if client != "" {
+					t.Errorf("pinged client socket: keep-alive timer %q, want none", client)
+				}
+				if !strings.Contains(backend, "min") {
+					t.Errorf("backend socket of a pool pinging hourly: keep-alive due in %q, want minutes", backend)
+				}
+				continue
+			}
+			for side, due := range map[string]string{"client": client, "backend": backend} {
+				if !strings.HasSuffix(due, "sec") && !strings.HasSuffix(due, "ms") {
+					t.Errorf("%s socket without pings: keep-alive due in %q, want seconds (15 s)", side, due)
+				}
+			}
+		}
+	})
+}
+
+// keepAliveDue matches the keep-alive timer ss -o prints, with the time
+// until it fires.
+var keepAliveDue = regexp.MustCompile(`timer:\(keepalive,([0-9.]+[a-z]+),`)
+
+// keepAliveTimer returns when the keep-alive timer of the one established
+// socket ss selects by filter fires ("59min", "14sec"), "" when it has
+// none.
+func keepAliveTimer(t *testing.T, filter string) string {
+	t.Helper()
+	out, err := exec.Command("ss", "-tnoH", "state", "established", "( "+filter+" )").Output()
+	if err != nil {
+		t.Fatalf("ss %s: %v", filter, err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	if len(lines) != 1 || lines[0] == "" {
+		t.Fatalf("ss %s: want one socket, got %q", filter, out)
+	}
+	if m := keepAliveDue.FindStringSubmatch(lines[0]); m != nil {
+		return m[1]
+	}
+	return ""
+}
+
+// port is the port of a host:port address.
+func port(t *testing.T, addr string) string {
+	t.Helper()
+	_, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
