@@ -231,6 +231,10 @@ type Run struct {
 	Procs                            int
 	ConnsPerProc                     []int
 	HostOtherPctConnect              float64
+	// HoldHostPct is every core's busy time over the hold, proxies,
+	// generators, backends and what no process is charged for (timers'
+	// softirqs: TCP keep-alive probes, say), in percent of one core.
+	HoldHostPct float64
 }
 
 type backendAddr struct{ ID, Addr string }
@@ -333,6 +337,7 @@ func runProxy(ctx context.Context, o options, log *slog.Logger, stamp, kind stri
 		return r, err
 	}
 	cpu0 = b.cpu()
+	hostHold0 := hostBusy()
 	h0 := time.Now()
 	if !sleepCtx(ctx, o.hold) {
 		return r, context.Cause(ctx)
@@ -344,6 +349,7 @@ func runProxy(ctx context.Context, o options, log *slog.Logger, stamp, kind stri
 	u, s = b.cpu().sub(cpu0)
 	r.HoldS = time.Since(h0).Seconds()
 	r.HoldUserPct, r.HoldSysPct = 100*u.Seconds()/r.HoldS, 100*s.Seconds()/r.HoldS
+	r.HoldHostPct = 100 * (hostBusy() - hostHold0).Seconds() / r.HoldS
 	r.ActiveP50Ms, r.ActiveP99Ms = ms(st1.hist.Quantile(0.50)), ms(st1.hist.Quantile(0.99))
 	r.ActiveMessages = st1.messages - st0.messages
 	r.UpAfterHold = st1.up
@@ -852,6 +858,7 @@ func render(res *Result) string {
 	row("storm: reconnects / fewest up", func(r Run) string {
 		return orDash(r.StormS > 0, fmt.Sprintf("%d / %d", r.StormReconnects, r.StormDown))
 	})
+	row("host CPU while holding (every process and softirq), % of one core", func(r Run) string { return fmt.Sprintf("%.1f", r.HoldHostPct) })
 	row("other processes' CPU during the connect, % of one core", func(r Run) string { return fmt.Sprintf("%.0f", r.HostOtherPctConnect) })
 	if res.Error != "" {
 		fmt.Fprintf(&sb, "\nerror: %s\n", res.Error)
