@@ -89,7 +89,7 @@ func (c *wsConn) start(head, clientBuffered []byte, backendBuffered []byte) {
 	if c.x.deflate != deflateNone {
 		c.s.obs.Deflate(c.x.routeName(), c.x.deflate)
 	}
-	c.clientKeepAliveOff()
+	c.clientKeepAlive()
 	if c.startReady(head, clientBuffered, backendBuffered) {
 		return
 	}

@@ -253,8 +253,8 @@ func dialBackend(ctx context.Context, p *pool, b *balance.Backend) (*net.TCPConn
 		// A backend host that vanishes without a reset leaves an idle
 		// WebSocket open forever unless probed: after the pool's ping
 		// interval of silence, or Go's 15 s (keepalive.go), then every
-		// 15 s; the count is the kernel's (9 unless tuned), one
-		// setsockopt less per connection.
+		// 15 s while unanswered; the count is the kernel's (9 unless
+		// tuned), one setsockopt less per connection.
 		KeepAliveConfig: net.KeepAliveConfig{Enable: true, Idle: p.backendKeepAliveIdle(), Interval: defaultKeepAliveIdle, Count: -1},
 	}
 	c, err := d.DialContext(ctx, "tcp", b.Addr())
