@@ -44,6 +44,18 @@ func closeCodeOf(err error) int {
 	return 0
 }
 
+// sinkBackend is a raw backend that answers the upgrade, then reads and
+// drops whatever edge forwards until the connection ends.
+func sinkBackend(t *testing.T) string {
+	t.Helper()
+	return testkit.RawBackend(t, func(c net.Conn) {
+		br := bufio.NewReader(c)
+		_, resp := testkit.ReadUpgrade(t, br)
+		io.WriteString(c, resp)
+		io.Copy(io.Discard, br)
+	})
+}
+
 // rawUpgraded dials the edge without an HTTP client and completes the
 // upgrade; the reader then holds whatever follows the 101.
 func rawUpgraded(t *testing.T, e *edge) (net.Conn, *bufio.Reader) {

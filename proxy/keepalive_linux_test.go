@@ -1,8 +1,6 @@
 package proxy
 
 import (
-	"bufio"
-	"io"
 	"net"
 	"os/exec"
 	"regexp"
@@ -11,7 +9,6 @@ import (
 	"time"
 
 	"github.com/edgelb/edge/balance"
-	"github.com/edgelb/edge/internal/testkit"
 )
 
 // TestKeepAliveFollowsPings: ss, reading the kernel's timers, sees edge's
@@ -26,12 +23,7 @@ func TestKeepAliveFollowsPings(t *testing.T) {
 	}
 	forEachPath(t, func(t *testing.T, sp splicePath) {
 		for _, pings := range []bool{true, false} {
-			addr := testkit.RawBackend(t, func(c net.Conn) {
-				br := bufio.NewReader(c)
-				_, resp := testkit.ReadUpgrade(t, br)
-				io.WriteString(c, resp)
-				io.Copy(io.Discard, br)
-			})
+			addr := sinkBackend(t)
 			p := newPool(t, "raw", balance.LeastConn, map[string]string{"raw": addr})
 			if pings {
 				p.PingInterval, p.PingTimeout = time.Hour, 3*time.Hour

@@ -54,12 +54,7 @@ func TestKeyUpdateFloodRecordLayer(t *testing.T) {
 
 func keyUpdateFlood(t *testing.T, sp splicePath, cryptoTLS bool) {
 	{
-		addr := testkit.RawBackend(t, func(c net.Conn) {
-			br := bufio.NewReader(c)
-			_, resp := testkit.ReadUpgrade(t, br)
-			io.WriteString(c, resp)
-			io.Copy(io.Discard, br)
-		})
+		addr := sinkBackend(t)
 		p := newPool(t, "raw", balance.LeastConn, map[string]string{"raw": addr})
 		p.WriteTimeout = time.Minute // the stuck client is not reaped while measured
 		e := startEdge(t, edgeConfig{splice: sp, tls: true, cryptoTLS: cryptoTLS, opts: Options{Routes: []Route{{Default: true, Pool: p}}}, wrap: smallBuffers})
