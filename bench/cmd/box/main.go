@@ -265,25 +265,11 @@ type box struct {
 
 func runProxy(ctx context.Context, o options, log *slog.Logger, stamp, kind string) (Run, error) {
 	r := Run{Proxy: kind, Procs: o.procs}
-	dir, err := filepath.Abs(filepath.Join(o.outDir, "box-"+stamp, kind))
+	dir, err := runDir(o, stamp, kind)
 	if err != nil {
 		return r, err
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return r, fmt.Errorf("create %s: %w", dir, err)
 	}
 	r.Dir = dir
-	ip, err := netip.ParseAddr(o.ip)
-	if err != nil || !ip.Is4() || !ip.IsLoopback() {
-		return r, fmt.Errorf("-ip %q: want an IPv4 loopback address", o.ip)
-	}
-	certPEM, keyPEM, err := tlscert.Write(dir, ip)
-	if err != nil {
-		return r, err
-	}
-	if err := os.WriteFile(filepath.Join(dir, "cert-and-key.pem"), append(certPEM, keyPEM...), 0o600); err != nil {
-		return r, fmt.Errorf("write cert-and-key.pem: %w", err)
-	}
 	b := &box{o: o, log: log.With("proxy", kind), dir: dir, ps: proc.NewGroup(), kind: kind,
 		listen: net.JoinHostPort(o.ip, strconv.Itoa(o.port))}
 	defer b.stop()
@@ -294,19 +280,65 @@ func runProxy(ctx context.Context, o options, log *slog.Logger, stamp, kind stri
 		return r, err
 	}
 	time.Sleep(2 * time.Second)
+	if err := b.connect(ctx, &r); err != nil {
+		return r, err
+	}
+	st1, err := b.settleAndHold(ctx, &r)
+	if err != nil {
+		return r, err
+	}
+	if kind == "edge" && o.upgrade {
+		if err := b.upgradeAll(ctx, &r, st1); err != nil {
+			return r, err
+		}
+	}
+	if o.storm {
+		if err := b.stormOnce(ctx, &r); err != nil {
+			return r, err
+		}
+	}
+	return r, nil
+}
+
+// runDir makes the directory of one proxy's run, with the listeners'
+// certificate and key in it.
+func runDir(o options, stamp, kind string) (string, error) {
+	dir, err := filepath.Abs(filepath.Join(o.outDir, "box-"+stamp, kind))
+	if err != nil {
+		return "", err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", fmt.Errorf("create %s: %w", dir, err)
+	}
+	ip, err := netip.ParseAddr(o.ip)
+	if err != nil || !ip.Is4() || !ip.IsLoopback() {
+		return "", fmt.Errorf("-ip %q: want an IPv4 loopback address", o.ip)
+	}
+	certPEM, keyPEM, err := tlscert.Write(dir, ip)
+	if err != nil {
+		return "", err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "cert-and-key.pem"), append(certPEM, keyPEM...), 0o600); err != nil {
+		return "", fmt.Errorf("write cert-and-key.pem: %w", err)
+	}
+	return dir, nil
+}
+
+// connect starts the generators and waits for every connection: the
+// time, the proxies' CPU and memory before and once all are up.
+func (b *box) connect(ctx context.Context, r *Run) error {
+	o := b.o
 	r.MemBefore = b.mem()
 	r.RSSBeforeKB = r.MemBefore.RSS
 	sock0, slab0 := kernelMem()
-
-	// Connect.
 	cpu0 := b.cpu()
 	host0 := hostBusy()
 	t0 := time.Now()
 	if err := b.startGens(); err != nil {
-		return r, err
+		return err
 	}
 	if _, err := b.waitUp(ctx, t0, o.conns, nil); err != nil {
-		return r, err
+		return err
 	}
 	r.ConnectS = time.Since(t0).Seconds()
 	u, s := b.cpu().sub(cpu0)
@@ -322,10 +354,16 @@ func runProxy(ctx context.Context, o options, log *slog.Logger, stamp, kind stri
 	r.SlabKiB = float64(slab1-slab0) / float64(o.conns)
 	b.log.Info("all up", "seconds", fmt.Sprintf("%.1f", r.ConnectS), "kib_per_conn", fmt.Sprintf("%.2f", r.KiBAtOnce))
 	r.ConnsPerProc = b.connsPerProc()
+	return nil
+}
 
-	// Settle, then hold.
+// settleAndHold waits -settle, reads the settled memory, then holds the
+// connections for -hold: the proxies' and the host's CPU and the active
+// echoes' latency over it. It returns the generators' stats at its end.
+func (b *box) settleAndHold(ctx context.Context, r *Run) (genStats, error) {
+	o := b.o
 	if !sleepCtx(ctx, o.settle) {
-		return r, context.Cause(ctx)
+		return genStats{}, context.Cause(ctx)
 	}
 	r.MemSettled = b.mem()
 	r.RSSSettledKB = r.MemSettled.RSS
@@ -334,19 +372,19 @@ func runProxy(ctx context.Context, o options, log *slog.Logger, stamp, kind stri
 	r.PssKiBSettled = float64(r.MemSettled.Pss-r.MemBefore.Pss) / float64(o.conns)
 	st0, err := b.stats(ctx) // resets the latency histograms
 	if err != nil {
-		return r, err
+		return genStats{}, err
 	}
-	cpu0 = b.cpu()
+	cpu0 := b.cpu()
 	hostHold0 := hostBusy()
 	h0 := time.Now()
 	if !sleepCtx(ctx, o.hold) {
-		return r, context.Cause(ctx)
+		return genStats{}, context.Cause(ctx)
 	}
 	st1, err := b.stats(ctx)
 	if err != nil {
-		return r, err
+		return genStats{}, err
 	}
-	u, s = b.cpu().sub(cpu0)
+	u, s := b.cpu().sub(cpu0)
 	r.HoldS = time.Since(h0).Seconds()
 	r.HoldUserPct, r.HoldSysPct = 100*u.Seconds()/r.HoldS, 100*s.Seconds()/r.HoldS
 	r.HoldHostPct = 100 * (hostBusy() - hostHold0).Seconds() / r.HoldS
@@ -355,18 +393,7 @@ func runProxy(ctx context.Context, o options, log *slog.Logger, stamp, kind stri
 	r.UpAfterHold = st1.up
 	r.EndedDuringHold = st1.ended - st0.ended
 	b.log.Info("held", "cpu_pct", fmt.Sprintf("%.2f+%.2f", r.HoldUserPct, r.HoldSysPct), "p99_ms", r.ActiveP99Ms, "up", st1.up)
-
-	if kind == "edge" && o.upgrade {
-		if err := b.upgradeAll(ctx, &r, st1); err != nil {
-			return r, err
-		}
-	}
-	if o.storm {
-		if err := b.stormOnce(ctx, &r); err != nil {
-			return r, err
-		}
-	}
-	return r, nil
+	return st1, nil
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
