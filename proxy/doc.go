@@ -142,7 +142,8 @@
 // a borrowed one, and a quiet connection's ciphers are dropped by the
 // sweeper's rest, or at the end of a run that moved no data after a
 // quiet second (the heartbeat's: edge's ping, the pong to it), so an idle
-// connection keeps only its keys and sequence numbers. TLS 1.2 and the goroutine splice keep crypto/tls.
+// connection keeps only its keys and sequence numbers. TLS 1.2 and the
+// goroutine splice keep crypto/tls.
 //
 // Routes from the registry (Route.Declared) form a tier of their own: a
 // request is matched against the file's routes first, the declared ones

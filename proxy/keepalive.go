@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"crypto/tls"
 	"net"
 	"time"
 )
@@ -81,14 +80,7 @@ func (c *wsConn) clientKeepAlive() {
 	if idle == 0 {
 		return
 	}
-	conn := c.client
-	if tc, ok := conn.(*tls.Conn); ok {
-		conn = tc.NetConn()
-	}
-	if ec, ok := conn.(*edgeConn); ok {
-		conn = ec.Conn
-	}
-	if tc := tcpOf(conn); tc != nil {
+	if tc := tcpOf(c.client); tc != nil {
 		// Negative: the interval and count stay the listener's.
 		tc.SetKeepAliveConfig(net.KeepAliveConfig{Enable: true, Idle: idle, Interval: -1, Count: -1})
 	}

@@ -265,7 +265,9 @@ func edgeConnOf(c net.Conn) *edgeConn {
 	return nil
 }
 
-// tcpOf returns the TCP socket under an accepted conn.
+// tcpOf returns the TCP socket under an accepted conn, through TLS, the
+// accept cap's edgeConn and a PROXY header's reader; nil when there is
+// none (an edgeConn whose socket the readiness splice took over).
 func tcpOf(c net.Conn) *net.TCPConn {
 	switch v := c.(type) {
 	case *net.TCPConn:
@@ -273,6 +275,10 @@ func tcpOf(c net.Conn) *net.TCPConn {
 	case *proxyproto.Conn:
 		tc, _ := v.TCPConn()
 		return tc
+	case *tls.Conn:
+		return tcpOf(v.NetConn())
+	case *edgeConn:
+		return tcpOf(v.Conn)
 	}
 	return nil
 }

@@ -63,13 +63,7 @@ func ParseProcStat(b []byte) (ProcStat, error) {
 }
 
 // ParseRSS returns VmRSS in KiB from the contents of /proc/PID/status.
-func ParseRSS(b []byte) (int64, error) {
-	v, err := kBField(b, "VmRSS:")
-	if err != nil {
-		return 0, fmt.Errorf("parse /proc status: %w", err)
-	}
-	return v, nil
-}
+func ParseRSS(b []byte) (int64, error) { return kBField(b, "status", "VmRSS:") }
 
 // Mem is a process's memory in KiB: VmRSS and its two parts from
 // /proc/PID/status, and Pss from /proc/PID/smaps_rollup.
@@ -94,9 +88,9 @@ func ParseStatusMem(b []byte) (Mem, error) {
 		v    *int64
 	}{{"VmRSS:", &m.RSS}, {"RssAnon:", &m.Anon}, {"RssFile:", &m.File}}
 	for _, f := range fields {
-		v, err := kBField(b, f.name)
+		v, err := kBField(b, "status", f.name)
 		if err != nil {
-			return Mem{}, fmt.Errorf("parse /proc status: %w", err)
+			return Mem{}, err
 		}
 		*f.v = v
 	}
@@ -104,16 +98,11 @@ func ParseStatusMem(b []byte) (Mem, error) {
 }
 
 // ParsePss returns Pss in KiB from the contents of /proc/PID/smaps_rollup.
-func ParsePss(b []byte) (int64, error) {
-	v, err := kBField(b, "Pss:")
-	if err != nil {
-		return 0, fmt.Errorf("parse /proc smaps_rollup: %w", err)
-	}
-	return v, nil
-}
+func ParsePss(b []byte) (int64, error) { return kBField(b, "smaps_rollup", "Pss:") }
 
-// kBField returns the value of the line "name N kB" in b.
-func kBField(b []byte, name string) (int64, error) {
+// kBField returns the value of the line "name N kB" in b, the contents
+// of the /proc file named file.
+func kBField(b []byte, file, name string) (int64, error) {
 	for line := range strings.SplitSeq(string(b), "\n") {
 		v, ok := strings.CutPrefix(line, name)
 		if !ok {
@@ -121,15 +110,15 @@ func kBField(b []byte, name string) (int64, error) {
 		}
 		f := strings.Fields(v)
 		if len(f) != 2 || f[1] != "kB" {
-			return 0, fmt.Errorf("%q: want \"%s N kB\"", line, name)
+			return 0, fmt.Errorf("parse /proc %s %q: want \"%s N kB\"", file, line, name)
 		}
 		n, err := strconv.ParseInt(f[0], 10, 64)
 		if err != nil {
-			return 0, fmt.Errorf("%q: %w", line, err)
+			return 0, fmt.Errorf("parse /proc %s %q: %w", file, line, err)
 		}
 		return n, nil
 	}
-	return 0, fmt.Errorf("no %s line", strings.TrimSuffix(name, ":"))
+	return 0, fmt.Errorf("parse /proc %s: no %s line", file, strings.TrimSuffix(name, ":"))
 }
 
 // ReadMem reads the memory figures of pid.
