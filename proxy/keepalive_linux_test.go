@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/edgelb/edge/balance"
+	"github.com/edgelb/edge/internal/testkit"
 )
 
 // TestKeepAliveFollowsPings: ss, reading the kernel's timers, sees edge's
@@ -22,13 +23,15 @@ func TestKeepAliveFollowsPings(t *testing.T) {
 		t.Fatal("ss (iproute2) is needed: scripts/test.sh installs it")
 	}
 	forEachPath(t, func(t *testing.T, sp splicePath) {
-		for _, pings := range []bool{true, false} {
+		for i, pings := range []bool{true, false, true} {
+			// The last round over TLS: the client conn is a tls.Conn.
+			tlsOn := i == 2
 			addr := sinkBackend(t)
 			p := newPool(t, "raw", balance.LeastConn, map[string]string{"raw": addr})
 			if pings {
 				p.PingInterval, p.PingTimeout = time.Hour, 3*time.Hour
 			}
-			e := startEdge(t, edgeConfig{splice: sp, opts: Options{Routes: []Route{{Default: true, Pool: p}}}})
+			e := startEdge(t, edgeConfig{splice: sp, tls: tlsOn, opts: Options{Routes: []Route{{Default: true, Pool: p}}}})
 			c, _ := rawUpgraded(t, e)
 			defer c.Close()
 			client := keepAliveTimer(t, "sport = :"+port(t, e.addr))
@@ -53,18 +56,24 @@ var keepAliveDue = regexp.MustCompile(`timer:\(keepalive,([^,)]+),`)
 
 // keepAliveTimer returns when the keep-alive timer of the one established
 // socket ss selects by filter fires ("59min", "14sec"), "" when it has
-// none.
+// none. While bytes are unacknowledged (TLS's session tickets just sent)
+// ss shows the retransmission timer instead: it waits for that to end.
 func keepAliveTimer(t *testing.T, filter string) string {
 	t.Helper()
-	out, err := exec.Command("ss", "-tnoH", "state", "established", "( "+filter+" )").Output()
-	if err != nil {
-		t.Fatalf("ss %s: %v", filter, err)
-	}
-	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-	if len(lines) != 1 || lines[0] == "" {
-		t.Fatalf("ss %s: want one socket, got %q", filter, out)
-	}
-	if m := keepAliveDue.FindStringSubmatch(lines[0]); m != nil {
+	var line string
+	testkit.WaitFor(t, "no bytes in flight on "+filter, func() bool {
+		out, err := exec.Command("ss", "-tnoH", "state", "established", "( "+filter+" )").Output()
+		if err != nil {
+			t.Fatalf("ss %s: %v", filter, err)
+		}
+		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+		if len(lines) != 1 || lines[0] == "" {
+			t.Fatalf("ss %s: want one socket, got %q", filter, out)
+		}
+		line = lines[0]
+		return !strings.Contains(line, "timer:(on,")
+	})
+	if m := keepAliveDue.FindStringSubmatch(line); m != nil {
 		return m[1]
 	}
 	return ""
