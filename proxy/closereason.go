@@ -36,6 +36,12 @@ const (
 	// ReasonRateLimited: a client over its pool's message or byte rate:
 	// close 1008.
 	ReasonRateLimited = wsession.ReasonRateLimited
+	// ReasonProtocolError: a client frame that broke a rule of RFC 6455
+	// or RFC 7692: close 1002, the frame not forwarded.
+	ReasonProtocolError = wsession.ReasonProtocolError
+	// ReasonBackendProtocolError: a backend frame that broke one: close
+	// 1014 (bad gateway) to the client, the frame not forwarded.
+	ReasonBackendProtocolError = wsession.ReasonBackendProtocolError
 	ReasonError       = wsession.ReasonError // a socket error the splice could not attribute
 )
 
@@ -87,10 +93,12 @@ const (
 )
 
 // edgeCloseCodes are the close codes edge itself sends to
-// clients: drain, a compressed message that is no DEFLATE, a rate over
-// its limit, a frame or message over the limit, a missed ping, a
-// backend that left.
-var edgeCloseCodes = []int{CloseGoingAway, wsession.CloseInvalidData, wsession.ClosePolicy, CloseMessageTooBig, closePingTimeout, CloseServiceRestart}
+// clients: drain, a frame that broke a rule, a compressed message that
+// is no DEFLATE, a rate over its limit, a frame or message over the
+// limit, a missed ping, a backend that left, a backend frame that broke
+// a rule.
+var edgeCloseCodes = []int{CloseGoingAway, wsession.CloseProtocolError, wsession.CloseInvalidData, wsession.ClosePolicy,
+	CloseMessageTooBig, closePingTimeout, CloseServiceRestart, wsession.CloseBadGateway}
 
 // EdgeCloseCodes lists the close codes edge sends to clients itself.
 func EdgeCloseCodes() []int { return append([]int(nil), edgeCloseCodes...) }

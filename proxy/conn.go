@@ -67,6 +67,9 @@ type driver interface {
 func newWSConn(s *Server, x *exchange, client net.Conn, bc *backendConn) *wsConn {
 	c := &wsConn{s: s, x: x, client: client, backend: bc.conn, be: bc.backend, pool: x.pool}
 	c.sess.Init(&x.pool.ws, time.Now().UnixNano())
+	if bc.foreign {
+		c.sess.ForeignExtension()
+	}
 	if bc.deflate {
 		c.sess.DeflateOn()
 		x.deflate = deflatePassed
@@ -192,6 +195,7 @@ func (c *wsConn) finish() {
 		x.zWire, x.zInflated = w, z
 		x.deflate = deflateCounted
 	}
+	c.logFault()
 	// The access line goes first: whoever waits for ConnClosed then finds it.
 	x.logAccess()
 	if x.deflate == deflateCounted {
@@ -318,10 +322,32 @@ func (c *wsConn) head(head, backendBuffered []byte) ([]byte, int, bool) {
 	return append(head, backendBuffered[:n]...), n, tooBig
 }
 
+// logFault logs the rule of RFC 6455 or RFC 7692 a frame broke, when one
+// did (wsession/strict.go): a backend's as a warning (the operator's to
+// mend), a client's at debug level (any client can send one, and each
+// costs it its connection).
+func (c *wsConn) logFault() {
+	f, fromClient := c.sess.Fault()
+	switch {
+	case f == "":
+	case fromClient:
+		c.s.log.Debug("client frame broke the WebSocket framing rules; refused with close 1002",
+			"pool", c.pool.name, "client", c.x.id.client.String(), "rule", f)
+	default:
+		c.s.log.Warn("backend frame broke the WebSocket framing rules; refused, the client closed with 1014",
+			"pool", c.pool.name, "backend", c.be.ID(), "rule", f)
+	}
+}
+
 // backendTooBig logs a backend frame over MaxFrameBytes and returns the
 // error that ends the connection: nothing bounds a backend either
 // (base/base#2655), and there is no boundary left to send a close at.
+// Behind the 101 the frame may instead have broken a rule (Session.Head),
+// which logFault logs.
 func (c *wsConn) backendTooBig() error {
+	if f, _ := c.sess.Fault(); f != "" {
+		return errBackendFrameTooBig
+	}
 	c.s.log.Warn("backend frame over the limit; closing the connection",
 		"pool", c.pool.name, "backend", c.be.ID(), "max_frame_bytes", c.pool.ws.MaxFrameBytes)
 	return errBackendFrameTooBig

@@ -32,6 +32,7 @@ type backendConn struct {
 	backend   *balance.Backend
 	setCookie bool
 	deflate   bool // the 101 negotiated permessage-deflate
+	foreign   bool // and an extension edge does not know (wswire.Foreign)
 }
 
 // errHandshake marks a backend that answered something that is not a valid
@@ -559,8 +560,10 @@ func answerExtensions(bc *backendConn, p *pool, ext []string) error {
 	}
 	bc.deflate = on
 	if p.deflate == wswire.DeflatePass && p.deflateBits == 0 {
+		bc.foreign = wswire.Foreign(vals)
 		return nil // the backend's answer as it is
 	}
+	bc.foreign = wswire.Foreign([]string{ans})
 	if ans == "" {
 		delete(bc.resp.Header, "Sec-Websocket-Extensions")
 	} else {

@@ -17,7 +17,8 @@ var tlsFailureReasons = []string{"protocol_version", "no_shared_cipher", "bad_ce
 
 // frameRefusedReasons are the close reasons that refuse a frame or a message.
 var frameRefusedReasons = []proxy.CloseReason{proxy.ReasonFrameTooBig, proxy.ReasonMessageTooBig, proxy.ReasonBackendFrameTooBig,
-	proxy.ReasonMessageTooBigInflated, proxy.ReasonDeflateError, proxy.ReasonRateLimited}
+	proxy.ReasonMessageTooBigInflated, proxy.ReasonDeflateError, proxy.ReasonRateLimited, proxy.ReasonProtocolError,
+	proxy.ReasonBackendProtocolError}
 
 // wsMetrics are the WebSocket-native series: closes by side and code,
 // time to 101, closes edge sent, heartbeats, retries, refused frames and
@@ -114,7 +115,8 @@ func (w *wsMetrics) closedFor(pool, reason string) {
 	case proxy.ReasonPingTimeout:
 		w.pingTimeout.WithLabelValues(pool).Inc()
 	case proxy.ReasonFrameTooBig, proxy.ReasonMessageTooBig, proxy.ReasonBackendFrameTooBig,
-		proxy.ReasonMessageTooBigInflated, proxy.ReasonDeflateError, proxy.ReasonRateLimited:
+		proxy.ReasonMessageTooBigInflated, proxy.ReasonDeflateError, proxy.ReasonRateLimited, proxy.ReasonProtocolError,
+		proxy.ReasonBackendProtocolError:
 		w.refused.WithLabelValues(pool, reason).Inc()
 	}
 }

@@ -386,6 +386,23 @@ func offerStepOf(name string, mode DeflateMode, maxBits int, kept bool) offerSte
 	return offerDeflate
 }
 
+// Foreign reports whether the extensions answer vals names an extension
+// other than permessage-deflate, or cannot be read: its RSV bits mean
+// what that extension says (RFC 6455 §5.2, §9), which a proxy cannot
+// know.
+func Foreign(vals []string) bool {
+	es, err := ParseExtensions(vals)
+	if err != nil {
+		return true
+	}
+	for _, e := range es {
+		if e.Name != PerMessageDeflate {
+			return true
+		}
+	}
+	return false
+}
+
 func hasDeflate(es []Extension) bool {
 	for _, e := range es {
 		if e.Name == PerMessageDeflate {

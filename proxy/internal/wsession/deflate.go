@@ -36,10 +36,14 @@ func (c *zcount) frame(fin, rsv1 bool, opcode byte, control bool, mask []byte) {
 	}
 }
 
-// payload counts payload bytes p of the current frame; it returns how
-// many may go on and whether the message went over limit (or was no
-// DEFLATE, bad).
-func (c *zcount) payload(p []byte, limit uint64, ps *Inflaters) (keep int, over bool) {
+// payload counts payload bytes p of the current frame; last says that
+// they end it. It returns how many may go on and whether the message went
+// over limit (or was no DEFLATE, bad). The tail a receiver appends to a
+// message (RFC 7692 §7.2.2) inflates too: it is counted with the last
+// bytes of the final frame, and when it takes the message over (or the
+// message does not end where the next can start) the last byte stays
+// back, so no receiver ever holds the whole message.
+func (c *zcount) payload(p []byte, last bool, limit uint64, ps *Inflaters) (keep int, over bool) {
 	if !c.data || !c.comp || len(p) == 0 {
 		return len(p), false
 	}
@@ -58,22 +62,55 @@ func (c *zcount) payload(p []byte, limit uint64, ps *Inflaters) (keep int, over 
 		c.bad = true
 		return 0, true
 	}
+	if last && c.fin && c.tail(limit) {
+		return len(p) - 1, true
+	}
 	return len(p), false
 }
 
-// frameEnd ends the current frame; the message ends with a final one.
-// It reports a compressed message that ended where the next one cannot
-// start (inflater.finish): the connection must not go on.
-func (c *zcount) frameEnd(ps *Inflaters, limit uint64) (bad bool) {
-	if !c.data || !c.fin {
+// tail feeds the compressed message's tail (inflater.finish) and reports
+// whether the message cannot go on: over limit with it, or ended where
+// the next message cannot start (bad).
+func (c *zcount) tail(limit uint64) (stop bool) {
+	before := c.z.out
+	ok := c.z.finish(limit)
+	c.inflated += min(c.z.out, limit) - min(before, limit)
+	switch {
+	case c.z.out > limit:
+		return true
+	case !ok:
+		c.bad = true
+		return true
+	}
+	return false
+}
+
+// emptyEnd judges a final data frame without payload, with RSV1 rsv1 and
+// opcode, before it goes on: when it ends a compressed message, that
+// message's tail is counted now. It reports that the frame must not go
+// on (tail's stop).
+func (c *zcount) emptyEnd(rsv1 bool, opcode byte, limit uint64, ps *Inflaters) bool {
+	comp := c.comp
+	if opcode != 0 {
+		comp = c.on && rsv1
+	}
+	if !comp {
 		return false
 	}
-	c.comp = false
-	if c.z != nil && !c.z.finish(limit) {
-		c.bad = true
+	if c.z == nil {
+		c.z = ps.get()
 	}
+	return c.tail(limit)
+}
+
+// frameEnd ends the current frame; the message ends with a final one,
+// its tail already counted (payload, emptyEnd).
+func (c *zcount) frameEnd(ps *Inflaters) {
+	if !c.data || !c.fin {
+		return
+	}
+	c.comp = false
 	c.release(ps)
-	return c.bad
 }
 
 // inFlight reports a compressed message under way, whose inflater state

@@ -55,7 +55,7 @@ func TestFromClientCountsCompressedMessagesInflated(t *testing.T) {
 		{"within fragmented", small, true, false, 100},
 		{"bomb", bomb, true, true, 1 << 30},
 		{"bomb fragmented", bomb, true, true, 7},
-		{"bomb without deflate negotiated counts wire bytes", bomb, false, false, 1 << 30},
+		{"bomb without deflate negotiated: RSV1 refused", bomb, false, false, 1 << 30},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var s Session
@@ -72,6 +72,14 @@ func TestFromClientCountsCompressedMessagesInflated(t *testing.T) {
 				if c.N < len(p) {
 					break
 				}
+			}
+			if !tc.deflate {
+				// RSV1 without the extension is a protocol error (RFC
+				// 6455 §5.2): refused at its header, nothing of it sent.
+				if sent != 0 || s.Reason() != ReasonProtocolError || s.closeCode.Load() != CloseProtocolError {
+					t.Fatalf("RSV1 without deflate: %d bytes went on, reason %q, close %d", sent, s.Reason(), s.closeCode.Load())
+				}
+				return
 			}
 			if got := s.Reason() == ReasonMessageTooBigInflated; got != tc.over {
 				t.Fatalf("reason %q after %d of %d bytes, want over=%v", s.Reason(), sent, len(wire), tc.over)

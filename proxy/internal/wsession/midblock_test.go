@@ -61,6 +61,9 @@ func TestFromClientRefusesAMessageEndingInsideABlock(t *testing.T) {
 	s.DeflateOn()
 	f1, f2 := compressedFrame(m1), compressedFrame(m2)
 	c1 := s.FromClient(f1, 2)
+	if c1.N != len(f1)-1 {
+		t.Fatalf("a message that ends inside a DEFLATE block: %d of %d bytes went on, want all but its last", c1.N, len(f1))
+	}
 	c2 := s.FromClient(f2, 3)
 	if c2.N > 0 {
 		t.Fatalf("after a message that ends inside a DEFLATE block (%d of %d bytes forwarded), %d bytes of the next went on (reason %q)",
@@ -93,5 +96,40 @@ func TestFromClientKeepsFlushedMessagesWithContextTakeover(t *testing.T) {
 		if got := s.FromClient(f, int64(i+2)); got.N != len(f) {
 			t.Fatalf("message %d: %d of %d bytes forwarded, reason %q", i, got.N, len(f), s.Reason())
 		}
+	}
+}
+
+// TestFromClientCountsTheTailBeforeTheLastByte: the tail a receiver
+// appends (RFC 7692 §7.2.2) inflates too, and inside midblock-1's block
+// it is 258-byte matches. With the limit at what the message counts
+// without it, the tail takes it over: the last byte stays back, so no
+// backend ever inflates the whole message, and the client gets 1009.
+func TestFromClientCountsTheTailBeforeTheLastByte(t *testing.T) {
+	m1, _ := midblockMessages(t)
+	var z inflater
+	z.reset()
+	z.feed(m1, [4]byte{}, 0, 1<<30)
+	limit := z.out
+	if backend := inflateLikeABackend(t, m1); uint64(backend) <= limit {
+		t.Fatalf("the fixture inflates to %d at a backend, no more than the %d counted without the tail", backend, limit)
+	}
+	var s Session
+	s.Init(limitConfig(int64(limit)), 1)
+	s.DeflateOn()
+	f1 := compressedFrame(m1)
+	c := s.FromClient(f1, 2)
+	if c.N != len(f1)-1 || s.Reason() != ReasonMessageTooBigInflated || s.closeCode.Load() != CloseMessageTooBig {
+		t.Fatalf("%d of %d bytes went on, reason %q, close %d; want all but the last, 1009", c.N, len(f1), s.Reason(), s.closeCode.Load())
+	}
+	// The same message as a final empty frame after it: the empty frame,
+	// which would complete the message, stays back whole.
+	var e Session
+	e.Init(limitConfig(int64(limit)), 1)
+	e.DeflateOn()
+	first := compressedFrame(m1)
+	first[0] &^= 0x80 // not final
+	last := []byte{0x80, 0x80, 1, 2, 3, 4}
+	if c := e.FromClient(append(first, last...), 2); c.N != len(first) || e.Reason() != ReasonMessageTooBigInflated {
+		t.Fatalf("with an empty final frame: %d of %d went on, reason %q", c.N, len(first)+len(last), e.Reason())
 	}
 }

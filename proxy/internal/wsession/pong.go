@@ -17,7 +17,7 @@ import "github.com/edgelb/edge/internal/wswire"
 //     client pong that went on;
 //   - the pong is empty (a pong carries its ping's data, §5.5.3, and
 //     edge's is empty: a pong with data answers someone else's ping),
-//     masked (an unmasked client frame is the backend's to fail, §5.1),
+//     masked (an unmasked client frame is refused, §5.1, strict.go),
 //     final, and whole in the bytes at hand at a frame boundary. A pong
 //     whose header is split across reads goes on: part of it may already
 //     have gone, and the stream must never be cut mid-frame.
@@ -35,14 +35,19 @@ func isEmptyPong(p []byte) bool {
 	return len(p) >= len(emptyPong) && p[0] == emptyPong[0] && p[1] == emptyPong[1]
 }
 
-// pongCounting is the counting for client bytes: with the inflated count
-// z and the message starts, and dropPong when a pong now would answer
-// edge's ping and nobody else's. Client reader only.
-func (s *Session) pongCounting(z *zcount, starts *int) counting {
+// pongCounting is the counting for client bytes: masked frames, with
+// the inflated count when it is on, frames counted, and dropPong when a
+// pong now would answer edge's ping and nobody else's. Client reader
+// only.
+func (s *Session) pongCounting() counting {
 	f := s.fw
+	var z *zcount
+	if f.z.on {
+		z = &f.z
+	}
 	seen := f.backendPings.Load()
-	drop := !f.pongBlind && f.edgePing.Load() && seen == f.pongedAt
-	return counting{z: z, limit: f.c2b.msgLimit, ps: s.cfg.Inflate, starts: starts, seen: seen, dropPong: drop, dropAt: -1}
+	drop := s.cfg.PingInterval > 0 && f.edgePing.Load() && seen == f.pongedAt
+	return counting{client: true, z: z, limit: f.c2b.msgLimit, ps: s.cfg.Inflate, budget: -1, seen: seen, dropPong: drop, dropAt: -1}
 }
 
 // notePongs records the client pongs that went by in k: a consumed one
@@ -75,22 +80,4 @@ func dropped(c Client, k *counting, n int) Client {
 	}
 	c.N, c.Drop = k.dropAt, n-k.dropAt
 	return c
-}
-
-// pongsOnly is FromClient for a session that follows no client limit but
-// pings: the client's frames are followed only to find the pongs that
-// answer edge's pings. Nothing else changes: a stream whose framing is
-// lost goes on untouched (the backend judges it), pongs and all.
-func (s *Session) pongsOnly(p []byte) Client {
-	f := s.fw
-	if s.cfg.PingInterval <= 0 || f.pongBlind || f.c2b.broken {
-		return Client{N: len(p)}
-	}
-	k := s.pongCounting(nil, nil)
-	n := f.c2b.feedWith(p, false, &k)
-	s.notePongs(&k)
-	if f.c2b.broken {
-		return Client{N: len(p)}
-	}
-	return dropped(Client{N: n}, &k, n)
 }

@@ -11,8 +11,12 @@ import (
 // second and bytes per second, each a token bucket, with the action taken
 // when one is empty.
 type Rate struct {
-	Messages     float64 // messages per second (a data frame that starts a message); 0: none
-	MessageBurst float64 // bucket size in messages; <= 0: one second's worth (at least 1)
+	// Messages is frames per second, every frame counted: a message in
+	// one frame is one, a fragment, a continuation (empty or not) and a
+	// control frame are one each (RFC 6455 §5.4, §5.5), so a message cut
+	// into 20,000 fragments costs 20,000. 0: none.
+	Messages     float64
+	MessageBurst float64 // bucket size in frames; <= 0: one second's worth (at least 1)
 	Bytes        float64 // bytes per second, every byte read from the client; 0: none
 	ByteBurst    float64 // bucket size in bytes; <= 0: one second's worth
 	// Slow stops reading the client until the bucket refills (pushing
@@ -60,25 +64,68 @@ var rateLimitedClose = append([]byte{0x80 | wswire.OpClose, 2 + byte(len(rateRea
 
 const rateReason = "rate limited"
 
-// charge takes the starts messages and len(p) bytes the client sent at
-// now from its buckets. Over a bucket, the client gets a close 1008 and
-// nothing of p goes on (the backend gets a masked close 1001 when its
-// stream was between two frames, boundary); under Rate.Slow p goes on
-// and Pause says when to read again.
-func (s *Session) charge(p []byte, starts int, boundary bool, now int64) Client {
+// budget bounds what FromClient may let through at now when the rate
+// closes (not Rate.Slow): the frames the message bucket holds (k.budget)
+// and the bytes the byte bucket holds (p cut to them, cut). Whatever the
+// reads' batching, everything up to the crossing goes on and nothing
+// after it: the frame that finds the bucket empty stays back whole, and
+// a byte budget ends where it ends. Under Rate.Slow nothing is bounded:
+// everything read goes on and the reads pause (charge).
+func (s *Session) budget(p []byte, k *counting, now int64) (q []byte, cut bool) {
 	r, f := &s.cfg.Rate, s.fw
-	okM, resumeM := charge(&f.rate.msgs, now, float64(starts), r.Messages, r.MessageBurst, r.Slow)
-	okB, resumeB := charge(&f.rate.bytes, now, float64(len(p)), r.Bytes, r.ByteBurst, r.Slow)
-	if okM && okB {
-		c := Client{N: len(p)}
-		if at := max(resumeM, resumeB); at > now {
-			c.Pause = at
-		}
-		return c
+	if !r.On() || r.Slow {
+		return p, false
 	}
+	if r.Messages > 0 {
+		k.budget = int(min(room(&f.rate.msgs, now, r.Messages, r.MessageBurst), int64(len(p))))
+	}
+	if r.Bytes > 0 {
+		if b := room(&f.rate.bytes, now, r.Bytes, r.ByteBurst); b < int64(len(p)) {
+			return p[:b], true
+		}
+	}
+	return p, false
+}
+
+// room is how many whole units a bucket of rate per second and burst
+// units holds at now.
+func room(tat *atomic.Int64, now int64, rate, burst float64) int64 {
+	if burst <= 0 {
+		burst = max(rate, 1)
+	}
+	per := 1e9 / rate
+	tau := math.Min(burst*per, math.MaxInt64/4)
+	r := (tau - float64(max(tat.Load(), now)-now)) / per
+	if r < 0 {
+		return 0
+	}
+	return int64(math.Min(math.Floor(r+1e-9), math.MaxInt32))
+}
+
+// charge takes the frames and n bytes the client sent at now from its
+// buckets (within what budget allowed, or under Rate.Slow whatever they
+// were) and says when to read again.
+func (s *Session) charge(n, frames int, now int64) Client {
+	r, f := &s.cfg.Rate, s.fw
+	_, resumeM := charge(&f.rate.msgs, now, float64(max(frames, 0)), r.Messages, r.MessageBurst, true)
+	_, resumeB := charge(&f.rate.bytes, now, float64(n), r.Bytes, r.ByteBurst, true)
+	c := Client{N: n}
+	if at := max(resumeM, resumeB); r.Slow && at > now {
+		c.Pause = at
+	}
+	return c
+}
+
+// rateClose charges the frames and n bytes that go on before the
+// crossing and ends the client's half: a close 1008 to the client, and
+// a masked close 1001 to the backend when its stream is between two
+// frames (boundary).
+func (s *Session) rateClose(n, frames int, boundary bool, now int64) Client {
+	s.charge(n, frames, now)
+	f := s.fw
 	f.tooBig = true
 	f.endAfterClose.Store(true)
-	return Client{CloseBackend: boundary, Wake: s.Request(ClosePolicy, ReasonRateLimited)}
+	return Client{N: n, CloseBackend: boundary, Wake: s.Request(ClosePolicy, ReasonRateLimited)}
 }
 
 // ReadableAt is when a client paused for its rate may be read again, in

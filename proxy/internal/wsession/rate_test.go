@@ -86,3 +86,64 @@ func TestRateCountsControlFrames(t *testing.T) {
 	}
 	t.Fatal("50 pings at once passed a rate of 10 messages a second with a burst of 5")
 }
+
+// TestRateCrossingWhateverTheBatching: a burst of 200 and 1,500 messages
+// sent at once: the first 200 go on and nothing after them, whether the
+// messages come in one read or one at a time.
+func TestRateCrossingWhateverTheBatching(t *testing.T) {
+	one := msg(3)
+	var all []byte
+	for range 1500 {
+		all = append(all, one...)
+	}
+	for _, read := range []int{len(all), len(one), 1000, 7} {
+		var s Session
+		s.Init(&Config{Rate: Rate{Messages: 100, MessageBurst: 200}}, 0)
+		sent := 0
+		for off := 0; off < len(all) && !s.Requested(); {
+			c := s.FromClient(all[off:min(len(all), off+read)], 0)
+			sent += c.N
+			off += c.N
+			if c.N == 0 && !s.Requested() {
+				t.Fatalf("read of %d: stuck at %d", read, off)
+			}
+		}
+		if sent != 200*len(one) || s.Reason() != ReasonRateLimited {
+			t.Fatalf("reads of %d bytes: %d messages went on (%d bytes), reason %q; want 200", read, sent/len(one), sent, s.Reason())
+		}
+	}
+}
+
+// TestRateCountsEveryFrame: fragments, empty continuations and control
+// frames each cost one; a message of 20 one-byte fragments under a rate
+// of 5 stops after the fifth frame.
+func TestRateCountsEveryFrame(t *testing.T) {
+	var stream []byte
+	stream = append(stream, testkit.MaskedFrame(wswire.OpText, []byte("a"))...)
+	stream[0] &^= 0x80 // not final
+	for range 19 {
+		f := testkit.MaskedFrame(wswire.OpContinuation, nil)
+		f[0] &^= 0x80
+		stream = append(stream, f...)
+	}
+	var s Session
+	s.Init(&Config{Rate: Rate{Messages: 5}}, 0)
+	c := s.FromClient(stream, 0)
+	first := len(testkit.MaskedFrame(wswire.OpText, []byte("a")))
+	if want := first + 4*len(testkit.MaskedFrame(wswire.OpContinuation, nil)); c.N != want || s.Reason() != ReasonRateLimited {
+		t.Fatalf("%d bytes went on, reason %q; want %d (five frames) and rate_limited", c.N, s.Reason(), want)
+	}
+}
+
+// TestByteRateCrossing: a byte rate lets through exactly its burst, at
+// any batching, then closes.
+func TestByteRateCrossing(t *testing.T) {
+	p := msg(1000 - 8)
+	var s Session
+	s.Init(&Config{Rate: Rate{Bytes: 1500, ByteBurst: 1500}}, 0)
+	c1 := s.FromClient(p, 0)
+	c2 := s.FromClient(p, 0)
+	if c1.N != 1000 || c2.N != 500 || c2.CloseBackend || s.Reason() != ReasonRateLimited {
+		t.Fatalf("went on %d then %d (close to backend %v), reason %q; want 1000, 500 and the close", c1.N, c2.N, c2.CloseBackend, s.Reason())
+	}
+}

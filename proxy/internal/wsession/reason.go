@@ -28,6 +28,12 @@ const (
 	ReasonDeflateError Reason = "deflate_error"
 	// ReasonRateLimited: a client over its message or byte rate: close 1008.
 	ReasonRateLimited Reason = "rate_limited"
+	// ReasonProtocolError: a client frame that broke a rule of RFC 6455
+	// or RFC 7692 (strict.go): close 1002, the frame not forwarded.
+	ReasonProtocolError Reason = "protocol_error"
+	// ReasonBackendProtocolError: a backend frame that broke one: close
+	// 1014 (bad gateway) to the client, the frame not forwarded.
+	ReasonBackendProtocolError Reason = "backend_protocol_error"
 	ReasonError       Reason = "error" // a socket error the splice could not attribute
 )
 
@@ -41,7 +47,7 @@ func Reasons() []Reason {
 		ReasonClientClosed, ReasonBackendClosed, ReasonIdleTimeout, ReasonWriteTimeout, ReasonFinTimeout,
 		ReasonPingTimeout, ReasonFrameTooBig, ReasonMessageTooBig,
 		ReasonBackendFrameTooBig, ReasonMessageTooBigInflated, ReasonDeflateError, ReasonRateLimited,
-		ReasonError,
+		ReasonProtocolError, ReasonBackendProtocolError, ReasonError,
 	}
 }
 
@@ -99,11 +105,12 @@ func (r Reason) Side() Side {
 // IANA registry).
 const (
 	CloseGoingAway      = 1001 // drain
-	CloseProtocolError  = 1002 // a one-byte close body
+	CloseProtocolError  = 1002 // a client frame that broke a rule of RFC 6455 or RFC 7692
 	CloseNoStatus       = 1005 // a close frame without a status code (§7.1.5)
 	CloseInvalidData    = 1007 // a compressed message that is no DEFLATE stream
 	ClosePolicy         = 1008 // a client over its message or byte rate
 	CloseMessageTooBig  = 1009 // a client frame or message over the limit
 	ClosePingTimeout    = 1011 // a missed ping timeout, as python-websockets does
 	CloseServiceRestart = 1012 // a backend that left its pool
+	CloseBadGateway     = 1014 // a backend frame that broke a rule of RFC 6455 or RFC 7692
 )

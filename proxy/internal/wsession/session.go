@@ -238,19 +238,25 @@ const (
 )
 
 // Head consumes backend bytes that came behind the 101 and returns how
-// many go out with it; tooBig: a frame over the limit follows them.
-func (s *Session) Head(p []byte) (n int, tooBig bool) {
-	c := counting{}
+// many go out with it; stop: a frame over the limit, or one that broke a
+// rule of strict.go, follows them, and the connection ends.
+func (s *Session) Head(p []byte) (n int, stop bool) {
+	c := counting{frames: -1, budget: -1}
 	n = s.b2c.feedWith(p, false, &c)
 	s.noteBackendPings(c.pings)
 	s.noteBackendClose()
-	return n, s.b2c.tooBig
+	if s.b2c.bad {
+		s.SetReason(ReasonBackendProtocolError)
+	}
+	return n, s.b2c.stopped()
 }
 
 // FromBackend consumes a prefix of the backend bytes p and says what to
 // do with its first n bytes. It stops at the first frame boundary when a
 // control frame may be due there; the driver then asks BackendControl and
-// feeds the rest.
+// feeds the rest. At a frame that broke a rule of strict.go it stops
+// before the frame and asks for a close 1014 (bad gateway) to the
+// client, which BackendControl then gives, ending the connection.
 func (s *Session) FromBackend(p []byte) (n int, v Verdict) {
 	if s.closeSent {
 		// After a close frame to the client nothing more goes to it; the
@@ -258,12 +264,15 @@ func (s *Session) FromBackend(p []byte) (n int, v Verdict) {
 		return len(p), Drop
 	}
 	stop := s.Requested() || s.fw != nil && s.fw.pingWanted.Load()
-	c := counting{}
+	c := counting{frames: -1, budget: -1}
 	n = s.b2c.feedWith(p, stop, &c)
 	s.noteBackendPings(c.pings)
 	s.noteBackendClose()
-	if s.b2c.tooBig {
+	switch {
+	case s.b2c.tooBig:
 		return n, TooBig
+	case s.b2c.bad:
+		s.Request(CloseBadGateway, ReasonBackendProtocolError)
 	}
 	return n, Forward
 }
@@ -272,6 +281,16 @@ func (s *Session) noteBackendClose() {
 	if code, ok := s.b2c.newClose(); ok {
 		s.NoteClose(SideBackend, code)
 	}
+}
+
+// Fault names the rule of strict.go a frame broke, the client's
+// (fromClient) or the backend's; "" when none did. For the log line of
+// the connection's end.
+func (s *Session) Fault() (fault string, fromClient bool) {
+	if f := s.fw; f != nil && f.c2b.bad {
+		return f.c2b.fault.String(), true
+	}
+	return s.b2c.fault.String(), false
 }
 
 // Control is a control frame to write to the client now, and what follows.
@@ -323,7 +342,7 @@ func (s *Session) closeControl(code int) Control {
 		// through whole; do not send a second close.
 		s.closeSent = true
 		s.closeOut.Store(true)
-	case t.closeSeen:
+	case t.closeSeen && !t.bad:
 		// The backend's close frame is still passing through: let it
 		// finish before anything else is decided.
 		return c
@@ -336,9 +355,10 @@ func (s *Session) closeControl(code int) Control {
 	default:
 		return c
 	}
-	if s.fw != nil && s.fw.endAfterClose.Load() {
-		// A client frame was over the limit and the client has (or is
-		// getting) its close: nothing more is exchanged.
+	if s.b2c.bad || s.fw != nil && s.fw.endAfterClose.Load() {
+		// A backend frame broke a rule, or a client frame was over the
+		// limit or broke one, and the client has (or is getting) its
+		// close: nothing more is exchanged.
 		c.End, c.Flush = true, true
 	}
 	return c
@@ -405,51 +425,55 @@ type Client struct {
 // FromClient consumes the client bytes p read at now. At the header of a
 // frame over MaxFrameBytes, or of the frame that takes a message over
 // MaxMessageBytes, it requests a close 1009 (message too big, RFC 6455
-// §7.4.1) to the client, ends the backend's stream with a masked close
-// 1001 when that falls between two frames, and forwards nothing more: the
-// payload is never buffered, and the connection ends once the client's
-// close is out. A client stream whose framing is lost is treated the same
-// way: its frames can no longer be measured.
+// §7.4.1) to the client; at a frame that broke a rule of strict.go, a
+// close 1002 (protocol error); over the rate, a close 1008 (rate.go). In
+// each case the frame's bytes stay back, the backend's stream ends with a
+// masked close 1001 when that falls between two frames, and nothing more
+// goes on: the payload is never buffered, and the connection ends once
+// the client's close is out.
 func (s *Session) FromClient(p []byte, now int64) Client {
 	f := s.fw
 	if f == nil {
 		return Client{N: len(p)}
 	}
 	f.lastClient.Store(now)
-	if !s.cfg.tracksClient() {
-		return s.pongsOnly(p)
+	if f.pongBlind {
+		// Restored without the client's boundaries: nothing to follow.
+		return Client{N: len(p)}
 	}
 	if f.tooBig {
 		return Client{}
 	}
-	var z *zcount
-	if f.z.on {
-		z = &f.z
-	}
-	boundary := f.c2b.atBoundary()
-	starts := 0
-	k := s.pongCounting(z, &starts)
-	n := f.c2b.feedWith(p, false, &k)
+	k := s.pongCounting()
+	q, cut := s.budget(p, &k, now)
+	n := f.c2b.feedWith(q, false, &k)
 	s.notePongs(&k)
 	if code, ok := f.c2b.newClose(); ok {
 		s.NoteClose(SideClient, code)
 	}
-	var c Client
 	switch {
-	case f.c2b.tooBig:
-		c.N, c.CloseBackend = n, !f.c2b.split
-	case f.c2b.broken:
-	default:
-		if r := &s.cfg.Rate; r.On() {
-			// The pong edge consumes is still charged: a client frame.
-			return dropped(s.charge(p[:n], starts, boundary, now), &k, n)
-		}
-		return dropped(Client{N: n}, &k, n)
+	case f.c2b.stopped():
+		return s.refuse(Client{N: n, CloseBackend: !f.c2b.split && !f.c2b.broken})
+	case k.rateOver || cut && n == len(q):
+		return s.rateClose(n, k.frames, f.c2b.atBoundary() && !k.rateSplit, now)
+	case s.cfg.Rate.On():
+		// The pong edge consumes is still charged: a client frame.
+		return dropped(s.charge(n, k.frames, now), &k, n)
 	}
+	return dropped(Client{N: n}, &k, n)
+}
+
+// refuse ends the client's half at a frame over a limit or one that broke
+// a rule: c (its first N bytes go on, CloseBackend) with the close to the
+// client requested.
+func (s *Session) refuse(c Client) Client {
+	f := s.fw
 	f.tooBig = true
 	f.endAfterClose.Store(true)
 	reason, code := ReasonFrameTooBig, CloseMessageTooBig
 	switch {
+	case f.c2b.bad:
+		reason, code = ReasonProtocolError, CloseProtocolError
 	case f.z.bad:
 		reason, code = ReasonDeflateError, CloseInvalidData
 	case f.c2b.inflated:
@@ -466,9 +490,22 @@ func (s *Session) FromClient(p []byte, now int64) Client {
 // (the backend's 101 accepted it): under a Config with Inflate, the
 // client's compressed messages are counted inflated from now on.
 func (s *Session) DeflateOn() {
+	s.b2c.rsv = max(s.b2c.rsv, rsvDeflate) // rsvAny stays (ForeignExtension)
 	if f := s.fw; f != nil {
+		f.c2b.rsv = max(f.c2b.rsv, rsvDeflate)
 		f.z.negotiated = true
 		f.z.on = s.cfg.Inflate != nil && f.c2b.msgLimit > 0
+	}
+}
+
+// ForeignExtension records that the connection negotiated an extension
+// edge does not know (a pool that passes extension offers as they are):
+// the RSV bits it may set are its own, so they are not judged either way
+// (strict.go); everything else still is.
+func (s *Session) ForeignExtension() {
+	s.b2c.rsv = rsvAny
+	if f := s.fw; f != nil {
+		f.c2b.rsv = rsvAny
 	}
 }
 

@@ -14,8 +14,16 @@ import (
 // permessage-deflate flag (stDeflate) and the tracker's trInflated: a
 // version-1 record cannot say whether deflate was negotiated, so it is
 // refused (the connection then gets a 1012 where it was) rather than
-// resumed without counting.
-const stateVersion = 2
+// resumed without counting. Version 3 added each tracker's strict-framing
+// state (trFrag, trFragUnknown, trBad, its RSV policy and fault); a
+// version-2 record is still read, its trackers judging RSV bits not at
+// all and whether a message is unfinished from the next data frame on
+// (fragUnknown), so an edge that did not follow that state upgrades to
+// one that does without losing a connection.
+const (
+	stateVersion   = 3
+	stateVersionV2 = 2
+)
 
 // Flag bits of a marshalled session.
 const (
@@ -47,11 +55,16 @@ const (
 	trNoted
 	trMasked
 	trInflated
-	trKnown = trInflated<<1 - 1
+	trFrag
+	trFragUnknown
+	trBad
+	trKnown   = trBad<<1 - 1
+	trKnownV2 = trInflated<<1 - 1
 )
 
-// trackerSize is the marshalled size of a tracker.
-const trackerSize = wswire.MaxHeader + 4 + 2 + 2 + 1 + 8 + 8 + 1 + 2
+// trackerSize is the marshalled size of a tracker (version 3: with the
+// RSV policy and the fault).
+const trackerSize = wswire.MaxHeader + 4 + 2 + 2 + 1 + 8 + 8 + 1 + 2 + 2
 
 // ErrIncompatible reports a session that cannot be resumed under the new
 // Config: it asks for client frames to be followed (a frame or message
@@ -179,7 +192,8 @@ type state struct {
 // read parses b.
 func (st *state) read(b []byte) error {
 	r := reader{b: b}
-	if v := r.u8(); v != stateVersion {
+	v := r.u8()
+	if v != stateVersion && v != stateVersionV2 {
 		return fmt.Errorf("wsession: state version %d, want %d", v, stateVersion)
 	}
 	st.flags = r.u16()
@@ -190,9 +204,9 @@ func (st *state) read(b []byte) error {
 	st.linger = int32(r.u8())
 	st.lingerUntil = int64(r.u64())
 	st.lingered = int64(r.u64())
-	st.b2c.readState(&r)
+	st.b2c.readState(&r, v)
 	if st.flags&stAware != 0 {
-		st.c2b.readState(&r)
+		st.c2b.readState(&r, v)
 		st.last, st.sent, st.await = int64(r.u64()), int64(r.u64()), int64(r.u64())
 	}
 	if r.err != nil {
@@ -232,21 +246,24 @@ func (t *tracker) appendState(b []byte) []byte {
 	b = append(b, t.closeMask[:]...)
 	b = append(b, t.closeBuf[:]...)
 	flags := uint16(0)
-	for i, v := range []bool{t.closeSeen, t.broken, t.tooBig, t.split, t.tooBigMsg, t.closing, t.closeDone, t.noted, t.masked, t.inflated} {
+	for i, v := range []bool{t.closeSeen, t.broken, t.tooBig, t.split, t.tooBigMsg, t.closing, t.closeDone, t.noted, t.masked, t.inflated,
+		t.frag, t.fragUnknown, t.bad} {
 		if v {
 			flags |= 1 << i
 		}
 	}
 	b = binary.BigEndian.AppendUint16(b, flags)
-	b = append(b, byte(t.hn))
+	b = append(b, t.hn)
 	b = binary.BigEndian.AppendUint64(b, t.remaining)
 	b = binary.BigEndian.AppendUint64(b, t.msgLen)
-	b = append(b, byte(t.closeN))
-	return binary.BigEndian.AppendUint16(b, uint16(t.code))
+	b = append(b, t.closeN)
+	b = binary.BigEndian.AppendUint16(b, t.code)
+	return append(b, t.rsv, byte(t.fault))
 }
 
-// readState reads what appendState wrote; errors go to r.
-func (t *tracker) readState(r *reader) {
+// readState reads what appendState wrote (for version, 2 or 3); errors
+// go to r.
+func (t *tracker) readState(r *reader, version uint8) {
 	copy(t.hdr[:], r.bytes(wswire.MaxHeader))
 	copy(t.closeMask[:], r.bytes(4))
 	copy(t.closeBuf[:], r.bytes(2))
@@ -255,16 +272,28 @@ func (t *tracker) readState(r *reader) {
 	t.split, t.tooBigMsg, t.closing = flags&trSplit != 0, flags&trTooBigMsg != 0, flags&trClosing != 0
 	t.closeDone, t.noted, t.masked = flags&trCloseDone != 0, flags&trNoted != 0, flags&trMasked != 0
 	t.inflated = flags&trInflated != 0
-	t.hn = int(r.u8())
+	t.frag, t.fragUnknown, t.bad = flags&trFrag != 0, flags&trFragUnknown != 0, flags&trBad != 0
+	t.hn = r.u8()
 	t.remaining = r.u64()
 	t.msgLen = r.u64()
-	t.closeN = int(r.u8())
-	t.code = int(r.u16())
+	t.closeN = r.u8()
+	t.code = r.u16()
+	known := uint16(trKnown)
+	if version == stateVersionV2 {
+		known = trKnownV2
+		t.rsv, t.fragUnknown = rsvAny, true
+	} else {
+		t.rsv, t.fault = r.u8(), fault(r.u8())
+	}
 	if r.err != nil {
 		return
 	}
 	switch {
-	case flags&^trKnown != 0:
+	case t.rsv != rsvNone && t.rsv != rsvDeflate && t.rsv != rsvAny:
+		r.err = fmt.Errorf("wsession: tracker RSV policy %#x", t.rsv)
+	case int(t.fault) >= len(faultNames) || t.bad != (t.fault != faultNone):
+		r.err = fmt.Errorf("wsession: tracker fault %d", t.fault)
+	case flags&^known != 0:
 		r.err = fmt.Errorf("wsession: unknown tracker flags %#x", flags)
 	case t.hn >= wswire.MaxHeader:
 		// A header of MaxHeader bytes is always parsed: never carried.

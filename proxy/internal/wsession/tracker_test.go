@@ -8,14 +8,15 @@ import (
 )
 
 func TestFrameTracker(t *testing.T) {
-	// text "hi", binary with 16-bit length (300), masked ping, close.
+	// text "hi", binary with 16-bit length (300), ping, close: a server's
+	// frames, unmasked.
 	var stream []byte
 	stream = append(stream, 0x81, 2, 'h', 'i')
 	stream = append(stream, 0x82, 126, 0x01, 0x2c)
 	stream = append(stream, bytes.Repeat([]byte{'x'}, 300)...)
-	stream = append(stream, 0x89, 0x80|1, 1, 2, 3, 4, 'p')
+	stream = append(stream, 0x89, 1, 'p')
 	stream = append(stream, 0x88, 2, 0x03, 0xe8)
-	boundaries := []int{4, 4 + 4 + 300, 4 + 4 + 300 + 7, len(stream)}
+	boundaries := []int{4, 4 + 4 + 300, 4 + 4 + 300 + 3, len(stream)}
 
 	for chunk := 1; chunk <= len(stream); chunk++ {
 		var tr tracker
@@ -46,11 +47,11 @@ func TestFrameTracker(t *testing.T) {
 		}
 	}
 
-	// 64-bit length with the top bit set breaks framing.
+	// 64-bit length with the top bit set breaks a rule: the tracker
+	// stops at the frame's header.
 	var tr tracker
-	tr.feed([]byte{0x82, 127, 0x80, 0, 0, 0, 0, 0, 0, 0}, false)
-	if !tr.broken {
-		t.Fatal("64-bit length with MSB set: tracker not broken")
+	if n := tr.feed([]byte{0x81, 0, 0x82, 127, 0x80, 0, 0, 0, 0, 0, 0, 0}, false); n != 2 || !tr.bad || tr.fault != faultLength {
+		t.Fatalf("64-bit length with MSB set: fed %d, bad %v, fault %v", n, tr.bad, tr.fault)
 	}
 }
 
@@ -66,7 +67,7 @@ func TestFrameTrackerLimit(t *testing.T) {
 	}{
 		{"7-bit at the limit", 3, []byte{0x81, 3, 'a', 'b', 'c'}, 5, false},
 		{"7-bit over", 3, []byte{0x81, 3, 'a', 'b', 'c', 0x81, 4}, 5, true},
-		{"16-bit over, masked", 125, []byte{0x82, 0x80 | 126, 0, 126, 1, 2, 3, 4}, 0, true},
+		{"16-bit over", 125, []byte{0x82, 126, 0, 126}, 0, true},
 		{"64-bit over", 1 << 20, []byte{0x82, 127, 0, 0, 0, 0, 0, 0x10, 0, 1}, 0, true},
 		{"header incomplete", 1, []byte{0x82, 126, 0}, 3, false},
 		{"no limit", 0, []byte{0x82, 126, 0xff, 0xff}, 4, false},
