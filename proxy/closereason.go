@@ -42,7 +42,7 @@ const (
 	// ReasonBackendProtocolError: a backend frame that broke one: close
 	// 1014 (bad gateway) to the client, the frame not forwarded.
 	ReasonBackendProtocolError = wsession.ReasonBackendProtocolError
-	ReasonError       = wsession.ReasonError // a socket error the splice could not attribute
+	ReasonError                = wsession.ReasonError // a socket error the splice could not attribute
 )
 
 // Close reasons of edge's own: why the proxy asked a connection to close.

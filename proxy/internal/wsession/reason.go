@@ -34,7 +34,7 @@ const (
 	// ReasonBackendProtocolError: a backend frame that broke one: close
 	// 1014 (bad gateway) to the client, the frame not forwarded.
 	ReasonBackendProtocolError Reason = "backend_protocol_error"
-	ReasonError       Reason = "error" // a socket error the splice could not attribute
+	ReasonError                Reason = "error" // a socket error the splice could not attribute
 )
 
 // ReasonKeep closes without recording a reason of its own: the one

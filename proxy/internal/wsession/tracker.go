@@ -89,7 +89,9 @@ func (t *tracker) newClose() (int, bool) {
 // rule of strict.go as soon as its first bad byte is there: feed returns
 // the offset of that header in p (0 when it began in an earlier chunk)
 // and consumes nothing from then on.
-func (t *tracker) feed(p []byte, stop bool) int { return t.feedWith(p, stop, &counting{frames: -1, budget: -1}) }
+func (t *tracker) feed(p []byte, stop bool) int {
+	return t.feedWith(p, stop, &counting{frames: -1, budget: -1})
+}
 
 // counting is what feedWith counts with, passed down to its steps.
 type counting struct {
