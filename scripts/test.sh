@@ -18,6 +18,7 @@ command -v npm >/dev/null || need+=(npm)
 [ -x /usr/bin/chromium ] || need+=(chromium)
 command -v systemd-analyze >/dev/null || need+=(systemd)
 /usr/bin/python3 -c 'import websockets' 2>/dev/null || need+=(python3-websockets)
+/usr/bin/python3 -c 'import aiohttp' 2>/dev/null || need+=(python3-aiohttp)
 command -v promtool >/dev/null || need+=(prometheus)
 if [ ${#need[@]} -gt 0 ]; then
 	echo "== installing ${need[*]} (Debian packages; a minute or two)"

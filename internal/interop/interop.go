@@ -69,9 +69,16 @@ func Chromium(t testing.TB) string {
 // a virtualenv) does not see Debian's packages.
 func Python(t testing.TB, ctx context.Context, script string, args ...string) *exec.Cmd {
 	t.Helper()
+	return PythonWith(t, ctx, "websockets", "python3-websockets", script, args...)
+}
+
+// PythonWith is Python for a script that needs the module from Debian's
+// package pkg (aiohttp from python3-aiohttp, say).
+func PythonWith(t testing.TB, ctx context.Context, module, pkg, script string, args ...string) *exec.Cmd {
+	t.Helper()
 	py := "/usr/bin/python3"
-	if err := exec.CommandContext(ctx, py, "-c", "import websockets").Run(); err != nil {
-		missing(t, "python3-websockets")
+	if err := exec.CommandContext(ctx, py, "-c", "import "+module).Run(); err != nil {
+		missing(t, pkg)
 	}
 	return exec.CommandContext(ctx, py, append([]string{script}, args...)...)
 }
