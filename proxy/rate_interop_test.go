@@ -78,3 +78,30 @@ func TestNodeWSRateLimited(t *testing.T) {
 }
 
 func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
+
+// TestNodeWSRateBurstWhateverTheBatching: a pool allowing 100 messages a
+// second with a burst of 200; a Node ws client sends 250, another 1,500,
+// at once. Each gets 1008, and the backend received exactly the burst
+// from each, however the kernel batched the flood into reads: 200
+// messages (16 bytes each on the wire: 10 of payload, a 2-byte header and
+// the mask) and edge's masked close 1001 (8 bytes).
+func TestNodeWSRateBurstWhateverTheBatching(t *testing.T) {
+	forEachPath(t, func(t *testing.T, sp splicePath) {
+		for _, n := range []int{250, 1500} {
+			t.Run(strconv.Itoa(n), func(t *testing.T) {
+				addr, got := countingBackend(t)
+				p := newPool(t, "burst", balance.LeastConn, map[string]string{"b": addr})
+				p.RateMessages, p.RateMessageBurst = 100, 200
+				e := startEdge(t, edgeConfig{splice: sp, opts: Options{Routes: []Route{{Default: true, Pool: p}}}})
+				r := <-runRateClient(t, e.url("/"), n)
+				if r.Code != 1008 {
+					t.Fatalf("close %d %q (%s), want 1008", r.Code, r.Reason, r.Error)
+				}
+				e.obs.waitClosed(t)
+				if want := int64(200*16 + 8); got.Load() != want {
+					t.Fatalf("the backend received %d bytes, want %d: 200 messages and the close", got.Load(), want)
+				}
+			})
+		}
+	})
+}
