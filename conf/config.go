@@ -478,10 +478,11 @@ type WebSocket struct {
 // rate a token bucket: 16 bytes a connection, nothing allocated per
 // message. Any rate set turns frame-aware splicing on.
 type MessageRate struct {
-	// MessagesPerSecond counts messages (at their first frame). Default
-	// 0, no limit.
+	// MessagesPerSecond counts frames: a message in one frame is one, and
+	// so is each fragment (empty continuations included) and each ping,
+	// pong or close. Default 0, no limit.
 	MessagesPerSecond float64 `yaml:"messages_per_second"`
-	// MessageBurst is the bucket's size in messages. Default 0: one
+	// MessageBurst is the bucket's size in frames. Default 0: one
 	// second's worth (at least 1).
 	MessageBurst float64 `yaml:"message_burst"`
 	// BytesPerSecond counts every byte read from the client. Default 0,
