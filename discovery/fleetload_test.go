@@ -291,7 +291,9 @@ func TestFleetLoadBoundedReads(t *testing.T) {
 		t.Fatalf("status %+v: want 2 refused (1 unheld, 1 oversized), fresh", st)
 	}
 	isGet := func(key string) func(string) bool {
-		return func(r string) bool { return strings.HasPrefix(r, "GET /v1/kv/"+key+"?") && !strings.Contains(r, "keys") }
+		return func(r string) bool {
+			return strings.HasPrefix(r, "GET /v1/kv/"+key+"?") && !strings.Contains(r, "keys")
+		}
 	}
 	if n := rec.count(isGet("edge/edges/junk")); n != 0 {
 		t.Errorf("the sessionless key was read %d times, want never", n)
