@@ -56,6 +56,12 @@ type FleetLoadOptions struct {
 	// PublishEvery, SessionTTL, WaitTime, StaleAfter and ReadInterval
 	// default to the DefaultFleet* values.
 	PublishEvery, SessionTTL, WaitTime, StaleAfter, ReadInterval time.Duration
+	// QuietInterval is the least time between a read that read no record
+	// and saw none go (the prefix changed only in keys no session holds,
+	// or in keys refused before) and the next read: a writer of such keys
+	// wakes an edge no more often than a quiet fleet does. Default
+	// WaitTime; a record that changes meanwhile is read at most this late.
+	QuietInterval time.Duration
 	// MinBackoff and MaxBackoff bound the retry delay after errors.
 	MinBackoff, MaxBackoff time.Duration
 	Logger                 *slog.Logger
@@ -176,6 +182,7 @@ func fillFleetDefaults(o *FleetLoadOptions) {
 	def(&o.WaitTime, DefaultFleetWaitTime)
 	def(&o.StaleAfter, DefaultFleetStaleAfter)
 	def(&o.ReadInterval, DefaultFleetReadInterval)
+	def(&o.QuietInterval, o.WaitTime)
 	def(&o.MinBackoff, DefaultMinBackoff)
 	def(&o.MaxBackoff, min(DefaultMaxBackoff, o.StaleAfter/2))
 	if o.Logger == nil {
@@ -295,18 +302,24 @@ func (f *FleetLoad) Run(ctx context.Context) error {
 }
 
 // follow runs blocking queries on the prefix until ctx ends, starting one
-// at most every ReadInterval.
+// at most every ReadInterval, or QuietInterval after a read that touched
+// no record.
 func (f *FleetLoad) follow(ctx context.Context) {
 	bo := newBackoff(f.opts.MinBackoff, f.opts.MaxBackoff)
 	r := newFleetReader(f)
 	var index uint64
 	var last time.Time
+	gap := f.opts.ReadInterval
 	for ctx.Err() == nil {
-		if !sleep(ctx, f.opts.ReadInterval-time.Since(last)) {
+		if !sleep(ctx, gap-time.Since(last)) {
 			return
 		}
 		last = time.Now()
-		next, err := f.read(ctx, r, index)
+		next, quiet, err := f.read(ctx, r, index)
+		gap = f.opts.ReadInterval
+		if quiet {
+			gap = f.opts.QuietInterval
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return
@@ -325,14 +338,15 @@ func (f *FleetLoad) follow(ctx context.Context) {
 }
 
 // read performs one blocking query on the prefix's keys and, when they
-// changed, publishes the snapshot r makes of them.
-func (f *FleetLoad) read(ctx context.Context, r *fleetReader, index uint64) (uint64, error) {
+// changed, publishes the snapshot r makes of them; quiet is true when
+// they changed but no record was read or went.
+func (f *FleetLoad) read(ctx context.Context, r *fleetReader, index uint64) (next uint64, quiet bool, err error) {
 	wait := f.opts.WaitTime
 	qctx, cancel := context.WithTimeout(ctx, wait+wait/16+5*time.Second)
 	defer cancel()
 	keys, meta, err := listKeys(qctx, f.opts.Client, r.dir, MaxFleetKeysResponse, api.QueryOptions{WaitIndex: index, WaitTime: wait})
 	if err != nil {
-		return 0, fmt.Errorf("fleet load: %w", err)
+		return 0, false, fmt.Errorf("fleet load: %w", err)
 	}
 	f.wakeups.Add(1)
 	next, changed := nextIndex(index, meta.LastIndex)
@@ -340,8 +354,9 @@ func (f *FleetLoad) read(ctx context.Context, r *fleetReader, index uint64) (uin
 	if changed || index == 0 {
 		s, n, err := r.read(qctx, keys, meta.LastIndex, now)
 		if err != nil {
-			return 0, err
+			return 0, false, err
 		}
+		quiet = index != 0 && !n.touched
 		f.noteDelays(f.snap.Load(), s)
 		f.snap.Store(s)
 		f.mu.Lock()
@@ -357,7 +372,7 @@ func (f *FleetLoad) read(ctx context.Context, r *fleetReader, index uint64) (uin
 	f.status.LastRead, f.status.readFailed = now, false
 	f.mu.Unlock()
 	f.notify()
-	return next, nil
+	return next, quiet, nil
 }
 
 // fail records an error of the follower or the publisher.

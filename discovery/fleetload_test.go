@@ -36,12 +36,14 @@ func startFleetEdge(t *testing.T, agent *consultest.Agent, id string) *testFleet
 }
 
 // startFleetEdgeWith starts the FleetLoad of o (Client and ID set) with
-// the test's prefix, timings and load.
+// the test's prefix and load, and short timings unless o has a WaitTime.
 func startFleetEdgeWith(t *testing.T, o FleetLoadOptions) *testFleetEdge {
 	t.Helper()
 	e := &testFleetEdge{done: make(chan struct{})}
 	o.Prefix = "edge"
-	o.PublishEvery, o.WaitTime, o.StaleAfter = 100*time.Millisecond, time.Second, 3*time.Second
+	if o.WaitTime == 0 {
+		o.PublishEvery, o.WaitTime, o.StaleAfter = 100*time.Millisecond, time.Second, 3*time.Second
+	}
 	o.Known = func(pool, backend string) bool {
 		return pool == "app" && (backend == "" || backend == "b1" || backend == "b2")
 	}

@@ -68,8 +68,12 @@ func newFleetReader(f *FleetLoad) *fleetReader {
 // another value.
 func (r *fleetReader) forget() { clear(r.entries) }
 
-// fleetCounts are the refusals of one read, by reason.
-type fleetCounts struct{ refused, unheld, oversized, excess int }
+// fleetCounts are the refusals of one read, by reason, and whether it
+// read a record or saw one go (touched).
+type fleetCounts struct {
+	refused, unheld, oversized, excess int
+	touched                            bool
+}
 
 // read makes the snapshot of the keys listed at index: keys that are not
 // an edge id or past MaxFleetKeys are refused unread, keys no session
@@ -109,6 +113,12 @@ func (r *fleetReader) read(ctx context.Context, keys []string, index uint64, now
 		}
 	}
 	s, n := r.snapshot(keys, next, index, now)
+	n.touched = fetched > 0
+	for k, e := range r.entries {
+		if _, ok := next[k]; !ok && e.err == nil {
+			n.touched = true // a record went
+		}
+	}
 	r.log(keys, next)
 	for k, e := range next {
 		if e.index == 0 {
