@@ -1,11 +1,15 @@
 package discovery
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/consul/api"
@@ -34,7 +38,8 @@ type ClientOptions struct {
 	// MaxResponseBytes, when above 0, bounds the body of every answer: a
 	// longer one fails its request (ErrResponseTooLarge) before it is
 	// decoded, so whoever writes a KV prefix this client lists cannot make
-	// edge read without bound. Not applied on a unix:// address.
+	// edge read without bound. The readers of this package bound their
+	// own requests tighter still (withResponseLimit), whatever this says.
 	MaxResponseBytes int64
 }
 
@@ -72,13 +77,8 @@ func NewClient(opts ClientOptions) (*api.Client, error) {
 	if opts.WaitTime > 0 {
 		cfg.WaitTime = opts.WaitTime
 	}
-	if opts.MaxResponseBytes > 0 && !strings.HasPrefix(cfg.Address, "unix://") {
-		hc, err := api.NewHttpClient(cfg.Transport, cfg.TLSConfig)
-		if err != nil {
-			return nil, fmt.Errorf("discovery: consul client for %s: %w", cfg.Address, err)
-		}
-		hc.Transport = limitTransport{next: hc.Transport, max: opts.MaxResponseBytes}
-		cfg.HttpClient = hc
+	if err := boundClient(cfg, opts.MaxResponseBytes); err != nil {
+		return nil, fmt.Errorf("discovery: consul client for %s: %w", cfg.Address, err)
 	}
 	c, err := api.NewClient(cfg)
 	if err != nil {
@@ -104,7 +104,93 @@ func clientTLS(cfg *api.Config, opts ClientOptions) {
 	}
 }
 
-// limitTransport bounds the bodies of the answers of next.
+// boundClient gives cfg an HTTP client whose answers are bounded: at max
+// bytes when max > 0, and always at the bound a request's context carries
+// (withResponseLimit). A unix:// address is dialled here, since
+// api.NewClient would replace the HTTP client of one with its own.
+func boundClient(cfg *api.Config, max int64) error {
+	tr := cfg.Transport
+	if tr == nil {
+		tr = http.DefaultTransport.(*http.Transport).Clone()
+	}
+	if path, ok := strings.CutPrefix(cfg.Address, "unix://"); ok {
+		tr = tr.Clone()
+		tr.DialContext = func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", path)
+		}
+		// Any host name will do: the socket is dialled whatever the URL.
+		cfg.Address, cfg.Scheme = "consul.sock", "http"
+	}
+	hc, err := api.NewHttpClient(tr, cfg.TLSConfig)
+	if err != nil {
+		return err
+	}
+	hc.Transport = limitTransport{next: hc.Transport, max: max}
+	cfg.HttpClient = hc
+	return nil
+}
+
+// responseLimit is the bound of the answers of the requests made with a
+// context from withResponseLimit.
+type responseLimit struct {
+	max     int64
+	applied atomic.Bool // a limitTransport saw it
+}
+
+type responseLimitKey struct{}
+
+// withResponseLimit returns ctx with a bound of max bytes on the body of
+// every answer to a request made with it (the tighter of it and the
+// client's MaxResponseBytes): a longer one fails its request with
+// ErrResponseTooLarge after at most max+1 bytes were read, before any of
+// it is decoded. Only a client made by NewClient applies it; the
+// returned limit's check says whether it was.
+func withResponseLimit(ctx context.Context, max int64) (context.Context, *responseLimit) {
+	l := &responseLimit{max: max}
+	return context.WithValue(ctx, responseLimitKey{}, l), l
+}
+
+// check fails when no request made with the limit's context went through
+// a bounding transport: the client was not made by NewClient, so nothing
+// it read was bounded, and its reader refuses to go on with it.
+func (l *responseLimit) check() error {
+	if !l.applied.Load() {
+		return errors.New("the consul client does not bound its answers (make it with discovery.NewClient)")
+	}
+	return nil
+}
+
+// tooLargeIndex returns, for an error of a KV read refused by its bound,
+// the index Consul's answer carried (X-Consul-Index: the entry's
+// ModifyIndex for a read of one key), so the reader can tell without
+// reading it again whether the entry changed since.
+func tooLargeIndex(err error) (uint64, bool) {
+	var e *tooLargeError
+	if !errors.As(err, &e) || e.index == 0 {
+		return 0, false
+	}
+	return e.index, true
+}
+
+// tooLargeError is ErrResponseTooLarge for one answer.
+type tooLargeError struct {
+	path  string
+	max   int64
+	index uint64
+}
+
+// Error implements error.
+func (e *tooLargeError) Error() string {
+	return fmt.Sprintf("%s: more than %d bytes: %v", e.path, e.max, ErrResponseTooLarge)
+}
+
+// Is makes errors.Is(err, ErrResponseTooLarge) true.
+func (e *tooLargeError) Is(target error) bool { return target == ErrResponseTooLarge }
+
+// limitTransport bounds the bodies of the answers of next: at max when it
+// is above 0, and at the bound of the request's context if that is
+// tighter.
 type limitTransport struct {
 	next http.RoundTripper
 	max  int64
@@ -112,22 +198,32 @@ type limitTransport struct {
 
 // RoundTrip implements http.RoundTripper.
 func (t limitTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	bound := t.max
+	if l, ok := r.Context().Value(responseLimitKey{}).(*responseLimit); ok {
+		l.applied.Store(true)
+		if bound <= 0 || l.max < bound {
+			bound = l.max
+		}
+	}
 	resp, err := t.next.RoundTrip(r)
-	if err != nil {
-		return nil, err
+	if err != nil || bound <= 0 {
+		return resp, err
 	}
-	if resp.ContentLength > t.max {
+	index, _ := strconv.ParseUint(resp.Header.Get("X-Consul-Index"), 10, 64)
+	tooLarge := &tooLargeError{path: r.URL.Path, max: bound, index: index}
+	if resp.ContentLength > bound {
 		resp.Body.Close()
-		return nil, fmt.Errorf("%s: %d bytes: %w", r.URL.Path, resp.ContentLength, ErrResponseTooLarge)
+		return nil, tooLarge
 	}
-	resp.Body = &limitBody{ReadCloser: resp.Body, left: t.max}
+	resp.Body = &limitBody{ReadCloser: resp.Body, left: bound, err: tooLarge}
 	return resp, nil
 }
 
-// limitBody fails a read past its bound.
+// limitBody fails a read past its bound with err.
 type limitBody struct {
 	io.ReadCloser
 	left int64
+	err  error
 }
 
 // Read implements io.Reader.
@@ -137,7 +233,7 @@ func (b *limitBody) Read(p []byte) (int, error) {
 		var one [1]byte
 		n, err := b.ReadCloser.Read(one[:])
 		if n > 0 {
-			return 0, ErrResponseTooLarge
+			return 0, b.err
 		}
 		return 0, err
 	}

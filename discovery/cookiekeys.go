@@ -175,7 +175,7 @@ func NewCookieKeys(c *api.Client, o CookieKeysOptions) (*CookieKeys, error) {
 	}
 	k := &CookieKeys{opts: o, status: CookieKeysStatus{Pool: o.Pool, Key: o.Key}}
 	k.tk = NewTicketKeys(c, TicketKeysOptions{
-		Key: o.Key, RotateEvery: o.RotateEvery, Keep: o.Keep, KeyBytes: cookieKeyBytes, Now: o.Now,
+		Key: o.Key, RotateEvery: o.RotateEvery, Keep: o.Keep, KeyBytes: cookieKeyBytes, Now: o.Now, MaxBytes: maxCookieEntryBytes,
 		Validate: func(v []byte) error {
 			keys, err := ParseCookieKeys(v)
 			for _, k := range keys {
@@ -293,9 +293,11 @@ func (k *CookieKeys) wait(ctx context.Context, e keyEntry) error {
 	}
 	qctx, cancel := context.WithTimeout(ctx, wait+wait/16+10*time.Second)
 	defer cancel()
-	q := (&api.QueryOptions{WaitIndex: e.index, WaitTime: wait}).WithContext(qctx)
-	if _, _, err := k.tk.kv.Get(k.opts.Key, q); err != nil {
-		return fmt.Errorf("cookie keys of pool %q: consul kv %q: %w", k.opts.Pool, k.opts.Key, err)
+	// Bounded like the read that follows: a writer who grows the entry
+	// gets it refused there, and no answer here is longer than its bound.
+	_, _, err := getBounded(qctx, k.tk.c, k.opts.Key, maxCookieEntryBytes, api.QueryOptions{WaitIndex: e.index, WaitTime: wait})
+	if err != nil && !errors.Is(err, ErrResponseTooLarge) {
+		return fmt.Errorf("cookie keys of pool %q: %w", k.opts.Pool, err)
 	}
 	return nil
 }

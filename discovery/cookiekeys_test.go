@@ -3,6 +3,7 @@ package discovery
 import (
 	"context"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -34,7 +35,7 @@ func startKeyedPool(t *testing.T, agent *consultest.Agent, clk *clock, name stri
 	if err := p.Update(ms); err != nil {
 		t.Fatal(err)
 	}
-	k, err := NewCookieKeys(agent.Client, CookieKeysOptions{
+	k, err := NewCookieKeys(boundedClient(t, agent.Addr), CookieKeysOptions{
 		Pool: name, Key: "edge/cookie-keys/chat", RotateEvery: time.Hour, Keep: 2, Target: p,
 		WaitTime: 5 * time.Second, MinBackoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond, Now: clk.now,
 	})
@@ -138,10 +139,17 @@ func TestCookieKeysHostileEntry(t *testing.T) {
 		base64.StdEncoding.EncodeToString([]byte("short")) + "\n",
 		strings.Repeat(base64.StdEncoding.EncodeToString([]byte("0123456789abcdef0123"))+"\n", MaxCookieKeys+1),
 		strings.Repeat("A", 9000),
+		strings.Repeat("A", 512<<10), // Consul's largest value
 	} {
 		putKV(t, agent, "edge/cookie-keys/chat", bad, uint64(clk.now().Unix()))
-		if err := e.keys.Load(context.Background()); err == nil {
+		err := e.keys.Load(context.Background())
+		if err == nil {
 			t.Fatalf("entry %.40q accepted", bad)
+		}
+		// An entry over the bound is refused by its answer's bound, before
+		// any of it is decoded.
+		if len(bad) > maxCookieEntryBytes && !errors.Is(err, ErrResponseTooLarge) {
+			t.Fatalf("entry of %d bytes: %v, want it refused unread", len(bad), err)
 		}
 		if got := e.pool.Snapshot().ByID("b1").CookieValue(); got != before {
 			t.Fatalf("entry %.40q changed the signing key", bad)

@@ -110,7 +110,22 @@
 // them when its context ends (Advertised and CheckAddr say what to
 // announce for a bound address). NewClient starts from
 // api.DefaultConfig (CONSUL_HTTP_ADDR, CONSUL_HTTP_TOKEN, CONSUL_CACERT...)
-// and applies explicit settings on top; the token is never logged.
+// and applies explicit settings on top; the token is never logged. Its
+// transport bounds every answer (unix sockets included): at
+// ClientOptions.MaxResponseBytes, and tighter at the bound a request's
+// context carries.
+//
+// # Reading what anyone may write
+//
+// Every KV read of this package is bounded before anything is decoded,
+// and none lists a prefix's values: a single entry is read under a bound
+// of its value's size (getBounded: ticket and cookie keys, staples, fleet
+// actions, upgrade holders), so a value at Consul's 512 KiB maximum costs
+// at most that bound; a prefix is followed by its key names (listKeys),
+// and Consul says in read-only transactions of check operations, which
+// carry no value, which keys changed since they were read and which no
+// session holds (checkKeys). The readers refuse a client whose transport
+// did not apply their bound (one not made by NewClient).
 //
 // # Session-ticket keys for a fleet
 //
@@ -128,7 +143,9 @@
 // CookieKeys keeps a cookie pool's signing keys the same way (32-byte keys),
 // follows the entry with a blocking query so a rotation reaches every edge
 // at once, and feeds balance.Pool.SetCookieKeys; ParseCookieKeys bounds an
-// entry (8 KiB, 16 keys of 16 to 256 bytes). Staples keeps OCSP responses
+// entry (8 KiB, 16 keys of 16 to 256 bytes), and its answers are cut at
+// that size before they are decoded (a ticket-key entry's at
+// MaxTicketKeysBytes). Staples keeps OCSP responses
 // under PREFIX/ocsp/<certificate id> with a Consul lock (a session and an
 // acquire on the same key plus ".lock") so one edge at a time asks the
 // responder; it is edgetls's StapleShare, which verifies what it reads.
@@ -141,16 +158,27 @@
 // a Consul session with a TTL and behaviour delete, so a dead edge's
 // record vanishes by itself; it writes at most once every PublishEvery (2
 // s) and only when the load changed, and a stopping edge destroys its
-// session. It follows the prefix with one blocking query and publishes
-// each answer as an immutable FleetSnapshot (Total, Size, Edge), which
-// fleet-scope limits and the fleet's /status view read. Everything read is
-// bounded (64 KiB a record, 256 edges, 256 pools, 4096 backends a pool),
-// versioned (FleetRecordVersion; another version is refused), bound to a
-// session, filed under its own id, and cut to the pools and backends the
-// edge has (FleetLoadOptions.Known): a hostile writer can skew the numbers
-// of registered backends, never name another. Status says when the sums
-// are stale (no answer within StaleAfter, or a failed query or
-// publication).
+// session. It follows the prefix's keys with one blocking query (at most
+// 1 MiB of names, MaxFleetKeys looked at) and publishes each answer as an
+// immutable FleetSnapshot (Total, Size, Edge), which fleet-scope limits
+// and the fleet's /status view read. A key no session holds is refused
+// unread; a key unchanged since it was read keeps what was read; only the
+// changed keys a session holds are read, one by one, each answer cut at
+// MaxFleetRecordBytes before it is decoded (an oversized one is refused
+// unread, once per change), at most MaxFleetEdges a round. Every refusal
+// is logged once and counted in Status (Refused, Unheld, Oversized,
+// Excess). Reads start at most every ReadInterval (250 ms), and a read
+// that read no record holds the next for QuietInterval (the wait, 5 s),
+// so a writer of keys the edge does not count wakes it no more often
+// than a quiet fleet does, at the price of delaying a real change by at
+// most that much while they write. What is read is bounded (64 KiB a
+// record, 256 edges, 256 pools, 4096 backends a pool), versioned
+// (FleetRecordVersion; another version is refused), filed under its own
+// id, and cut to the pools and backends the edge has
+// (FleetLoadOptions.Known, applied at every snapshot, since what the edge
+// has changes): a hostile writer can skew the numbers of registered
+// backends, never name another. Status says when the sums are stale (no
+// answer within StaleAfter, or a failed query or publication).
 //
 // FleetShares is the policy between the two: it makes the pools' part of
 // this edge's record (Loads: rates, counts, claims) and, from every
@@ -174,7 +202,8 @@
 // (Joining). An entry is applied through balance.Pool.SetOverride, and a
 // new drain sends the backend's live connections 1012 over its window,
 // like the local drain. What is read is bounded (MaxFleetActionBytes an
-// entry, MaxFleetActions entries fetched, keys naming this edge's
+// entry, its answer cut at that size before it is decoded, MaxFleetActions
+// entries fetched, keys naming this edge's
 // backends first, MaxFleetActionsResponse an answer through
 // ClientOptions.MaxResponseBytes), versioned (FleetActionVersion),
 // checked (state, weight, window, canonical keys) and applied only to

@@ -299,8 +299,12 @@ func (f *FleetActions) read(ctx context.Context, index uint64) (uint64, error) {
 	wait := f.opts.WaitTime
 	qctx, cancel := context.WithTimeout(ctx, wait+wait/16+10*time.Second)
 	defer cancel()
-	q := (&api.QueryOptions{WaitIndex: index, WaitTime: wait}).WithContext(qctx)
+	lctx, lim := withResponseLimit(qctx, MaxFleetActionsResponse)
+	q := (&api.QueryOptions{WaitIndex: index, WaitTime: wait}).WithContext(lctx)
 	keys, meta, err := f.opts.Client.KV().Keys(f.dir, "", q)
+	if err == nil {
+		err = lim.check()
+	}
 	if err != nil {
 		return 0, fmt.Errorf("fleet actions: consul kv keys %q: %w", f.dir, err)
 	}
@@ -339,15 +343,18 @@ func (f *FleetActions) fetch(ctx context.Context, keys []string) (pairs api.KVPa
 	if len(valid) > MaxFleetActions {
 		valid, excess = valid[:MaxFleetActions], valid[MaxFleetActions:]
 	}
-	kv := f.opts.Client.KV()
-	q := (&api.QueryOptions{}).WithContext(ctx)
 	for _, k := range valid {
-		p, _, err := kv.Get(k, q)
+		p, _, err := getBounded(ctx, f.opts.Client, k, MaxFleetActionBytes, api.QueryOptions{})
 		switch {
 		case errors.Is(err, ErrResponseTooLarge):
-			p = &api.KVPair{Key: k, Value: make([]byte, MaxFleetActionBytes+1), ModifyIndex: notFetched}
+			// Refused before it was decoded, as DecodeFleetAction would.
+			idx, ok := tooLargeIndex(err)
+			if !ok {
+				idx = notFetched
+			}
+			p = &api.KVPair{Key: k, Value: make([]byte, MaxFleetActionBytes+1), ModifyIndex: idx}
 		case err != nil:
-			return nil, nil, fmt.Errorf("fleet actions: consul kv %q: %w", k, err)
+			return nil, nil, fmt.Errorf("fleet actions: %w", err)
 		case p == nil:
 			continue // deleted since the keys were listed
 		}
@@ -596,17 +603,20 @@ func (f *FleetActions) Act(ctx context.Context, pool, backend string, change fun
 		return FleetAction{}, 0, fmt.Errorf("fleet action on pool %q backend %q: %w", pool, backend, ErrNoSuchBackend)
 	}
 	key := FleetActionKey(f.opts.Prefix, pool, backend)
-	kv := f.opts.Client.KV()
-	q := (&api.QueryOptions{}).WithContext(ctx)
 	w := (&api.WriteOptions{}).WithContext(ctx)
 	// A lost check-and-set means another operator acted meanwhile: read
 	// theirs and apply the change on top, at most three times.
 	for range 3 {
-		pair, _, err := kv.Get(key, q)
-		if err != nil {
-			return FleetAction{}, 0, fmt.Errorf("fleet action: consul kv %q: %w", key, err)
-		}
+		pair, _, err := getBounded(ctx, f.opts.Client, key, MaxFleetActionBytes, api.QueryOptions{})
 		a, index := FleetAction{Pool: pool, Backend: backend}, uint64(0)
+		if idx, ok := tooLargeIndex(err); ok {
+			// An entry too large to be an action is replaced whole,
+			// unread, like a broken one.
+			pair, index, err = nil, idx, nil
+		}
+		if err != nil {
+			return FleetAction{}, 0, fmt.Errorf("fleet action: %w", err)
+		}
 		if pair != nil {
 			index = pair.ModifyIndex
 			if cur, err := DecodeFleetAction(pool, backend, pair.Value); err == nil {
@@ -629,7 +639,7 @@ func (f *FleetActions) Act(ctx context.Context, pool, backend string, change fun
 		if ok {
 			// Read the write back for its index: an answer of the
 			// blocking query older than it must not undo it here.
-			_, meta, err := kv.Get(key, q)
+			_, meta, err := getBounded(ctx, f.opts.Client, key, MaxFleetActionBytes, api.QueryOptions{})
 			if err != nil {
 				return FleetAction{}, 0, fmt.Errorf("fleet action: consul kv %q: read back: %w", key, err)
 			}

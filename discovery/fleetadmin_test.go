@@ -115,8 +115,8 @@ func (e *testFleetActions) stop() {
 // drain; enable clears it everywhere and deletes the entry.
 func TestFleetActionsFollowedByEveryEdge(t *testing.T) {
 	agent := consultest.Start(t)
-	a := newTestFleetActions(t, agent.Client, "edge-a", newFleetTarget(t, "b1", "b2"))
-	b := newTestFleetActions(t, agent.Client, "edge-b", newFleetTarget(t, "b1", "b2"))
+	a := newTestFleetActions(t, boundedClient(t, agent.Addr), "edge-a", newFleetTarget(t, "b1", "b2"))
+	b := newTestFleetActions(t, boundedClient(t, agent.Addr), "edge-b", newFleetTarget(t, "b1", "b2"))
 	for _, e := range []*testFleetActions{a, b} {
 		if err := e.f.Load(context.Background()); err != nil {
 			t.Fatal(err)
@@ -139,7 +139,7 @@ func TestFleetActionsFollowedByEveryEdge(t *testing.T) {
 		t.Errorf("edge A drained %v: its own blocking query must not drain again", got)
 	}
 
-	c := startedAfter(t, agent.Client)
+	c := startedAfter(t, boundedClient(t, agent.Addr))
 
 	// A weight on top of the drain keeps it.
 	if _, _, err := b.f.Act(ctx, "app", "b1", func(x *FleetAction) { x.Weight = 7 }); err != nil {
@@ -197,11 +197,11 @@ func awaitState(t *testing.T, id, want string, edges ...*testFleetActions) {
 // that adds the backend (Joining before Update).
 func TestFleetActionsJoiningBackend(t *testing.T) {
 	agent := consultest.Start(t)
-	writer := newTestFleetActions(t, agent.Client, "w", newFleetTarget(t, "b1", "b3"))
+	writer := newTestFleetActions(t, boundedClient(t, agent.Addr), "w", newFleetTarget(t, "b1", "b3"))
 	if _, _, err := writer.f.Act(context.Background(), "app", "b3", func(x *FleetAction) { x.State = balance.AdminDisabled }); err != nil {
 		t.Fatal(err)
 	}
-	e := newTestFleetActions(t, agent.Client, "e", newFleetTarget(t, "b1"))
+	e := newTestFleetActions(t, boundedClient(t, agent.Addr), "e", newFleetTarget(t, "b1"))
 	if err := e.f.Load(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -231,7 +231,7 @@ func TestFleetActionsJoiningBackend(t *testing.T) {
 // changes on the edge (the drain stays), and the status counts them.
 func TestFleetActionsRefuseHostileEntries(t *testing.T) {
 	agent := consultest.Start(t)
-	e := newTestFleetActions(t, agent.Client, "e", newFleetTarget(t, "b1", "b2"))
+	e := newTestFleetActions(t, boundedClient(t, agent.Addr), "e", newFleetTarget(t, "b1", "b2"))
 	if err := e.f.Load(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -328,7 +328,7 @@ func TestFleetActionsBoundedAnswer(t *testing.T) {
 
 	putFleetKeys(t, agent.Client, MaxFleetActions+1)
 	dir := t.TempDir()
-	big := newTestFleetActions(t, agent.Client, "f", newFleetTarget(t, "b1"))
+	big := newTestFleetActions(t, boundedClient(t, agent.Addr), "f", newFleetTarget(t, "b1"))
 	big.f.opts.StateDir = dir
 	if err := big.f.Load(context.Background()); err != nil {
 		t.Fatal(err)
@@ -371,7 +371,7 @@ func TestFleetActionsReachMembersBeforeTheyJoin(t *testing.T) {
 	if _, err := agent.Client.KV().Put(&api.KVPair{Key: FleetActionKey("edge", "app", "b2"), Value: v}, nil); err != nil {
 		t.Fatal(err)
 	}
-	e := newTestFleetActions(t, agent.Client, "e", newFleetTarget(t, "b1"))
+	e := newTestFleetActions(t, boundedClient(t, agent.Addr), "e", newFleetTarget(t, "b1"))
 	if err := e.f.Load(context.Background()); err != nil {
 		t.Fatal(err)
 	}

@@ -53,9 +53,15 @@ type FleetLoadOptions struct {
 	// Known, when set, filters what is read: pools and backends it refuses
 	// are dropped from every record (see DecodeFleetRecord).
 	Known func(pool, backend string) bool
-	// PublishEvery, SessionTTL, WaitTime and StaleAfter default to the
-	// DefaultFleet* values.
-	PublishEvery, SessionTTL, WaitTime, StaleAfter time.Duration
+	// PublishEvery, SessionTTL, WaitTime, StaleAfter and ReadInterval
+	// default to the DefaultFleet* values.
+	PublishEvery, SessionTTL, WaitTime, StaleAfter, ReadInterval time.Duration
+	// QuietInterval is the least time between a read that read no record
+	// and saw none go (the prefix changed only in keys no session holds,
+	// or in keys refused before) and the next read: a writer of such keys
+	// wakes an edge no more often than a quiet fleet does. Default
+	// WaitTime; a record that changes meanwhile is read at most this late.
+	QuietInterval time.Duration
 	// MinBackoff and MaxBackoff bound the retry delay after errors.
 	MinBackoff, MaxBackoff time.Duration
 	Logger                 *slog.Logger
@@ -66,8 +72,17 @@ type FleetLoadOptions struct {
 // every edge's: one key per edge, bound to a Consul session with a TTL and
 // behaviour delete, so a dead edge's numbers vanish by themselves; written
 // at most once every PublishEvery and only when its load changed (no
-// per-connection event becomes a write); read with one blocking query on
-// the prefix, whose answers become immutable FleetSnapshots.
+// per-connection event becomes a write); followed with one keys-only
+// blocking query on the prefix, whose answers become immutable
+// FleetSnapshots.
+//
+// Anyone who can write the prefix can add keys, so a read never lists
+// values: Consul says which keys changed since they were read and which
+// no session holds (without their values), and only the changed keys held
+// by a session are read, one by one, each answer bounded at
+// MaxFleetRecordBytes before it is decoded; at most MaxFleetKeys keys are
+// looked at, and reads start at most every ReadInterval. The client must
+// be made by NewClient (it bounds the answers); another fails every read.
 type FleetLoad struct {
 	opts FleetLoadOptions
 	key  string
@@ -75,7 +90,7 @@ type FleetLoad struct {
 	snap    atomic.Pointer[FleetSnapshot]
 	changed chan struct{} // one pending wake-up for whoever applies the sums
 
-	writes, wakeups, rounds atomic.Int64
+	writes, wakeups, rounds, fetches atomic.Int64
 
 	mu     sync.Mutex
 	status FleetLoadStatus // guarded by mu
@@ -113,6 +128,18 @@ type FleetLoadStatus struct {
 	Wakeups int64 `json:"wakeups"`
 	// Rounds counts the publisher's looks at the load, written or not.
 	Rounds int64 `json:"rounds"`
+	// Fetches counts the records read one by one (a key unchanged since
+	// it was read, or no session holds, is not read).
+	Fetches int64 `json:"fetches"`
+	// Refused counts the keys of the prefix the last read refused, among
+	// them: Unheld, held by no session (never read); Oversized, values
+	// over MaxFleetRecordBytes (refused unread); Excess, keys past
+	// MaxFleetKeys or records past MaxFleetEdges (ignored). The snapshot's
+	// Errors say why, for the first few.
+	Refused   int `json:"refused"`
+	Unheld    int `json:"unheld,omitempty"`
+	Oversized int `json:"oversized,omitempty"`
+	Excess    int `json:"excess,omitempty"`
 	// DelayP50 and DelayP99 are percentiles of how long the last
 	// publications of other edges took to arrive here (arrival on this
 	// edge's clock minus publication on theirs: exact on one host, off by
@@ -154,6 +181,8 @@ func fillFleetDefaults(o *FleetLoadOptions) {
 	def(&o.SessionTTL, DefaultFleetSessionTTL)
 	def(&o.WaitTime, DefaultFleetWaitTime)
 	def(&o.StaleAfter, DefaultFleetStaleAfter)
+	def(&o.ReadInterval, DefaultFleetReadInterval)
+	def(&o.QuietInterval, o.WaitTime)
 	def(&o.MinBackoff, DefaultMinBackoff)
 	def(&o.MaxBackoff, min(DefaultMaxBackoff, o.StaleAfter/2))
 	if o.Logger == nil {
@@ -206,7 +235,7 @@ func (f *FleetLoad) Status() FleetLoadStatus {
 	s := f.status
 	start := f.start
 	f.mu.Unlock()
-	s.Writes, s.Wakeups, s.Rounds = f.writes.Load(), f.wakeups.Load(), f.rounds.Load()
+	s.Writes, s.Wakeups, s.Rounds, s.Fetches = f.writes.Load(), f.wakeups.Load(), f.rounds.Load(), f.fetches.Load()
 	if s.LastRead.IsZero() {
 		s.Age = now.Sub(start)
 	} else {
@@ -272,18 +301,32 @@ func (f *FleetLoad) Run(ctx context.Context) error {
 	}
 }
 
-// follow runs blocking queries on the prefix until ctx ends.
+// follow runs blocking queries on the prefix until ctx ends, starting one
+// at most every ReadInterval, or QuietInterval after a read that touched
+// no record.
 func (f *FleetLoad) follow(ctx context.Context) {
 	bo := newBackoff(f.opts.MinBackoff, f.opts.MaxBackoff)
+	r := newFleetReader(f)
 	var index uint64
+	var last time.Time
+	gap := f.opts.ReadInterval
 	for ctx.Err() == nil {
-		next, err := f.read(ctx, index)
+		if !sleep(ctx, gap-time.Since(last)) {
+			return
+		}
+		last = time.Now()
+		next, quiet, err := f.read(ctx, r, index)
+		gap = f.opts.ReadInterval
+		if quiet {
+			gap = f.opts.QuietInterval
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return
 			}
 			f.fail(&f.status.readFailed, err)
 			index = 0 // see Watcher.Run: an agent restarted has other indexes
+			r.forget()
 			if !sleep(ctx, bo.next()) {
 				return
 			}
@@ -294,76 +337,42 @@ func (f *FleetLoad) follow(ctx context.Context) {
 	}
 }
 
-// read performs one blocking query and publishes its snapshot.
-func (f *FleetLoad) read(ctx context.Context, index uint64) (uint64, error) {
+// read performs one blocking query on the prefix's keys and, when they
+// changed, publishes the snapshot r makes of them; quiet is true when
+// they changed but no record was read or went.
+func (f *FleetLoad) read(ctx context.Context, r *fleetReader, index uint64) (next uint64, quiet bool, err error) {
 	wait := f.opts.WaitTime
 	qctx, cancel := context.WithTimeout(ctx, wait+wait/16+5*time.Second)
 	defer cancel()
-	q := (&api.QueryOptions{WaitIndex: index, WaitTime: wait}).WithContext(qctx)
-	pairs, meta, err := f.opts.Client.KV().List(f.opts.Prefix+"/edges/", q)
+	keys, meta, err := listKeys(qctx, f.opts.Client, r.dir, MaxFleetKeysResponse, api.QueryOptions{WaitIndex: index, WaitTime: wait})
 	if err != nil {
-		return 0, fmt.Errorf("fleet load: consul kv %q: %w", f.opts.Prefix+"/edges/", err)
+		return 0, false, fmt.Errorf("fleet load: %w", err)
 	}
 	f.wakeups.Add(1)
 	next, changed := nextIndex(index, meta.LastIndex)
 	now := f.opts.Now()
-	f.mu.Lock()
-	f.status.LastRead, f.status.readFailed = now, false
-	f.mu.Unlock()
 	if changed || index == 0 {
-		s := f.snapshotOf(pairs, meta.LastIndex, now)
+		s, n, err := r.read(qctx, keys, meta.LastIndex, now)
+		if err != nil {
+			return 0, false, err
+		}
+		quiet = index != 0 && !n.touched
 		f.noteDelays(f.snap.Load(), s)
 		f.snap.Store(s)
 		f.mu.Lock()
 		f.status.Edges = s.Size()
+		f.status.Refused, f.status.Unheld, f.status.Oversized, f.status.Excess = n.refused, n.unheld, n.oversized, n.excess
 		f.mu.Unlock()
 	} else {
 		old := *f.snap.Load()
 		old.Read = now
 		f.snap.Store(&old)
 	}
+	f.mu.Lock()
+	f.status.LastRead, f.status.readFailed = now, false
+	f.mu.Unlock()
 	f.notify()
-	return next, nil
-}
-
-// snapshotOf builds the snapshot of one answer: every record that decodes,
-// is bound to a session and sits under its own id's key, at most
-// MaxFleetEdges of them.
-func (f *FleetLoad) snapshotOf(pairs api.KVPairs, index uint64, now time.Time) *FleetSnapshot {
-	s := &FleetSnapshot{Self: f.opts.ID, Index: index, Read: now}
-	refuse := func(err error) {
-		s.Refused++
-		if len(s.Errors) < maxFleetErrors {
-			s.Errors = append(s.Errors, err.Error())
-		}
-	}
-	// Consul lists keys sorted, so records come sorted by id.
-	for _, p := range pairs {
-		id := strings.TrimPrefix(p.Key, f.opts.Prefix+"/edges/")
-		switch {
-		case len(s.Edges) == MaxFleetEdges:
-			refuse(fmt.Errorf("%s: more than %d edges", p.Key, MaxFleetEdges))
-			continue
-		case p.Session == "":
-			// A record no session holds would never vanish.
-			refuse(fmt.Errorf("%s: not bound to a session", p.Key))
-			continue
-		}
-		r, err := DecodeFleetRecord(p.Value, f.opts.Known)
-		if err == nil && r.ID != id {
-			err = fmt.Errorf("id %q under the key of %q", r.ID, id)
-		}
-		if err != nil {
-			refuse(fmt.Errorf("%s: %w", p.Key, err))
-			continue
-		}
-		if n := len(s.Edges); n > 0 && s.Edges[n-1].ID >= r.ID {
-			refuse(fmt.Errorf("%s: out of order", p.Key))
-			continue
-		}
-		s.Edges = append(s.Edges, r)
-	}
-	return s
+	return next, quiet, nil
 }
 
 // fail records an error of the follower or the publisher.

@@ -28,14 +28,16 @@ const stapleLockTTL = 30 * time.Second
 // staple its answer. It is the edgetls.StapleShare of cmd/edge; the
 // Terminator verifies every response it reads from it.
 type Staples struct {
+	c       *api.Client
 	kv      *api.KV
 	session *api.Session
 	prefix  string
 }
 
-// NewStaples returns the store under prefix (e.g. "edge") on c.
+// NewStaples returns the store under prefix (e.g. "edge") on c, a client
+// made by NewClient (its answers are bounded).
 func NewStaples(c *api.Client, prefix string) *Staples {
-	return &Staples{kv: c.KV(), session: c.Session(), prefix: strings.TrimSuffix(prefix, "/")}
+	return &Staples{c: c, kv: c.KV(), session: c.Session(), prefix: strings.TrimSuffix(prefix, "/")}
 }
 
 // key returns the KV key of id, refusing ids that are not what edgetls
@@ -54,16 +56,17 @@ func (s *Staples) Staple(ctx context.Context, id string, waitIndex uint64, wait 
 	if err != nil {
 		return nil, 0, err
 	}
-	q := &api.QueryOptions{WaitIndex: waitIndex, WaitTime: wait}
-	pair, meta, err := s.kv.Get(key, q.WithContext(ctx))
+	pair, meta, err := getBounded(ctx, s.c, key, MaxStapleBytes, api.QueryOptions{WaitIndex: waitIndex, WaitTime: wait})
+	if idx, ok := tooLargeIndex(err); ok {
+		// Refused before it was decoded; its index, so a watcher blocks
+		// for the next change instead of reading it again at once.
+		return nil, idx, fmt.Errorf("ocsp staples: %w", err)
+	}
 	if err != nil {
-		return nil, 0, fmt.Errorf("ocsp staples: consul kv %q: %w", key, err)
+		return nil, 0, fmt.Errorf("ocsp staples: %w", err)
 	}
 	if pair == nil {
 		return nil, meta.LastIndex, nil
-	}
-	if len(pair.Value) > MaxStapleBytes {
-		return nil, meta.LastIndex, fmt.Errorf("ocsp staples: consul kv %q: %d bytes, more than %d", key, len(pair.Value), MaxStapleBytes)
 	}
 	return pair.Value, meta.LastIndex, nil
 }

@@ -28,8 +28,10 @@ import (
 // or leader is needed, and an edge that cannot reach Consul keeps the keys
 // it has.
 type TicketKeys struct {
+	c           *api.Client
 	kv          *api.KV
 	key         string
+	maxBytes    int
 	rotateEvery time.Duration
 	keep        int
 	keyBytes    int
@@ -59,13 +61,20 @@ type TicketKeysOptions struct {
 	// KeyBytes is the length of the keys generated; default 80 (the longer
 	// of the two ticket-key lengths). CookieKeys uses 32.
 	KeyBytes int
+	// MaxBytes bounds the entry: a longer value is refused by its answer's
+	// bound, before any of it is decoded (the keys in use stay); default
+	// MaxTicketKeysBytes. The client must be made by NewClient.
+	MaxBytes int
 	// Now defaults to time.Now.
 	Now func() time.Time
 }
 
 // NewTicketKeys returns a TicketKeys on c.
 func NewTicketKeys(c *api.Client, o TicketKeysOptions) *TicketKeys {
-	t := &TicketKeys{kv: c.KV(), key: o.Key, rotateEvery: o.RotateEvery, keep: o.Keep, keyBytes: o.KeyBytes, validate: o.Validate, parse: o.Parse, now: o.Now}
+	t := &TicketKeys{c: c, kv: c.KV(), key: o.Key, maxBytes: o.MaxBytes, rotateEvery: o.RotateEvery, keep: o.Keep, keyBytes: o.KeyBytes, validate: o.Validate, parse: o.Parse, now: o.Now}
+	if t.maxBytes <= 0 {
+		t.maxBytes = MaxTicketKeysBytes
+	}
 	if t.validate == nil && t.parse != nil {
 		t.validate = func(v []byte) error {
 			keys, err := t.parse(v)
@@ -89,6 +98,11 @@ func NewTicketKeys(c *api.Client, o TicketKeysOptions) *TicketKeys {
 	}
 	return t
 }
+
+// MaxTicketKeysBytes bounds a ticket-key entry: a rotation writes at most
+// 101 keys of 80 bytes (conf's largest keep), about 11 KiB in base64
+// lines; the rest is room for an operator's comments.
+const MaxTicketKeysBytes = 64 << 10
 
 // ticketKeyBytes is the length of the keys TicketKeys generates (the longer
 // of the two key-file lengths).
@@ -129,15 +143,14 @@ type keyEntry struct {
 }
 
 func (t *TicketKeys) fetch(ctx context.Context) (keyEntry, error) {
-	q := (&api.QueryOptions{}).WithContext(ctx)
 	w := (&api.WriteOptions{}).WithContext(ctx)
 	// Losing a check-and-set means another edge rotated meanwhile: its
 	// value is read on the next turn. Three turns cover any sane fleet;
 	// more conflicts than that are reported, and the keys in use stay.
 	for range 3 {
-		pair, meta, err := t.kv.Get(t.key, q)
+		pair, meta, err := getBounded(ctx, t.c, t.key, t.maxBytes, api.QueryOptions{})
 		if err != nil {
-			return keyEntry{}, fmt.Errorf("ticket keys in consul kv %q: %w", t.key, err)
+			return keyEntry{}, fmt.Errorf("ticket keys: %w", err)
 		}
 		var lines []string
 		var index uint64

@@ -48,7 +48,7 @@ func TestTicketKeysRotateInConsul(t *testing.T) {
 	agent := consultest.Start(t)
 	clk := &clock{t: time.Now()}
 	opts := TicketKeysOptions{Key: "edge/ticket-keys", RotateEvery: time.Hour, Keep: 2, Now: clk.now}
-	a, b := NewTicketKeys(agent.Client, opts), NewTicketKeys(agent.Client, opts)
+	a, b := NewTicketKeys(boundedClient(t, agent.Addr), opts), NewTicketKeys(boundedClient(t, agent.Addr), opts)
 
 	first := fetchLines(t, a)
 	if len(first) != 2 {
@@ -110,7 +110,7 @@ func TestTicketKeysBadEntryIsKept(t *testing.T) {
 	if _, err := kv.Put(&api.KVPair{Key: "edge/tk", Value: bad}, nil); err != nil {
 		t.Fatal(err)
 	}
-	tk := NewTicketKeys(agent.Client, TicketKeysOptions{Key: "edge/tk", Validate: func(v []byte) error {
+	tk := NewTicketKeys(boundedClient(t, agent.Addr), TicketKeysOptions{Key: "edge/tk", Validate: func(v []byte) error {
 		if strings.HasPrefix(string(v), "not") {
 			return errors.New("line 1: not base64")
 		}
@@ -148,7 +148,7 @@ func TestTicketKeysParsed(t *testing.T) {
 		}
 		return out, nil
 	}
-	tk := NewTicketKeys(agent.Client, TicketKeysOptions{Key: "edge/tk", Parse: parse})
+	tk := NewTicketKeys(boundedClient(t, agent.Addr), TicketKeysOptions{Key: "edge/tk", Parse: parse})
 	keys, err := tk.TicketKeys(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -161,7 +161,7 @@ func TestTicketKeysParsed(t *testing.T) {
 	if _, err := agent.Client.KV().Put(&api.KVPair{Key: "edge/bad", Value: bad}, nil); err != nil {
 		t.Fatal(err)
 	}
-	badKeys := NewTicketKeys(agent.Client, TicketKeysOptions{Key: "edge/bad", Parse: parse})
+	badKeys := NewTicketKeys(boundedClient(t, agent.Addr), TicketKeysOptions{Key: "edge/bad", Parse: parse})
 	if _, err := badKeys.TicketKeys(context.Background()); err == nil || !strings.Contains(err.Error(), `"edge/bad"`) {
 		t.Fatalf("a value Parse refuses: %v, want an error naming the key", err)
 	}

@@ -287,15 +287,12 @@ func (ss *slotSession) end() {
 // most maxSlotHoldersShow of them. Everything read is bounded and made
 // printable; what cannot be read is said so, not trusted.
 func (s *UpgradeSlots) holders(ctx context.Context) (int, string) {
-	q := (&api.QueryOptions{}).WithContext(ctx)
-	pair, _, err := s.c.KV().Get(s.lock, q)
+	pair, _, err := getBounded(ctx, s.c, s.lock, maxSlotLockBytes, api.QueryOptions{})
 	switch {
 	case err != nil:
 		return 0, fmt.Sprintf("unknown (%v)", err)
 	case pair == nil:
 		return 0, "nobody"
-	case len(pair.Value) > maxSlotLockBytes:
-		return 0, fmt.Sprintf("unknown (%s is %d bytes, more than %d)", s.lock, len(pair.Value), maxSlotLockBytes)
 	}
 	var lock struct{ Holders map[string]bool }
 	if err := json.Unmarshal(pair.Value, &lock); err != nil {
@@ -341,14 +338,12 @@ func (s *UpgradeSlots) holderName(ctx context.Context, id string) (name string, 
 	if len(id) > 64 || strings.ContainsAny(id, "/") {
 		return "a malformed holder", true
 	}
-	pair, _, err := s.c.KV().Get(s.o.Prefix+"/"+id, (&api.QueryOptions{}).WithContext(ctx))
+	pair, _, err := getBounded(ctx, s.c, s.o.Prefix+"/"+id, maxSlotHolderBytes, api.QueryOptions{})
 	switch {
 	case err != nil:
 		return "session " + id, true
 	case pair == nil || pair.Session == "":
 		return "", false
-	case len(pair.Value) > maxSlotHolderBytes:
-		return "session " + id, true
 	}
 	var h slotHolder
 	if json.Unmarshal(pair.Value, &h) != nil || h.ID == "" {

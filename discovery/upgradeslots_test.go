@@ -26,7 +26,7 @@ func TestUpgradeSlotsOneAtATime(t *testing.T) {
 	agent := consultest.Start(t)
 	ctx := context.Background()
 	slots := func(id string, limit int) *UpgradeSlots {
-		return NewUpgradeSlots(agent.Client, UpgradeSlotsOptions{Prefix: "edge/fleet/", Limit: limit, ID: id, PID: 4242, Round: 200 * time.Millisecond})
+		return NewUpgradeSlots(boundedClient(t, agent.Addr), UpgradeSlotsOptions{Prefix: "edge/fleet/", Limit: limit, ID: id, PID: 4242, Round: 200 * time.Millisecond})
 	}
 	a, b := slots("edge-a", 1), slots("edge-b", 1)
 	releaseA, err := a.Acquire(ctx, time.Minute, func(h string) { t.Errorf("edge-a waited for %s with the slots free", h) })
@@ -80,7 +80,7 @@ func TestUpgradeSlotsFreedByADeadHolder(t *testing.T) {
 	t.Parallel()
 	agent := consultest.Start(t)
 	ctx := context.Background()
-	a := NewUpgradeSlots(agent.Client, UpgradeSlotsOptions{Prefix: "edge", Limit: 1, ID: "edge-a", Round: 200 * time.Millisecond})
+	a := NewUpgradeSlots(boundedClient(t, agent.Addr), UpgradeSlotsOptions{Prefix: "edge", Limit: 1, ID: "edge-a", Round: 200 * time.Millisecond})
 	if _, err := a.Acquire(ctx, time.Minute, func(string) {}); err != nil {
 		t.Fatal(err)
 	}
@@ -96,7 +96,7 @@ func TestUpgradeSlotsFreedByADeadHolder(t *testing.T) {
 			}
 		}
 	}
-	b := NewUpgradeSlots(agent.Client, UpgradeSlotsOptions{Prefix: "edge", Limit: 1, ID: "edge-b", Round: 200 * time.Millisecond})
+	b := NewUpgradeSlots(boundedClient(t, agent.Addr), UpgradeSlotsOptions{Prefix: "edge", Limit: 1, ID: "edge-b", Round: 200 * time.Millisecond})
 	release, err := b.Acquire(ctx, time.Minute, func(string) {})
 	if err != nil {
 		t.Fatalf("after the holder's session ended: %v", err)
@@ -116,7 +116,7 @@ func TestUpgradeSlotsLostSlotIsSaid(t *testing.T) {
 	ctx := context.Background()
 	log := &testkit.Buffer{}
 	lost := make(chan struct{}, 1)
-	a := NewUpgradeSlots(agent.Client, UpgradeSlotsOptions{Prefix: "edge", Limit: 1, ID: "edge-a", Round: 200 * time.Millisecond,
+	a := NewUpgradeSlots(boundedClient(t, agent.Addr), UpgradeSlotsOptions{Prefix: "edge", Limit: 1, ID: "edge-a", Round: 200 * time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(log, nil)), OnLost: func() { lost <- struct{}{} }})
 	release, err := a.Acquire(ctx, time.Minute, nil)
 	if err != nil {
@@ -146,7 +146,7 @@ func TestUpgradeSlotsLostSlotIsSaid(t *testing.T) {
 		t.Errorf("log lacks the loss at Warn:\n%s", out)
 	}
 
-	b := NewUpgradeSlots(agent.Client, UpgradeSlotsOptions{Prefix: "edge", Limit: 1, ID: "edge-b", Round: 200 * time.Millisecond,
+	b := NewUpgradeSlots(boundedClient(t, agent.Addr), UpgradeSlotsOptions{Prefix: "edge", Limit: 1, ID: "edge-b", Round: 200 * time.Millisecond,
 		OnLost: func() { t.Error("a slot given back was counted as lost") }})
 	release, err = b.Acquire(ctx, time.Minute, nil)
 	if err != nil {
@@ -166,7 +166,7 @@ func TestUpgradeSlotsHostileHolder(t *testing.T) {
 	agent := consultest.Start(t)
 	c := agent.Client
 	ctx := context.Background()
-	s := NewUpgradeSlots(c, UpgradeSlotsOptions{Prefix: "edge", Limit: 1, ID: "edge-b"})
+	s := NewUpgradeSlots(boundedClient(t, agent.Addr), UpgradeSlotsOptions{Prefix: "edge", Limit: 1, ID: "edge-b"})
 	sid, _, err := c.Session().Create(&api.SessionEntry{TTL: "60s", Behavior: api.SessionBehaviorDelete}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -187,7 +187,7 @@ func TestUpgradeSlotsHostileHolder(t *testing.T) {
 	if _, err := c.KV().Put(&api.KVPair{Key: "edge/upgrade/.lock", Value: big, Flags: api.SemaphoreFlagValue}, nil); err != nil {
 		t.Fatal(err)
 	}
-	if _, who := s.holders(ctx); !strings.Contains(who, "more than") {
+	if _, who := s.holders(ctx); !strings.Contains(who, ErrResponseTooLarge.Error()) {
 		t.Errorf("holders from an oversized lock: %q", who)
 	}
 

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/edgelb/edge/conf"
+	"github.com/edgelb/edge/discovery"
 	"github.com/edgelb/edge/internal/consultest"
 	"github.com/edgelb/edge/internal/testbackend"
 	"github.com/edgelb/edge/internal/testkit"
@@ -287,8 +288,12 @@ func TestConsulTicketKeysRefuseBadEntry(t *testing.T) {
 	if _, err := kv.Put(&api.KVPair{Key: "edge/tk", Value: bad, Flags: uint64(time.Now().Unix())}, nil); err != nil {
 		t.Fatal(err)
 	}
-	src := newConsulTicketKeys(agent.Client, conf.SessionTickets{ConsulKey: "edge/tk", RotateEvery: conf.Duration(time.Hour), Keep: 3})
-	_, err := src.TicketKeys(context.Background())
+	client, err := discovery.NewClient(discovery.ClientOptions{Address: agent.Addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := newConsulTicketKeys(client, conf.SessionTickets{ConsulKey: "edge/tk", RotateEvery: conf.Duration(time.Hour), Keep: 3})
+	_, err = src.TicketKeys(context.Background())
 	if err == nil || !strings.Contains(err.Error(), `"edge/tk"`) || !strings.Contains(err.Error(), "line 1") {
 		t.Fatalf("bad entry: got %v, want an error naming the key and the line", err)
 	}
