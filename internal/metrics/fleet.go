@@ -28,6 +28,7 @@ var (
 	fleetEdgesDesc   = prometheus.NewDesc("edge_fleet_edges", "Edges in the fleet as last read, this one included.", nil, nil)
 	fleetWritesDesc  = prometheus.NewDesc("edge_fleet_writes_total", "Consul writes for this edge's fleet record: session creates and renewals, record writes.", nil, nil)
 	fleetWakeupsDesc = prometheus.NewDesc("edge_fleet_wakeups_total", "Answers to the fleet's blocking query.", nil, nil)
+	fleetRefusedDesc = prometheus.NewDesc("edge_fleet_keys_refused", "Keys under the fleet's prefix the last read refused, by why: unheld (held by no session, never read), oversized (value over the record bound, refused unread), excess (past the bound on keys looked at).", []string{"why"}, nil)
 	fleetShareDesc   = prometheus.NewDesc("edge_fleet_backend_share", "This edge's share of a fleet-scope max_connections_per_backend.", []string{"pool", "backend"}, nil)
 )
 
@@ -39,7 +40,7 @@ type fleetCollector struct{ src Fleet }
 
 // Describe implements prometheus.Collector.
 func (c fleetCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{fleetStaleDesc, fleetAgeDesc, fleetEdgesDesc, fleetWritesDesc, fleetWakeupsDesc, fleetShareDesc} {
+	for _, d := range []*prometheus.Desc{fleetStaleDesc, fleetAgeDesc, fleetEdgesDesc, fleetWritesDesc, fleetWakeupsDesc, fleetRefusedDesc, fleetShareDesc} {
 		ch <- d
 	}
 }
@@ -56,6 +57,9 @@ func (c fleetCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(fleetEdgesDesc, prometheus.GaugeValue, float64(max(st.Edges, 1)))
 	ch <- prometheus.MustNewConstMetric(fleetWritesDesc, prometheus.CounterValue, float64(st.Writes))
 	ch <- prometheus.MustNewConstMetric(fleetWakeupsDesc, prometheus.CounterValue, float64(st.Wakeups))
+	for why, n := range map[string]int{"unheld": st.Unheld, "oversized": st.Oversized, "excess": st.Excess} {
+		ch <- prometheus.MustNewConstMetric(fleetRefusedDesc, prometheus.GaugeValue, float64(n), why)
+	}
 	if c.src.Shares == nil {
 		return
 	}
