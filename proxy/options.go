@@ -40,6 +40,19 @@ const (
 	defaultLingerBytes   = 16 << 20
 )
 
+// defaultDeflateBytesPerSecond is the byte rate of a client under the
+// deflate policy limit when the pool sets none. Counting a compressed
+// message costs what its wire bytes ask: ordinary compressed text about
+// 13 ns a byte, but a stream of empty dynamic-Huffman blocks, each a few
+// bytes naming a 286-code table that inflates to nothing, about 105 ns
+// a byte (docs/BENCHMARKS.md, "counting compressed input"), where
+// splicing costs well under one. Without a rate one client at 10 MB/s
+// would keep an edge core busy; at 512 KiB/s a connection costs at most
+// about 5 % of one, and a client of a chat, a game or a trading screen
+// never sends that much for long. The burst is the message limit, so a
+// message of the largest size allowed still goes at once.
+const defaultDeflateBytesPerSecond = 512 << 10
+
 // Options configure a Server.
 type Options struct {
 	Routes    []Route
@@ -143,7 +156,9 @@ type Pool struct {
 	// (GCRA, 16 bytes a connection, nothing allocated per message):
 	// RateMessages messages per second (counted at a message's first
 	// frame; every control frame counts as one) with a burst of RateMessageBurst, RateBytes bytes per second
-	// (every byte read) with a burst of RateByteBurst; 0 means no limit, a
+	// (every byte read) with a burst of RateByteBurst; 0 means no limit
+	// (but under the deflate policy limit, whose default byte rate is
+	// defaultDeflateBytesPerSecond with a burst of MaxMessageBytes), a
 	// burst of 0 one second's worth. A client over either gets a close
 	// 1008 with the reason "rate limited" (ReasonRateLimited), or, with
 	// RateSlow, is not read until its bucket has room again, which pushes

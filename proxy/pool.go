@@ -104,6 +104,10 @@ func compilePool(p *Pool) *pool {
 	case (pol == DeflateLimit || pol == "") && c.ws.MaxMessageBytes > 0:
 		c.deflate = wswire.DeflateOnly
 		c.ws.Inflate = new(wsession.Inflaters)
+		if c.ws.Rate.Bytes == 0 {
+			c.ws.Rate.Bytes = defaultDeflateBytesPerSecond
+			c.ws.Rate.ByteBurst = max(c.ws.Rate.ByteBurst, float64(c.ws.MaxMessageBytes), defaultDeflateBytesPerSecond)
+		}
 	}
 	// A client paused for its rate resumes at the next sweep: a quarter
 	// of 400 ms bounds the pause's overshoot at 100 ms.

@@ -105,6 +105,19 @@ func TestCompilePoolDeflate(t *testing.T) {
 			t.Errorf("%q with message limit %d: mode %v, inflating %v; want %v, %v",
 				tc.pol, tc.msg, c.deflate, c.ws.Inflate != nil, tc.want, tc.inflate)
 		}
+		// Counting costs what the wire asks (crafted DEFLATE about 100x
+		// splicing): a counted pool has a byte rate, its own or the
+		// default, whose burst lets a message of the largest size through.
+		if tc.inflate && (c.ws.Rate.Bytes != defaultDeflateBytesPerSecond || c.ws.Rate.ByteBurst != float64(tc.msg)) {
+			t.Errorf("%q with message limit %d: byte rate %v burst %v, want the default and the message limit", tc.pol, tc.msg, c.ws.Rate.Bytes, c.ws.Rate.ByteBurst)
+		}
+		if !tc.inflate && c.ws.Rate.Bytes != 0 {
+			t.Errorf("%q with message limit %d: byte rate %v without counting", tc.pol, tc.msg, c.ws.Rate.Bytes)
+		}
+	}
+	own := compilePool(&Pool{MaxMessageBytes: 1 << 20, RateBytes: 10 << 20, RateByteBurst: 1 << 20})
+	if own.ws.Rate.Bytes != 10<<20 || own.ws.Rate.ByteBurst != 1<<20 {
+		t.Errorf("the pool's own byte rate became %v, burst %v", own.ws.Rate.Bytes, own.ws.Rate.ByteBurst)
 	}
 }
 
