@@ -31,3 +31,9 @@ func (t *Terminator) TicketAESKeys() []*[32]byte {
 	}
 	return out
 }
+
+// CheckTicketState parses a carried ticket state as TicketOptions.Carried does.
+func CheckTicketState(b []byte) error {
+	_, _, _, err := parseTicketState(b)
+	return err
+}

@@ -101,6 +101,13 @@ type TicketOptions struct {
 	// reports the failure in Status, and takes the source's keys at the
 	// first poll that succeeds.
 	Source TicketKeySource
+	// Carried is the state of the keys the process this one took over
+	// from generated (Terminator.TicketState, passed on by an upgrade):
+	// with neither KeyFile nor Source, the Terminator starts from those
+	// keys and their rotation schedule, so the sessions of the previous
+	// process resume here. Anything else is ignored; a state that cannot
+	// be read is logged and fresh keys start.
+	Carried []byte
 }
 
 // OCSPOptions configures OCSP stapling (RFC 6066 section 8, RFC 6960).

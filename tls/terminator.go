@@ -112,6 +112,12 @@ func (t *Terminator) config() (*tls.Config, error) {
 			return nil, fmt.Errorf("session tickets: %w", err)
 		}
 		t.tickets = &ticketRotation{keys: keys, log: t.log, obs: o.Observer}
+		switch {
+		case keys.carried:
+			t.log.Info("session ticket keys carried over from the previous process", "keys", len(keys.keys), "generation", keys.gen)
+		case keys.carryErr != nil:
+			t.log.Warn("session ticket keys of the previous process refused; fresh keys start", "err", keys.carryErr)
+		}
 		// Callbacks rather than SetSessionTicketKeys: they survive
 		// Config.Clone (net/http's ServeTLS and http2.ConfigureServer
 		// clone the config, and a clone would keep stale keys forever),

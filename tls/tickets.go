@@ -225,6 +225,10 @@ type ticketKeys struct {
 	gen     uint64
 	rotated time.Time
 	lastErr string
+	// carried: the keys came from the previous process (Carried);
+	// carryErr: a carried state that could not be read.
+	carried  bool
+	carryErr error
 }
 
 func newTicketKeys(o TicketOptions, now func() time.Time) (*ticketKeys, error) {
@@ -244,6 +248,12 @@ func newTicketKeys(o TicketOptions, now func() time.Time) (*ticketKeys, error) {
 		k.kind = "source"
 	}
 	if k.source == nil {
+		if len(o.Carried) > 0 {
+			if k.carryErr = k.restore(o.Carried); k.carryErr == nil {
+				k.carried = true
+				return k, nil
+			}
+		}
 		if _, err := k.rotate(); err != nil {
 			return nil, err
 		}
@@ -509,6 +519,14 @@ func (r *ticketRotation) poll(ctx context.Context) error {
 func (r *ticketRotation) loop(o TicketOptions, interval time.Duration) (name string, loop func(context.Context)) {
 	if r.keys.source == nil {
 		return "ticket rotation", func(ctx context.Context) {
+			// Carried keys keep their schedule (firstRotation); fresh
+			// ones were rotated just now and wait RotateEvery.
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(r.keys.firstRotation(o.RotateEvery)):
+				_ = r.rotate()
+			}
 			every(ctx, o.RotateEvery, func() { _ = r.rotate() })
 		}
 	}
