@@ -35,6 +35,8 @@
 //     every response read from the store verified like the responder's.
 //   - tickets.go: the session-ticket keys (sealing, rotation, key file and
 //     source) and ticketRotation, their background loop.
+//   - ticketstate.go: generated keys carried to the process an upgrade
+//     starts (TicketState, TicketOptions.Carried), schedule included.
 //
 // # Certificates
 //

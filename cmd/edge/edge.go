@@ -168,6 +168,16 @@ func (e *edge) allPools() []*balance.Pool {
 	return append(out, e.dyn.pools()...)
 }
 
+// carriedTicketKeys is the ticket-key state the process that started
+// this one carried for the listener (n names it), or nil.
+func (e *edge) carriedTicketKeys(n string) []byte {
+	b, err := e.up.Carried(n)
+	if err != nil {
+		e.log.Warn("session ticket keys of the previous process not read; fresh keys start", "err", err)
+	}
+	return b
+}
+
 // listenReusePort binds a public listener (sockets.Listen: SO_REUSEPORT,
 // keep-alive and TCP_DEFER_ACCEPT on the listening socket).
 func listenReusePort(addr string) (net.Listener, error) { return sockets.Listen(addr) }
@@ -194,11 +204,17 @@ func (e *edge) buildListener(cfg *conf.Config, lc conf.Listener) (*listener, err
 		}
 		opts.Logger = e.log.With("listener", lc.Name)
 		opts.Observer = e.metrics.TLSObserver(lc.Name)
+		carry := "tickets:" + lc.Name
+		opts.Tickets.Carried = e.carriedTicketKeys(carry)
 		term, err := edgetls.New(opts)
+		clear(opts.Tickets.Carried)
 		if err != nil {
 			return nil, fmt.Errorf("listener %s: %w", lc.Name, err)
 		}
 		l.term = term
+		// Generated ticket keys go with an upgrade, so the sessions of
+		// this process resume on the next (edgetls.Terminator.TicketState).
+		e.up.Carry(carry, term.TicketState)
 		lo.ClientCertHeader = lc.TLS.ClientCertHeader
 	}
 	ln, err := e.up.Listen(lc.Address, listenReusePort)

@@ -24,7 +24,8 @@
 // closes it at a known point: the new process's pipe ends right after
 // exec, a failed attempt's pipes and hand-off socket when it fails, the
 // unclaimed inherited sockets at Ready, the copies kept for handing on at
-// Stop or once a new process took over.
+// Stop or once a new process took over, a carried state's pipe as soon as
+// the attempt that passed it is over.
 //
 // The wire is tableflip v1.2.3's (names.go), so an edge built on tableflip
 // upgrades to this one and this one back to it: descriptor 3 is the pipe
@@ -41,6 +42,7 @@
 //	handover.go  HandOver: the old process's end once the new one serves, over Server
 //	process.go   Child; starting it behind the two pipes and waiting for its byte; the new process's side
 //	names.go     the wire's constants and names, bounded decoding; the set of inherited and passed files
+//	carry.go     Carry, Carried: state a component hands the new process, in an inherited pipe (ticket keys)
 //	sys_*.go     duplicating descriptors, the hand-off socketpair (Unix); refusals (Windows)
 //	binary.go    SelfBinary: the path this process was started as
 package upgrade

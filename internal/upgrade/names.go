@@ -154,6 +154,18 @@ func (fs *files) putLocked(key name, f *os.File) {
 	fs.passed[key] = f
 }
 
+// drop closes and forgets the passed files keys.
+func (fs *files) drop(keys []name) {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	for _, k := range keys {
+		if f := fs.passed[k]; f != nil {
+			_ = f.Close()
+			delete(fs.passed, k)
+		}
+	}
+}
+
 // closeInherited closes every inherited descriptor nobody claimed: a
 // listener the file no longer names, a file of an older or newer edge.
 func (fs *files) closeInherited() {

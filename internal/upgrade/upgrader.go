@@ -100,6 +100,8 @@ type Upgrader struct {
 	// kernel closes it when this process exits, which is how that process
 	// learns it. Held here so that nothing closes it before.
 	successor *os.File
+	// carriers are what each attempt carries to the new process (Carry).
+	carriers map[string]func() []byte
 }
 
 // New takes the sockets a parent handed over, if an upgrade started this
@@ -437,11 +439,14 @@ func (u *Upgrader) attempt(c Child, release func()) error {
 		}
 	}
 	var s *started
+	carried := u.putCarriedLocked()
 	err := u.files.withPassed(func(names []name, passed []*os.File) error {
 		var err error
 		s, err = start(c, names, passed)
 		return err
 	})
+	// The new process has its copies (or failed): this process's go now.
+	u.files.drop(carried)
 	if err == nil {
 		err = s.await(u.stop, u.opts.Timeout)
 	}
