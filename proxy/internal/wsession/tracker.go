@@ -203,7 +203,8 @@ func (t *tracker) feedPayload(p []byte, stop bool, c *counting) (int, bool) {
 // payload) and returns how many bytes were header, and whether feedWith
 // stops there: a frame that broke a rule (bad), a frame over a limit or
 // the frame budget (nothing of it consumed), or stop asked and the frame
-// ended.
+// ended. It runs once a frame: one function, so nothing is copied into a
+// call on the way.
 func (t *tracker) feedHeader(p []byte, stop bool, c *counting) (int, bool) {
 	before := int(t.hn)
 	k := copy(t.hdr[t.hn:], p)
@@ -212,59 +213,42 @@ func (t *tracker) feedHeader(p []byte, stop bool, c *counting) (int, bool) {
 		return t.fail(f)
 	}
 	h, err := wswire.ParseHeader(t.hdr[:t.hn])
-	if err != nil {
+	switch {
+	case err != nil:
 		return t.fail(faultLength)
-	}
-	if h.Size == 0 {
+	case h.Size == 0:
 		return k, false
-	}
-	if h.Opcode == wswire.OpClose && h.Length >= 2 && before == 0 && len(p) >= h.Size+2 {
+	case h.Opcode == wswire.OpClose && h.Length >= 2 && before == 0 && len(p) >= h.Size+2 && !t.closeCodeOK(h, p[h.Size:h.Size+2]):
 		// The code is in the chunk: judged before the header goes on.
-		if !t.closeCodeOK(h, p[h.Size:h.Size+2]) {
-			return t.fail(faultCloseCode)
-		}
-	}
-	if t.over(h) {
+		return t.fail(faultCloseCode)
+	case t.over(h):
 		t.tooBig, t.split = true, before > 0
 		t.hn = 0
 		return 0, true
-	}
-	if c.budget >= 0 && c.frames >= c.budget {
+	case c.budget >= 0 && c.frames >= c.budget:
 		c.rateOver, c.rateSplit = true, before > 0
 		t.hn = 0
 		return 0, true
 	}
-	if c.z != nil && !h.IsControl() && h.Fin && h.Length == 0 && c.z.emptyEnd(h.Rsv1, h.Opcode, c.limit, c.ps) {
+	control := h.Opcode >= wswire.OpClose
+	if c.z != nil && !control && h.Fin && h.Length == 0 && c.z.emptyEnd(h.Rsv1, h.Opcode, c.limit, c.ps) {
 		// The tail of a compressed message (RFC 7692 §7.2.2) took it
 		// over the limit: its last frame, empty, does not go on.
 		t.tooBig, t.tooBigMsg, t.inflated, t.split = true, true, true, before > 0
 		t.hn = 0
 		return 0, true
 	}
-	return t.start(h, before, c), t.remaining == 0 && stop
-}
-
-// fail stops the tracker at a frame that broke the rule f.
-func (t *tracker) fail(f fault) (int, bool) {
-	t.bad, t.fault = true, f
-	return 0, true
-}
-
-// start begins the frame with header h, before bytes of which came in an
-// earlier chunk, and returns how many bytes of the chunk were header.
-func (t *tracker) start(h wswire.Header, before int, c *counting) int {
-	n := h.Size - before
 	t.hn = 0
 	t.remaining = h.Length
 	if c.frames >= 0 {
 		c.frames++
 	}
-	if !h.IsControl() {
+	if !control {
 		// RFC 6455 §5.4: a data frame without FIN leaves its message open.
 		t.frag, t.fragUnknown = !h.Fin, false
 	}
 	if c.z != nil {
-		c.z.frame(h.Fin, h.Rsv1, h.Opcode, h.IsControl(), t.hdr[h.Size-4*b2i(h.Masked):h.Size])
+		c.z.frame(h.Fin, h.Rsv1, h.Opcode, control, t.hdr[h.Size-4*b2i(h.Masked):h.Size])
 		if h.Length == 0 {
 			c.z.frameEnd(c.ps)
 		}
@@ -278,7 +262,13 @@ func (t *tracker) start(h wswire.Header, before int, c *counting) int {
 		t.closeSeen = true
 		t.closeStart(h, t.hdr[:h.Size])
 	}
-	return n
+	return h.Size - before, t.remaining == 0 && stop
+}
+
+// fail stops the tracker at a frame that broke the rule f.
+func (t *tracker) fail(f fault) (int, bool) {
+	t.bad, t.fault = true, f
+	return 0, true
 }
 
 // over reports whether the frame with header h takes the stream over the
