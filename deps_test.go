@@ -76,8 +76,10 @@ var testSupport = map[string]bool{
 var importRules = []importRule{
 	{pkg: "balance", noStdNet: true},
 	{pkg: "internal/hostname", noStdNet: true},
-	{pkg: "conf", ours: []string{"internal/hostname"}},
-	{pkg: "tls"},
+	{pkg: "conf", ours: []string{"internal/hostname", "internal/trust"}},
+	{pkg: "tls", ours: []string{"internal/trust"}},
+	// Whether a file is edge's: the file system and nothing else.
+	{pkg: "internal/trust", noStdNet: true, noNet: true, external: []string{}},
 	// The record layer is pure: stdlib crypto and x/crypto (whose
 	// chacha20 reaches x/sys/cpu) only.
 	{pkg: "tls/record", noStdNet: true, noNet: true, external: []string{"golang.org/x/crypto/", "golang.org/x/sys/cpu"}},
@@ -88,13 +90,13 @@ var importRules = []importRule{
 	{pkg: "proxy/internal/ready", ours: []string{"tls/record"}, noStdNet: true},
 	// The session is pure policy: no I/O, no clock of its own.
 	{pkg: "proxy/internal/wsession", ours: []string{"internal/wswire"}, noStdNet: true, noNet: true},
-	{pkg: "discovery", ours: []string{"balance", "internal/hostname"}},
+	{pkg: "discovery", ours: []string{"balance", "internal/hostname", "internal/trust"}},
 	{pkg: "health", ours: []string{"balance", "internal/wswire"}},
 	{pkg: "internal/wswire", noStdNet: true},
 	{pkg: "internal/testkit", ours: []string{"internal/wswire"}},
 	// The admin listener knows the pools, not the proxy, the file or
 	// the metrics library: cmd/edge passes those in.
-	{pkg: "internal/admin", ours: []string{"balance", "internal/hostname"}},
+	{pkg: "internal/admin", ours: []string{"balance", "internal/hostname", "internal/trust"}},
 	// Binding sockets and the descriptor budget: system calls only.
 	{pkg: "internal/sockets", noStdNet: true, external: []string{"golang.org/x/sys/"}},
 	// GC pacing reads the runtime and touches nothing else.
@@ -104,7 +106,7 @@ var importRules = []importRule{
 	// The service manager's datagrams: a socket, the clock, nothing more.
 	{pkg: "internal/sdnotify", noStdNet: true, external: []string{"golang.org/x/sys/"}},
 	{pkg: "internal/metrics", prometheus: true, ours: []string{"balance", "discovery", "health", "proxy", "tls",
-		"internal/hostname", "internal/wswire", "proxy/internal/handoff", "proxy/internal/ready", "proxy/internal/wsession", "tls/record"}},
+		"internal/hostname", "internal/trust", "internal/wswire", "proxy/internal/handoff", "proxy/internal/ready", "proxy/internal/wsession", "tls/record"}},
 	// The process upgrade: exec, pipes and descriptors; nothing of
 	// HTTP, the proxy, the file or metrics (cmd/edge counts).
 	{pkg: "internal/upgrade", noStdNet: true},

@@ -4,10 +4,11 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"math"
 	"os"
+
+	"github.com/edgelb/edge/internal/trust"
 )
 
 const (
@@ -104,20 +105,9 @@ func secretBits(key []byte) float64 {
 // whitespace (the trailing newline editors add). Devices and pipes are
 // refused so that a typo such as /dev/zero cannot hang or exhaust edge.
 func readSecretFile(path string) ([]byte, error) {
-	if err := checkSecretFile(path); err != nil {
-		return nil, err
-	}
-	f, err := os.Open(path)
+	b, err := trust.ReadFile(path, trust.Secret, maxSecretSize)
 	if err != nil {
 		return nil, err
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, maxSecretSize+1))
-	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", path, err)
-	}
-	if len(b) > maxSecretSize {
-		return nil, fmt.Errorf("%s: larger than %d bytes", path, maxSecretSize)
 	}
 	b = bytes.TrimSpace(b)
 	if len(b) == 0 {
@@ -143,24 +133,21 @@ func checkFile(path string) error {
 	return nil
 }
 
-// checkSecretFile is checkFile for a file that holds a secret, which must
-// not be open to group or others (mode & 0o077 == 0): any other account on
-// the host, or a group it shares, could read the token or key, or replace
-// it. ssh refuses private keys for the same reason. Only the file's own
-// bits count (after symlinks): a directory that lets others in cannot
-// expose a file they may not read.
+// checkSecretFile is checkFile for a file that holds a secret: it must be
+// edge's (internal/trust): not open to group or others (mode & 0o077 ==
+// 0: any other account on the host, or a group it shares, could read the
+// token or key; ssh refuses private keys for the same reason), owned by
+// edge's user or root, named without a symbolic link, in directories
+// nobody else can write to (where another user could plant the file).
 func checkSecretFile(path string) error {
 	if err := checkFile(path); err != nil {
 		return err
 	}
-	fi, err := os.Stat(path)
+	f, err := trust.Open(path, trust.Secret)
 	if err != nil {
 		return err
 	}
-	if m := fi.Mode().Perm(); m&0o077 != 0 {
-		return fmt.Errorf("%s: mode %04o lets group or others at a secret; chmod 600 it (or 400)", path, m)
-	}
-	return nil
+	return f.Close()
 }
 
 // ACLToken returns the Consul ACL token: token if set, else the content of

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -16,6 +15,7 @@ import (
 	"time"
 
 	"github.com/edgelb/edge/balance"
+	"github.com/edgelb/edge/internal/trust"
 	"github.com/hashicorp/consul/api"
 )
 
@@ -231,7 +231,7 @@ func (f *FleetActions) restore() error {
 	if path == "" {
 		return nil
 	}
-	data, err := os.ReadFile(path)
+	data, err := trust.ReadFile(path, trust.State, maxStateFile)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/edgelb/edge/balance"
+	"github.com/edgelb/edge/internal/trust"
 )
 
 // stateVersion is bumped when the file format changes incompatibly.
@@ -81,9 +82,14 @@ func writeAtomic(path string, data []byte) error {
 	return nil
 }
 
-// loadSet reads a saved set. A missing file is (savedSet{}, false, nil).
+// maxStateFile bounds a state file edge reads back: a saved set of the
+// largest pool, or the fleet's actions, is far smaller.
+const maxStateFile = 16 << 20
+
+// loadSet reads a saved set, if the file is edge's (internal/trust: a
+// set planted by another user would route clients to their backends). A missing file is (savedSet{}, false, nil).
 func loadSet(path string) (savedSet, bool, error) {
-	data, err := os.ReadFile(path)
+	data, err := trust.ReadFile(path, trust.State, maxStateFile)
 	if errors.Is(err, fs.ErrNotExist) {
 		return savedSet{}, false, nil
 	}

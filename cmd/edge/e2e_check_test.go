@@ -216,3 +216,54 @@ func TestCheckRefusesOpenSecretFile(t *testing.T) {
 		t.Errorf("edge -check with the token at 0600: exit %d\n%s", code, out)
 	}
 }
+
+// TestPlantedStateDirRefused: another local user (uid 65534) made
+// state_dir first and planted an admin.token in it, mode 0600 and their
+// own content. Before, edge took that token (and with it whoever planted
+// it drove the upgrade endpoint); now `edge -check` and startup refuse
+// the directory, naming it and the owner, and a state_dir of edge's own
+// passes.
+func TestPlantedStateDirRefused(t *testing.T) {
+	dir := t.TempDir()
+	state := filepath.Join(dir, "state")
+	if err := os.Mkdir(state, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	token := filepath.Join(state, "admin.token")
+	writeFile(t, token, "planted-by-another-user-0123456789abcdef\n")
+	if err := os.Chmod(token, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{state, token} {
+		if err := os.Chown(p, 65534, 65534); err != nil {
+			t.Skipf("chown to uid 65534: %v (not root)", err)
+		}
+	}
+	bs := backends(t, "b1")
+	cfg := checkConfig(t, dir, bs[0].Addr(), fmt.Sprintf("state_dir: %q\nadmin: {address: %q, api: {enabled: true, write: true}}\nlisteners: [{name: ws, address: %q}]\n",
+		state, testkit.ClosedPort(t), testkit.ClosedPort(t)))
+	want := []string{"state_dir", state, "owned by uid 65534"}
+	code, out := runCheck(t, cfg)
+	if code == 0 {
+		t.Errorf("edge -check exited 0:\n%s", out)
+	}
+	for _, w := range want {
+		if !strings.Contains(out, w) {
+			t.Errorf("edge -check output lacks %q:\n%s", w, out)
+		}
+	}
+	out = startupFails(t, cfg)
+	for _, w := range want[1:] {
+		if !strings.Contains(out, w) {
+			t.Errorf("startup output lacks %q:\n%s", w, out)
+		}
+	}
+	for _, p := range []string{state, token} {
+		if err := os.Chown(p, os.Geteuid(), os.Getegid()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if code, out := runCheck(t, cfg); code != 0 {
+		t.Errorf("edge -check with state_dir edge's own: exit %d\n%s", code, out)
+	}
+}

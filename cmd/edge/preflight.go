@@ -4,10 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/edgelb/edge/conf"
+	"github.com/edgelb/edge/internal/admin"
 	"github.com/edgelb/edge/internal/sockets"
+	"github.com/edgelb/edge/internal/trust"
 	edgetls "github.com/edgelb/edge/tls"
 )
 
@@ -45,7 +50,31 @@ func preflight(cfg *conf.Config) (warnings []error, err error) {
 		}
 	}
 	errs = append(errs, sameSockets(cfg)...)
+	if err := stateDirTrusted(cfg.StateDir); err != nil {
+		errs = append(errs, cfg.ErrorAt("state_dir", "%v", err))
+	}
 	return warnings, errors.Join(errs...)
+}
+
+// stateDirTrusted checks state_dir, when it exists, and the admin token
+// in it, when there is one, as startup reads them (internal/trust): a
+// state_dir another user made or can write to, or a token they planted,
+// is refused here too.
+func stateDirTrusted(dir string) error {
+	if dir == "" {
+		return nil
+	}
+	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
+		return nil // startup makes it, 0700
+	}
+	if err := trust.Dir(dir); err != nil {
+		return err
+	}
+	if _, err := os.Lstat(filepath.Join(dir, admin.TokenFile)); errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	_, err := admin.ReadToken(dir)
+	return err
 }
 
 // sameSockets resolves the admin and listener addresses and reports any two

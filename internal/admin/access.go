@@ -14,6 +14,7 @@ import (
 	"strings"
 
 	"github.com/edgelb/edge/internal/hostname"
+	"github.com/edgelb/edge/internal/trust"
 )
 
 // TokenFile is the name, in the state directory, of the token edge
@@ -96,6 +97,9 @@ func CanonicalHosts(hosts []string) []string {
 // at most. The file is written aside and linked into place, so a reader
 // never sees it half-written and two starts never overwrite each other.
 func LoadOrCreateToken(dir string) (string, error) {
+	if err := trust.Dir(dir); err != nil {
+		return "", fmt.Errorf("admin token: state_dir: %w", err)
+	}
 	tok, err := ReadToken(dir)
 	if err == nil || !errors.Is(err, fs.ErrNotExist) {
 		return tok, err
@@ -130,26 +134,19 @@ func LoadOrCreateToken(dir string) (string, error) {
 	return ReadToken(dir)
 }
 
-// ReadToken reads dir/admin.token. A file that group or others may read
-// or write is refused, as ssh refuses such a key: its token no longer
-// tells edge's user apart from the others.
+// ReadToken reads dir/admin.token if it is edge's (internal/trust): a
+// file that group or others may read or write is refused, as ssh refuses
+// such a key, and so is one owned by another user, a symbolic link, or
+// one in a directory another user could write to or made: its token no
+// longer tells edge's user apart from the others (another user who
+// planted it would drive the upgrade endpoint, which runs a binary).
 func ReadToken(dir string) (string, error) {
 	path := filepath.Join(dir, TokenFile)
-	f, err := os.Open(path)
+	f, err := trust.Open(path, trust.Secret)
 	if err != nil {
 		return "", fmt.Errorf("admin token: %w", err)
 	}
 	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return "", fmt.Errorf("admin token: %w", err)
-	}
-	if !fi.Mode().IsRegular() {
-		return "", fmt.Errorf("admin token %s: not a regular file", path)
-	}
-	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
-		return "", fmt.Errorf("admin token %s: mode %04o lets other users read or change it; want 0600 (chmod 600 %s)", path, perm, path)
-	}
 	b := make([]byte, 256)
 	n, err := f.Read(b)
 	if err != nil {

@@ -1,0 +1,100 @@
+package trust
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+)
+
+// ErrNotTrusted is wrapped by every refusal of this package.
+var ErrNotTrusted = errors.New("not edge's")
+
+// Kind says what a file holds, which decides how private it must be.
+type Kind uint8
+
+// Kinds of file.
+const (
+	// Secret: no access at all for group or others (mode & 0o077 == 0).
+	Secret Kind = iota
+	// State: nobody else may change it (mode & 0o022 == 0); reading is
+	// the operator's choice.
+	State
+)
+
+// Open opens path for reading if it is edge's (see the package
+// documentation) and holds a file of kind k.
+func Open(path string, k Kind) (*os.File, error) {
+	if err := Dir(filepath.Dir(path)); err != nil {
+		return nil, err
+	}
+	f, err := openNoFollow(path)
+	if err != nil {
+		return nil, refusedOpen(path, err)
+	}
+	fi, err := f.Stat()
+	if err == nil {
+		err = fileOK(path, fi, k)
+	}
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
+}
+
+// ReadFile reads path (at most max bytes) if it is edge's and holds a
+// file of kind k.
+func ReadFile(path string, k Kind, max int64) ([]byte, error) {
+	f, err := Open(path, k)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, max+1))
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	if int64(len(b)) > max {
+		clear(b)
+		return nil, fmt.Errorf("%s: larger than %d bytes", path, max)
+	}
+	return b, nil
+}
+
+// Dir reports whether dir and every directory above it are edge's: owned
+// by edge's user or root and writable by nobody else (a sticky
+// root-owned directory above dir excepted).
+func Dir(dir string) error {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return fmt.Errorf("%s: %w", dir, err)
+	}
+	for d, first := abs, true; ; d, first = filepath.Dir(d), false {
+		fi, err := os.Stat(d)
+		if err != nil {
+			return fmt.Errorf("directory %s: %w", d, err)
+		}
+		if !fi.IsDir() {
+			return fmt.Errorf("%s: %w: not a directory", d, ErrNotTrusted)
+		}
+		if err := dirOK(d, fi, first); err != nil {
+			return err
+		}
+		if filepath.Dir(d) == d {
+			return nil
+		}
+	}
+}
+
+func refusedOpen(path string, err error) error {
+	if isLoop(err) {
+		return fmt.Errorf("%s: %w: a symbolic link (name the file itself)", path, ErrNotTrusted)
+	}
+	if errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("%s: no such file: %w", path, fs.ErrNotExist)
+	}
+	return err
+}

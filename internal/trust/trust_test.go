@@ -1,0 +1,100 @@
+//go:build unix
+
+package trust
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// nobody is a uid other than edge's (the tests run as root here; when
+// not, chown to another user is refused and those cases are skipped).
+const nobody = 65534
+
+func write(t *testing.T, dir, name string, mode os.FileMode) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, []byte("0123456789abcdef0123456789abcdef\n"), mode); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(p, mode); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func chown(t *testing.T, p string) {
+	t.Helper()
+	if err := os.Lchown(p, nobody, nobody); err != nil {
+		t.Skipf("chown to uid %d: %v (not root)", nobody, err)
+	}
+}
+
+// TestOpenRefusesWhatIsNotEdges: each way a file can fail to be edge's is
+// refused with the path and the reason; edge's own file is read.
+func TestOpenRefusesWhatIsNotEdges(t *testing.T) {
+	dir := t.TempDir()
+	good := write(t, dir, "good", 0o600)
+	if b, err := ReadFile(good, Secret, 1<<10); err != nil || len(b) == 0 {
+		t.Fatalf("edge's own secret: %v", err)
+	}
+	if _, err := ReadFile(write(t, dir, "state", 0o644), State, 1<<10); err != nil {
+		t.Fatalf("a state file others may read: %v", err)
+	}
+
+	other := write(t, dir, "other", 0o600)
+	chown(t, other)
+	link := filepath.Join(dir, "link")
+	if err := os.Symlink(good, link); err != nil {
+		t.Fatal(err)
+	}
+	open := t.TempDir()
+	if err := os.Chmod(open, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	planted := t.TempDir()
+	chown(t, planted)
+	sticky := t.TempDir()
+	if err := os.Chmod(sticky, os.ModeSticky|0o777); err != nil {
+		t.Fatal(err)
+	}
+	for name, c := range map[string]struct {
+		path string
+		kind Kind
+		want string
+	}{
+		"readable by others":               {write(t, dir, "readable", 0o644), Secret, "lets group or others at a secret"},
+		"writable by group":                {write(t, dir, "writable", 0o620), State, "lets group or others change it"},
+		"owned by another user":            {other, Secret, "owned by uid 65534"},
+		"a symbolic link":                  {link, Secret, "a symbolic link"},
+		"in a directory open to all":       {write(t, open, "tok", 0o600), Secret, "lets group or others put files in it"},
+		"in a directory another user made": {write(t, planted, "tok", 0o600), Secret, "owned by uid 65534"},
+		"in a sticky directory":            {write(t, sticky, "tok", 0o600), Secret, "lets group or others put files in it"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := ReadFile(c.path, c.kind, 1<<10)
+			if !errors.Is(err, ErrNotTrusted) || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), filepath.Dir(c.path)) {
+				t.Fatalf("got %v, want a refusal naming the path and %q", err, c.want)
+			}
+		})
+	}
+}
+
+// TestDirAcceptsAStickyRootDirectoryAbove: /tmp (root, 1777) above a
+// directory of edge's does not make it another user's.
+func TestDirAcceptsAStickyRootDirectoryAbove(t *testing.T) {
+	sticky := t.TempDir()
+	if err := os.Chmod(sticky, os.ModeSticky|0o777); err != nil {
+		t.Fatal(err)
+	}
+	mine := filepath.Join(sticky, "mine")
+	if err := os.Mkdir(mine, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := Dir(mine); err != nil {
+		t.Fatalf("a directory of edge's under a sticky one: %v", err)
+	}
+}
