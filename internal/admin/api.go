@@ -90,6 +90,7 @@ type api struct {
 	fleet    Fleet // nil: no fleet scope
 	settings atomic.Pointer[Settings]
 	extra    []Endpoint
+	proofs   proofs // nonces of the token proofs (proof.go)
 }
 
 func newAPI(pools func() []*balance.Pool, conns Conns, fleet Fleet, extra []Endpoint) *api {
@@ -108,6 +109,9 @@ func (a *api) register(mux *http.ServeMux) {
 		{"POST", b + "/disable", Write, a.setState(balance.AdminDisabled)},
 		{"POST", b + "/enable", Write, a.setState(balance.AdminReady)},
 		{"POST", b + "/weight", Write, a.weight},
+		// Open to all who reach the listener, as reads are: it proves
+		// edge knows the token, and tells nothing of it (proof.go).
+		{"POST", "/api/v1/challenge", Read, a.challenge},
 	}
 	for _, ep := range append(eps, a.extra...) {
 		h := a.read(ep.Handle)
@@ -191,8 +195,8 @@ func (a *api) authorize(s *Settings, r *http.Request) error {
 	if s.Token == "" {
 		return Errorf(http.StatusForbidden, "write operations need a token: set state_dir (edge generates %s there) or admin.api.token_file or token_env", TokenFile)
 	}
-	if !HasToken(r, s.Token) {
-		return Errorf(http.StatusUnauthorized, "a valid bearer token is required")
+	if !HasToken(r, s.Token) && !a.proofs.proven(r, s.Token, time.Now()) {
+		return Errorf(http.StatusUnauthorized, "a valid bearer token (or proof of it) is required")
 	}
 	return nil
 }

@@ -1,6 +1,9 @@
 package admin
 
 import (
+	"crypto/hmac"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -73,7 +76,13 @@ func (c *Client) RequestUpgrade(waiting func(state string)) (Upgraded, error) {
 		return Upgraded{}, err
 	}
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Authorization", "Bearer "+c.token)
+	// The token itself never leaves: the listener proves it is edge, then
+	// this request proves the token under edge's nonce (proof.go).
+	proof, err := c.prove(req.Method, req.URL.Path)
+	if err != nil {
+		return Upgraded{}, fmt.Errorf("%s: %w", c.base, err)
+	}
+	req.Header.Set("Authorization", proof)
 	resp, err := c.doWatching(req, waiting)
 	if err != nil {
 		return Upgraded{}, fmt.Errorf("%s: %w", c.base, err)
@@ -140,14 +149,13 @@ func (c *Client) upgradeState() string {
 	return st.Upgrade
 }
 
-// getStatus decodes /status into v. The token also answers for a Host
-// the listener does not list.
+// getStatus decodes /status into v. It carries no credential: the
+// client asks the listener's own address, which the Host guard allows.
 func (c *Client) getStatus(v any) error {
 	req, err := http.NewRequest(http.MethodGet, c.base+"/status", nil)
 	if err != nil {
 		return err
 	}
-	req.Header.Set("Authorization", "Bearer "+c.token)
 	resp, err := c.hc.Do(req)
 	if err != nil {
 		return err
@@ -219,4 +227,40 @@ func adminBase(addr string) (string, error) {
 		host = "127.0.0.1"
 	}
 	return "http://" + net.JoinHostPort(host, port), nil
+}
+
+// ErrNotEdge is a listener at the admin address that could not prove it
+// knows the token: not edge (another local user listening there while
+// edge is down), or an edge with another token.
+var ErrNotEdge = errors.New("did not prove it is edge (it does not know the admin token); nothing secret was sent")
+
+// prove asks the listener to prove it knows the token (POST
+// /api/v1/challenge) and returns the Authorization value of a request
+// method path proving the client knows it too (proof.go). Nothing sent
+// before the listener's proof is checked depends on the token.
+func (c *Client) prove(method, path string) (string, error) {
+	var nc [32]byte
+	if _, err := rand.Read(nc[:]); err != nil {
+		return "", err
+	}
+	ncHex := hex.EncodeToString(nc[:])
+	req, err := http.NewRequest(http.MethodPost, c.base+"/api/v1/challenge", strings.NewReader(`{"client_nonce":"`+ncHex+`"}`))
+	if err != nil {
+		return "", err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	var ch struct {
+		Nonce string `json:"nonce"`
+		Proof string `json:"proof"`
+	}
+	if resp.StatusCode != http.StatusOK || json.NewDecoder(io.LimitReader(resp.Body, 4<<10)).Decode(&ch) != nil ||
+		len(ch.Nonce) != 64 || !hmac.Equal([]byte(ch.Proof), []byte(serverProof(c.token, ncHex, ch.Nonce))) {
+		return "", fmt.Errorf("the listener %w", ErrNotEdge)
+	}
+	return proofScheme + ch.Nonce + " " + clientProof(c.token, ch.Nonce, method, path), nil
 }

@@ -3,6 +3,7 @@ package admin
 import (
 	"encoding/json"
 	"errors"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -86,6 +87,18 @@ type fakeEdge struct {
 	answered bool
 	tokens   []string
 	polled   chan struct{}
+	proofs   proofs
+}
+
+// answerChallenge answers POST /api/v1/challenge as edge does, for the
+// token "secret".
+func answerChallenge(w http.ResponseWriter, r *http.Request, p *proofs) {
+	var b struct {
+		ClientNonce string `json:"client_nonce"`
+	}
+	_ = json.NewDecoder(r.Body).Decode(&b)
+	ns := p.issue(time.Now())
+	_ = json.NewEncoder(w).Encode(map[string]string{"nonce": ns, "proof": serverProof("secret", b.ClientNonce, ns)})
 }
 
 func (f *fakeEdge) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -93,6 +106,8 @@ func (f *fakeEdge) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	f.tokens = append(f.tokens, r.Header.Get("Authorization"))
 	f.mu.Unlock()
 	switch r.URL.Path {
+	case "/api/v1/challenge":
+		answerChallenge(w, r, &f.proofs)
 	case "/status":
 		f.mu.Lock()
 		defer f.mu.Unlock()
@@ -106,6 +121,10 @@ func (f *fakeEdge) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		_ = json.NewEncoder(w).Encode(map[string]any{"pid": 100, "version": "v1", "upgrade": "waiting for a fleet upgrade slot: held by edge-a"})
 	case "/api/v1/upgrade":
+		if !f.proofs.proven(r, "secret", time.Now()) {
+			http.Error(w, "no proof", http.StatusUnauthorized)
+			return
+		}
 		<-f.polled
 		f.mu.Lock()
 		f.answered = true
@@ -116,8 +135,8 @@ func (f *fakeEdge) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// TestClientRequestUpgrade: the client sends its token on every request,
-// reports a fleet wait once however often /status repeats it, and gives
+// TestClientRequestUpgrade: the client never sends its token, proves it
+// under the nonce of a listener that proved it knows it, reports a fleet wait once however often /status repeats it, and gives
 // the old process's answer with the new process's pid and version.
 func TestClientRequestUpgrade(t *testing.T) {
 	f := &fakeEdge{polled: make(chan struct{})}
@@ -141,9 +160,79 @@ func TestClientRequestUpgrade(t *testing.T) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for _, tok := range f.tokens {
-		if tok != "Bearer secret" {
-			t.Errorf("a request carried Authorization %q, want Bearer secret", tok)
+		if strings.Contains(tok, "secret") || strings.HasPrefix(tok, "Bearer") {
+			t.Errorf("a request carried Authorization %q: the token itself", tok)
 		}
+	}
+}
+
+// TestClientSendsNothingSecretToASquatter: another local user listening
+// on the admin address while edge is down answers the challenge without
+// knowing the token. The client stops there with ErrNotEdge: the only
+// request the squatter saw is the challenge, with a random nonce, and no
+// credential at all.
+func TestClientSendsNothingSecretToASquatter(t *testing.T) {
+	var mu sync.Mutex
+	var seen []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		seen = append(seen, r.Method+" "+r.URL.Path+" "+r.Header.Get("Authorization")+" "+string(b))
+		mu.Unlock()
+		// A plausible answer: a nonce and a proof made with a guess.
+		_ = json.NewEncoder(w).Encode(map[string]string{"nonce": strings.Repeat("ab", 32), "proof": serverProof("guess", "", "")})
+	}))
+	defer srv.Close()
+	c, err := NewClient(srv.Listener.Addr().String(), "secret-token-of-edge", 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.RequestUpgrade(func(string) {}); !errors.Is(err, ErrNotEdge) {
+		t.Fatalf("RequestUpgrade to a squatter: %v, want ErrNotEdge", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(seen) != 1 || !strings.HasPrefix(seen[0], "POST /api/v1/challenge  ") || strings.Contains(seen[0], "secret") {
+		t.Fatalf("the squatter saw %q, want the challenge alone, without a credential", seen)
+	}
+}
+
+// TestProofIsUsedOnce: a request's proof is accepted once; replayed, or
+// for another path, or under a nonce edge never issued, it is refused.
+func TestProofIsUsedOnce(t *testing.T) {
+	var p proofs
+	now := time.Now()
+	req := func(path, auth string) *http.Request {
+		r := httptest.NewRequest("POST", path, nil)
+		r.Header.Set("Authorization", auth)
+		return r
+	}
+	ns := p.issue(now)
+	good := proofScheme + ns + " " + clientProof("secret", ns, "POST", "/api/v1/upgrade")
+	if !p.proven(req("/api/v1/upgrade", good), "secret", now) {
+		t.Fatal("a fresh proof was refused")
+	}
+	if p.proven(req("/api/v1/upgrade", good), "secret", now) {
+		t.Fatal("a replayed proof was accepted")
+	}
+	ns = p.issue(now)
+	other := proofScheme + ns + " " + clientProof("secret", ns, "POST", "/api/v1/upgrade")
+	if p.proven(req("/api/v1/pools/app/backends/b1/drain", other), "secret", now) {
+		t.Fatal("a proof for another path was accepted")
+	}
+	forged := strings.Repeat("cd", 32)
+	if p.proven(req("/api/v1/upgrade", proofScheme+forged+" "+clientProof("secret", forged, "POST", "/api/v1/upgrade")), "secret", now) {
+		t.Fatal("a nonce edge never issued was accepted")
+	}
+	ns = p.issue(now)
+	late := proofScheme + ns + " " + clientProof("secret", ns, "POST", "/api/v1/upgrade")
+	if p.proven(req("/api/v1/upgrade", late), "secret", now.Add(proofTTL+time.Second)) {
+		t.Fatal("a proof past its nonce's lifetime was accepted")
+	}
+	// A server proof, which anyone can ask for, never passes as a client's.
+	ns = p.issue(now)
+	if p.proven(req("/api/v1/upgrade", proofScheme+ns+" "+serverProof("secret", ns, "POST /api/v1/upgrade")), "secret", now) {
+		t.Fatal("a server proof passed as a client's")
 	}
 }
 
@@ -154,7 +243,12 @@ func TestClientUpgradeRefused(t *testing.T) {
 		`{"error":"an upgrade is under way"}`: "409 Conflict: an upgrade is under way",
 		"not json\n":                          "409 Conflict: not json",
 	} {
-		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		var ps proofs
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/api/v1/challenge" {
+				answerChallenge(w, r, &ps)
+				return
+			}
 			w.WriteHeader(http.StatusConflict)
 			_, _ = w.Write([]byte(body))
 		}))

@@ -18,5 +18,6 @@
 //	statuspage.go  the status page (html/template, no script, a strict CSP)
 //	status.go      BuildStatus: the /status document over a StatusSource
 //	upgrade.go     UpgradeEndpoints: POST /api/v1/upgrade over an Upgrader
+//	proof.go       proving the token without sending it: POST /api/v1/challenge, the Edge-Proof credential
 //	client.go      Client: the upgrade request, its fleet waits, the new process; LocalDialer
 package admin
