@@ -310,6 +310,13 @@ type SessionTickets struct {
 	// keys: every edge reads them there, and whichever edge finds them due
 	// rotates them (discovery.TicketKeys). Exclusive with KeyFile.
 	ConsulKey string `yaml:"consul_key"`
+	// ConsulSealKeyFile holds the key the entry at ConsulKey is sealed
+	// with (AES-256-GCM), 32 random bytes as 64 hex digits or base64: the
+	// same file on every host of the fleet, and nowhere else. A reader of
+	// the entry alone can then neither decrypt a TLS 1.2 session (whose
+	// ticket, sent in the clear, carries its master secret) nor forge
+	// keys. Required with ConsulKey. Secret.
+	ConsulSealKeyFile string `yaml:"consul_seal_key_file"`
 }
 
 // OCSP configures stapling. A certificate without an OCSP responder is

@@ -257,6 +257,7 @@ func (c *Config) resolvePaths(base string) {
 			}
 			rel(&t.ClientCAFile)
 			rel(&t.SessionTickets.KeyFile)
+			rel(&t.SessionTickets.ConsulSealKeyFile)
 		}
 	}
 	for i := range c.Pools {

@@ -2,6 +2,8 @@ package conf
 
 import (
 	"bytes"
+	"encoding/base64"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -197,4 +199,27 @@ func (a *AdminAPI) Token() (Secret, error) {
 		return Secret(b), nil
 	}
 	return "", nil
+}
+
+// SealKey returns the 32-byte key of consul_seal_key_file (64 hex digits
+// or base64), or nil when none is set. Errors name the file, never the
+// content.
+func (st *SessionTickets) SealKey() ([]byte, error) {
+	if st.ConsulSealKeyFile == "" {
+		return nil, nil
+	}
+	b, err := readSecretFile(st.ConsulSealKeyFile)
+	if err != nil {
+		return nil, err
+	}
+	defer clear(b)
+	key := make([]byte, 32)
+	if n, err := hex.Decode(key, b); err == nil && n == 32 && len(b) == 64 {
+		return key, nil
+	}
+	if n, err := base64.StdEncoding.Decode(key, b); err == nil && n == 32 && len(b) == 44 {
+		return key, nil
+	}
+	clear(key)
+	return nil, fmt.Errorf("%s: not 32 bytes as 64 hex digits or base64 (openssl rand -hex 32)", st.ConsulSealKeyFile)
 }

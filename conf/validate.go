@@ -260,6 +260,15 @@ func (v *validator) tls(path string, t *TLS) {
 			v.errf(st+".consul_key", "set key_file or consul_key, not both")
 		}
 		v.consulKey(st+".consul_key", k)
+		if f := t.SessionTickets.ConsulSealKeyFile; f == "" {
+			v.errf(st+".consul_seal_key_file", "required with consul_key: the keys in Consul KV are sealed with it, so that a reader of the entry cannot decrypt sessions (make one with `openssl rand -hex 32`, the same on every edge)")
+		} else if k, err := t.SessionTickets.SealKey(); err != nil {
+			v.errf(st+".consul_seal_key_file", "%v", err)
+		} else {
+			clear(k)
+		}
+	} else if t.SessionTickets.ConsulSealKeyFile != "" {
+		v.warnf(st+".consul_seal_key_file", "ignored without consul_key")
 	}
 	v.oneOf(path+".ocsp.must_staple", t.OCSP.MustStaple, MustStapleRefuse, MustStapleServe)
 	if p := t.OCSP.ConsulPrefix; p != "" {

@@ -136,7 +136,10 @@
 // entry's Flags hold the time of the last rotation. A value that does not
 // validate is reported and never overwritten. Given the key-file parser
 // (edgetls.ParseTicketKeys, which owns the format), a TicketKeys is the
-// Terminator's TicketKeySource.
+// Terminator's TicketKeySource. With a SealKey the entry is sealed
+// (sealedentry.go: AES-256-GCM, the entry's path as associated data), so
+// a reader of the entry without the fleet's seal key learns no key; an
+// entry that does not open is refused and never overwritten.
 //
 // # Cookie keys and OCSP staples for a fleet
 //

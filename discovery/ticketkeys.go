@@ -3,6 +3,7 @@ package discovery
 import (
 	"bytes"
 	"context"
+	"crypto/cipher"
 	"crypto/rand"
 	"encoding/base64"
 	"fmt"
@@ -37,6 +38,7 @@ type TicketKeys struct {
 	keyBytes    int
 	validate    func([]byte) error
 	parse       func([]byte) ([][]byte, error)
+	seal        cipher.AEAD // nil: the entry in the clear
 	now         func() time.Time
 }
 
@@ -65,6 +67,12 @@ type TicketKeysOptions struct {
 	// bound, before any of it is decoded (the keys in use stay); default
 	// MaxTicketKeysBytes. The client must be made by NewClient.
 	MaxBytes int
+	// SealKey, when set (32 bytes), seals the entry (sealedentry.go): a
+	// reader of the entry without it learns nothing of the keys, a writer
+	// without it cannot make one edge take keys of theirs. An entry that
+	// does not open with it, sealed with another key or written in the
+	// clear, is refused and never overwritten.
+	SealKey []byte
 	// Now defaults to time.Now.
 	Now func() time.Time
 }
@@ -74,6 +82,9 @@ func NewTicketKeys(c *api.Client, o TicketKeysOptions) *TicketKeys {
 	t := &TicketKeys{c: c, kv: c.KV(), key: o.Key, maxBytes: o.MaxBytes, rotateEvery: o.RotateEvery, keep: o.Keep, keyBytes: o.KeyBytes, validate: o.Validate, parse: o.Parse, now: o.Now}
 	if t.maxBytes <= 0 {
 		t.maxBytes = MaxTicketKeysBytes
+	}
+	if len(o.SealKey) > 0 {
+		t.seal = newSealer(o.SealKey)
 	}
 	if t.validate == nil && t.parse != nil {
 		t.validate = func(v []byte) error {
@@ -154,6 +165,11 @@ func (t *TicketKeys) fetch(ctx context.Context) (keyEntry, error) {
 		}
 		var lines []string
 		var index uint64
+		if pair != nil && t.seal != nil {
+			if pair.Value, err = openEntry(t.seal, t.key, pair.Value); err != nil {
+				return keyEntry{}, fmt.Errorf("ticket keys in consul kv %q: %w (the entry stays as it is)", t.key, err)
+			}
+		}
 		if pair != nil {
 			lines, index = keyLines(pair.Value), pair.ModifyIndex
 			stamp := time.Unix(int64(pair.Flags), 0)
@@ -173,7 +189,11 @@ func (t *TicketKeys) fetch(ctx context.Context) (keyEntry, error) {
 			return keyEntry{}, err
 		}
 		stamp := t.now()
-		ok, _, err := t.kv.CAS(&api.KVPair{Key: t.key, Value: next, Flags: uint64(stamp.Unix()), ModifyIndex: index}, w)
+		stored := next
+		if t.seal != nil {
+			stored = sealEntry(t.seal, t.key, next)
+		}
+		ok, _, err := t.kv.CAS(&api.KVPair{Key: t.key, Value: stored, Flags: uint64(stamp.Unix()), ModifyIndex: index}, w)
 		if err != nil {
 			return keyEntry{}, fmt.Errorf("ticket keys in consul kv %q: write: %w", t.key, err)
 		}

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"os"
@@ -56,14 +58,23 @@ func newConsulClient(cfg *conf.Config) (*api.Client, error) {
 }
 
 // newConsulTicketKeys returns the ticket-key source of a listener whose
-// keys live in Consul KV, in edgetls's key-file format.
-func newConsulTicketKeys(client *api.Client, st conf.SessionTickets) edgetls.TicketKeySource {
+// keys live in Consul KV, in edgetls's key-file format, sealed with the
+// key of consul_seal_key_file.
+func newConsulTicketKeys(client *api.Client, st conf.SessionTickets) (edgetls.TicketKeySource, error) {
+	seal, err := st.SealKey()
+	if err != nil {
+		return nil, fmt.Errorf("session_tickets.consul_seal_key_file: %w", err)
+	}
+	if seal == nil {
+		return nil, errors.New("session_tickets.consul_seal_key_file: required with consul_key")
+	}
 	return discovery.NewTicketKeys(client, discovery.TicketKeysOptions{
 		Key:         st.ConsulKey,
 		RotateEvery: st.RotateEvery.Std(),
 		Keep:        st.Keep,
 		Parse:       edgetls.ParseTicketKeys,
-	})
+		SealKey:     seal,
+	}), nil
 }
 
 // dynamic owns everything that follows Consul: one watcher per discovered

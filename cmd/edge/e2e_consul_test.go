@@ -2,7 +2,11 @@ package main
 
 import (
 	"context"
+	"crypto/aes"
+	"crypto/cipher"
+	"crypto/rand"
 	"crypto/tls"
+	"encoding/base64"
 	"fmt"
 	"net"
 	"net/http"
@@ -202,6 +206,10 @@ func TestFleetSharesTicketKeysThroughConsul(t *testing.T) {
 	if err != nil || p == nil {
 		t.Fatalf("no keys in Consul KV after two edges started: %v %v", p, err)
 	}
+	// Sealed: a reader of the entry alone learns no key.
+	if !strings.HasPrefix(string(p.Value), "edge-sealed-v1 ") {
+		t.Fatalf("the entry is not sealed: %q", p.Value)
+	}
 
 	d := testkit.Dialer(roots, "")
 	d.TLSClientConfig.ClientSessionCache = tls.NewLRUClientSessionCache(4)
@@ -260,12 +268,12 @@ listeners:
   - address: %q
     tls:
       certificates: [{cert_file: %q, key_file: %q}]
-      session_tickets: {consul_key: edge/ticket-keys}
+      session_tickets: {consul_key: edge/ticket-keys, consul_seal_key_file: %q}
 routes: [{default: true, pool: app}]
 pools:
   - name: app
     backends: [{id: b1, address: %q}]
-`, testkit.ClosedPort(t), consulAddr, addr, certFile, keyFile, backend)
+`, testkit.ClosedPort(t), consulAddr, addr, certFile, keyFile, sealKeyFile(t, dir), backend)
 	f, err := os.CreateTemp(dir, "edge-*.yaml")
 	if err != nil {
 		t.Fatal(err)
@@ -292,7 +300,15 @@ func TestConsulTicketKeysRefuseBadEntry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	src := newConsulTicketKeys(client, conf.SessionTickets{ConsulKey: "edge/tk", RotateEvery: conf.Duration(time.Hour), Keep: 3})
+	seal := sealKeyFile(t, t.TempDir())
+	bad = sealedWith(t, seal, "edge/tk", bad)
+	if _, err := kv.Put(&api.KVPair{Key: "edge/tk", Value: bad, Flags: uint64(time.Now().Unix())}, nil); err != nil {
+		t.Fatal(err)
+	}
+	src, err := newConsulTicketKeys(client, conf.SessionTickets{ConsulKey: "edge/tk", RotateEvery: conf.Duration(time.Hour), Keep: 3, ConsulSealKeyFile: seal})
+	if err != nil {
+		t.Fatal(err)
+	}
 	_, err = src.TicketKeys(context.Background())
 	if err == nil || !strings.Contains(err.Error(), `"edge/tk"`) || !strings.Contains(err.Error(), "line 1") {
 		t.Fatalf("bad entry: got %v, want an error naming the key and the line", err)
@@ -343,4 +359,36 @@ func TestTwoEdgesOnOneHostRegisterApart(t *testing.T) {
 	if count["edge"] != 2 || count["edge-metrics"] != 2 {
 		t.Errorf("two edges registered %v, want 2 edge and 2 edge-metrics", count)
 	}
+}
+
+// sealKeyFile writes the fleet's seal key (32 bytes, hex) into dir once
+// and returns its path: every edge of a test shares it.
+func sealKeyFile(t *testing.T, dir string) string {
+	t.Helper()
+	p := filepath.Join(dir, "ticket-seal.key")
+	if _, err := os.Stat(p); err == nil {
+		return p
+	}
+	writeFile(t, p, "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff\n")
+	if err := os.Chmod(p, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// sealedWith seals v for the entry at path with the key in the file
+// seal, from the format discovery/sealedentry.go documents (written here
+// from that text, so the test checks the format, not the code).
+func sealedWith(t *testing.T, seal, path string, v []byte) []byte {
+	t.Helper()
+	key, err := (&conf.SessionTickets{ConsulSealKeyFile: seal}).SealKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := aes.NewCipher(key)
+	g, _ := cipher.NewGCM(b)
+	nonce := make([]byte, 12)
+	rand.Read(nonce)
+	box := g.Seal(append([]byte{}, nonce...), nonce, v, append([]byte("edge sealed entry\x00"), path...))
+	return []byte("edge-sealed-v1 " + base64.StdEncoding.EncodeToString(box) + "\n")
 }

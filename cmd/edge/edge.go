@@ -197,7 +197,11 @@ func (e *edge) buildListener(cfg *conf.Config, lc conf.Listener) (*listener, err
 	if lc.TLS != nil {
 		opts := tlsOptions(cfg, lc)
 		if st := lc.TLS.SessionTickets; st.ConsulKey != "" && st.Enabled {
-			opts.Tickets.Source = newConsulTicketKeys(e.dyn.client, st)
+			src, err := newConsulTicketKeys(e.dyn.client, st)
+			if err != nil {
+				return nil, fmt.Errorf("listener %s: %w", lc.Name, err)
+			}
+			opts.Tickets.Source = src
 		}
 		if p := lc.TLS.OCSP.ConsulPrefix; p != "" {
 			opts.OCSP.Share = discovery.NewStaples(e.dyn.client, p)
