@@ -62,7 +62,10 @@ if $discovery; then
 	pool="    consul: {service: demo}
     health: {type: websocket, interval: 2s}"
 	reg="consul: {address: \"$consul_addr\", register: {enabled: true}}"
-	tickets="      session_tickets: {consul_key: edge/ticket-keys}"
+	# The fleet's ticket keys are sealed in Consul KV with a key every
+	# edge host holds in a file (32 random bytes, hex).
+	(umask 077 && head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$work/ticket-seal.key")
+	tickets="      session_tickets: {consul_key: edge/ticket-keys, consul_seal_key_file: ticket-seal.key}"
 else
 	pool="    backends:
       - {id: backend-1, address: 127.0.0.1:9001}
