@@ -4,7 +4,9 @@ import (
 	"bufio"
 	"bytes"
 	"compress/flate"
+	"io"
 	"net"
+	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -143,4 +145,61 @@ func readClose(t *testing.T, c net.Conn, br *bufio.Reader) int {
 			return int(p[0])<<8 | int(p[1])
 		}
 	}
+}
+
+// TestNodeWSNeverInflatesTheTailPastTheLimit: the four octets a receiver
+// appends to a compressed message (RFC 7692 §7.2.2) inflate too: inside
+// the block midblock-1 leaves open they are 258-byte matches. With the
+// pool's limit at what the message holds without them, a Node ws backend
+// (maxPayload 128 MiB) used to deliver it whole, past the limit; now its
+// last byte stays back, the client gets a close, and the backend never
+// delivers the message.
+func TestNodeWSNeverInflatesTheTailPastTheLimit(t *testing.T) {
+	m1, err := os.ReadFile("internal/wsession/testdata/midblock-1.deflate")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// What a decoder makes of the message alone, without the tail.
+	without, _ := io.Copy(io.Discard, flate.NewReader(bytes.NewReader(m1)))
+	with, _ := io.Copy(io.Discard, flate.NewReader(bytes.NewReader(append(append([]byte{}, m1...), 0, 0, 0xff, 0xff))))
+	if with <= without {
+		t.Fatalf("the fixture: %d bytes with the tail, %d without; want more with", with, without)
+	}
+	forEachPath(t, func(t *testing.T, sp splicePath) {
+		b := startNodeBackend(t)
+		p := newPool(t, "tail", balance.LeastConn, map[string]string{"node": b.addr})
+		p.MaxMessageBytes = max(without, 1)
+		e := startEdge(t, edgeConfig{splice: sp, opts: Options{Routes: []Route{{Default: true, Pool: p}}}})
+		c, err := net.Dial("tcp", e.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		if _, err := c.Write([]byte(testkit.RawUpgrade("/", "edge.test", "Sec-WebSocket-Extensions: permessage-deflate"))); err != nil {
+			t.Fatal(err)
+		}
+		br := testkit.Read101(t, c)
+		if _, err := c.Write(frameOf(0xC2, m1, false)); err != nil {
+			t.Fatal(err)
+		}
+		if code := readClose(t, c, br); code != 1009 && code != 1007 {
+			t.Errorf("close %d from edge, want 1009 (or 1007)", code)
+		}
+		_, _ = c.Write(frameOf(0x88, []byte{0x03, 0xe8}, false)) // the close handshake's answer: edge stops lingering
+		e.obs.waitClosed(t)
+		for {
+			select {
+			case ev := <-b.events:
+				if ev.Event == "message" {
+					t.Fatalf("Node ws delivered a message of %d bytes through a limit of %d", ev.Size, p.MaxMessageBytes)
+				}
+				if ev.Event != "close" && ev.Event != "error" {
+					continue
+				}
+			case <-time.After(30 * time.Second):
+				t.Fatal("the backend's connection did not end")
+			}
+			break
+		}
+	})
 }
