@@ -76,6 +76,99 @@ func emptyDynamicBlocks(n int) []byte {
 	return w.b
 }
 
+// code writes the Huffman code c of n bits, which DEFLATE packs starting
+// from its most significant bit (RFC 1951 §3.1.1).
+func (w *bitWriter) code(c uint16, n uint8) {
+	for i := int(n) - 1; i >= 0; i-- {
+		w.put(uint64(c>>i&1), 1)
+	}
+}
+
+// canonical is the canonical code of the lengths lens (RFC 1951 §3.2.2).
+func canonical(lens []uint8) []uint16 {
+	var count, next [maxBits + 2]uint16
+	for _, l := range lens {
+		count[l]++
+	}
+	count[0] = 0
+	for l := 1; l <= maxBits; l++ {
+		next[l+1] = (next[l] + count[l]) << 1
+	}
+	codes := make([]uint16, len(lens))
+	for s, l := range lens {
+		if l != 0 {
+			codes[s] = next[l]
+			next[l]++
+		}
+	}
+	return codes
+}
+
+// emptyFixedBlocks is n fixed-Huffman blocks holding only their end of
+// block: 10 bits each, the most blocks per input byte.
+func emptyFixedBlocks(n int) []byte {
+	var w bitWriter
+	for range n {
+		w.put(2, 3)  // BFINAL 0, fixed
+		w.code(0, 7) // 256: end of block
+	}
+	return w.b
+}
+
+// emptyStoredBlocks is n empty stored blocks (00 00 00 ff ff).
+func emptyStoredBlocks(n int) []byte {
+	return bytes.Repeat([]byte{0, 0, 0, 0xff, 0xff}, n)
+}
+
+// shortMatches is one fixed-Huffman block of a literal and then n
+// matches of length 3 at distance 1: 12 bits for 3 bytes.
+func shortMatches(n int) []byte {
+	var w bitWriter
+	w.put(2, 3)
+	w.code(0x30+'a', 8) // literal 'a'
+	for range n {
+		w.code(1, 7) // 257: length 3
+		w.code(0, 5) // distance 1
+	}
+	w.code(0, 7)
+	return w.b
+}
+
+// longLiterals is one dynamic block whose literal code runs from 1 to 15
+// bits, then n literals of the longest code: the most code bits a decoder
+// reads per symbol.
+func longLiterals(n int) []byte {
+	var w bitWriter
+	w.put(4, 3)  // BFINAL 0, dynamic
+	w.put(0, 5)  // HLIT: 257
+	w.put(0, 5)  // HDIST: 1
+	w.put(15, 4) // HCLEN: 19
+	// The code length code: symbols 0 to 15, 4 bits each (complete).
+	var cl [numCLens]uint8
+	for s := range 16 {
+		cl[s] = 4
+	}
+	for _, s := range clenOrder {
+		w.put(uint64(cl[s]), 3)
+	}
+	clc := canonical(cl[:])
+	lens := make([]uint8, 258)
+	lens[256] = 1
+	for s := range 14 {
+		lens[s] = uint8(s + 2)
+	}
+	lens[14] = 15
+	for _, l := range lens {
+		w.code(clc[l], 4)
+	}
+	lc := canonical(lens[:257])
+	for range n {
+		w.code(lc[14], 15)
+	}
+	w.code(lc[256], 1)
+	return w.b
+}
+
 func compressed(b *testing.B, data []byte) []byte {
 	var buf bytes.Buffer
 	w, _ := flate.NewWriter(&buf, flate.DefaultCompression)
@@ -105,9 +198,13 @@ func BenchmarkInflaterCount(b *testing.B) {
 		rnd[i] = byte(r.Uint32())
 	}
 	inputs := map[string][]byte{
-		"plain":        compressed(b, rnd),
-		"compressible": compressed(b, chat(4<<20)),
-		"crafted":      emptyDynamicBlocks(100000),
+		"plain":           compressed(b, rnd),
+		"compressible":    compressed(b, chat(4<<20)),
+		"crafted":         emptyDynamicBlocks(100000),
+		"crafted-fixed":   emptyFixedBlocks(800000),
+		"crafted-stored":  emptyStoredBlocks(200000),
+		"crafted-matches": shortMatches(700000),
+		"crafted-long":    longLiterals(500000),
 	}
 	for name, in := range inputs {
 		b.Run(name, func(b *testing.B) {
