@@ -1,6 +1,10 @@
 package wsession
 
-import "sync"
+import (
+	"encoding/binary"
+	"math/bits"
+	"sync"
+)
 
 // The counting inflater: how many bytes a raw DEFLATE stream (RFC 1951)
 // inflates to, without producing them.
@@ -45,64 +49,142 @@ const (
 	numCLens = 19
 )
 
-// huffman is a canonical Huffman code as counts per length and symbols in
-// code order, decoded bit by bit (as zlib's puff.c does): small, built in
-// one pass, and fast enough to count.
+// Lookup table widths: a code of up to this many bits is decoded with one
+// lookup of the next bits, a longer one canonically from there (as
+// compress/flate and zlib do, with one level). 9 bits hold every literal
+// of ordinary text; the code length code is at most 7 bits (§3.2.7).
+const (
+	litRoot  = 9
+	distRoot = 7
+	clenRoot = 7
+)
+
+// huffman is a canonical Huffman code (RFC 1951 §3.2.2) beside its lookup
+// table: an entry is a symbol and its code length (symbol<<4 | length),
+// indexed by the next bits as they arrive (LSB first); 0 where no code of
+// up to bits bits starts, so the code is longer, or none.
 type huffman struct {
-	count [maxBits + 1]uint16
-	sym   [maxLit]uint16
+	count [maxBits + 1]uint16 // codes of each length
+	first [maxBits + 1]uint16 // the first code of each length (MSB first)
+	offs  [maxBits + 1]uint16 // where in sym the codes of each length start
+	bits  uint8               // the table's width: the root, or the longest code if shorter
 }
 
-// build makes h the code with the code lengths lens, and reports whether
-// it is usable: not over-subscribed, and complete unless it has a single
-// code (RFC 1951 allows one distance code of one bit).
-func (h *huffman) build(lens []uint8) bool {
+// build makes h the code with the code lengths lens, its table tab (of
+// 1<<root entries) and its symbols in code order sym (none if every code
+// fits the table), and reports whether it is usable: not over-subscribed,
+// and complete unless it has a single code (RFC 1951 allows one distance
+// code of one bit). The work is in the codes, not in lens: zero lengths
+// are skipped eight at a time, and the table is only as wide as the
+// longest code, so a block that names many unused symbols costs little
+// more than the bits that name them.
+func (h *huffman) build(lens []uint8, tab, sym []uint16, root uint) bool {
 	h.count = [maxBits + 1]uint16{}
-	for _, l := range lens {
-		h.count[l]++
+	var used [maxLit + maxDist]uint16 // the symbols with a code
+	n := 0
+	for i := 0; i < len(lens); i++ {
+		if i+8 <= len(lens) && binary.LittleEndian.Uint64(lens[i:]) == 0 {
+			i += 7
+			continue
+		}
+		if l := lens[i]; l != 0 {
+			h.count[l]++
+			used[n] = uint16(i)
+			n++
+		}
 	}
-	if int(h.count[0]) == len(lens) {
-		return true // no codes: only valid if never used (decode fails)
-	}
+	longest := uint(0)
 	left := 1
 	for l := 1; l <= maxBits; l++ {
 		left = left<<1 - int(h.count[l])
 		if left < 0 {
 			return false
 		}
-	}
-	var offs [maxBits + 1]uint16
-	for l := 1; l < maxBits; l++ {
-		offs[l+1] = offs[l] + h.count[l]
-	}
-	for s, l := range lens {
-		if l != 0 {
-			h.sym[offs[l]] = uint16(s)
-			offs[l]++
+		if h.count[l] != 0 {
+			longest = uint(l)
 		}
 	}
+	h.bits = uint8(min(root, longest))
+	var next [maxBits + 2]uint16
+	for l := 1; l <= maxBits; l++ {
+		h.offs[l] = h.offs[l-1] + h.count[l-1]
+		next[l+1] = (next[l] + h.count[l]) << 1
+	}
+	h.offs[0], h.offs[1] = 0, 0
+	h.first = [maxBits + 1]uint16(next[:maxBits+1])
+	t := tab[:1<<h.bits]
+	clear(t)
+	for _, s := range used[:n] {
+		l := uint(lens[s])
+		if l > uint(h.bits) {
+			sym[h.offs[l]+next[l]-h.first[l]] = s
+		} else {
+			e := s<<4 | uint16(l)
+			for r := uint(bits.Reverse16(next[l]) >> (16 - l)); r < uint(len(t)); r += 1 << l {
+				t[r] = e
+			}
+		}
+		next[l]++
+	}
 	// An incomplete code is only allowed for a single code of length 1.
-	return left == 0 || (h.count[0] == uint16(len(lens)-1) && h.count[1] == 1)
+	return n == 0 || left == 0 || n == 1 && h.count[1] == 1
 }
 
 // decode reads one symbol from the nb bits of acc (LSB first) and returns
-// it with its length; n 0: more bits are needed; sym -1: no such code.
-func (h *huffman) decode(acc uint64, nb uint) (sym int, n uint) {
-	code, first, index := 0, 0, 0
-	for l := uint(1); l <= maxBits; l++ {
+// it with its length; n 0: more bits are needed; sym -1: no such code (a
+// verdict given, as puff.c gives it, once 15 bits are there).
+func (h *huffman) decode(tab, sym []uint16, acc uint64, nb uint) (s int, n uint) {
+	e := tab[acc&(1<<h.bits-1)&uint64(len(tab)-1)]
+	if n := uint(e & 15); n != 0 {
+		if n > nb {
+			return 0, 0
+		}
+		return int(e >> 4), n
+	}
+	rev := uint(bits.Reverse16(uint16(acc)))
+	for l := uint(h.bits) + 1; l <= maxBits; l++ {
 		if l > nb {
 			return 0, 0
 		}
-		code |= int(acc>>(l-1)) & 1
-		count := int(h.count[l])
-		if code-count < first {
-			return int(h.sym[index+code-first]), l
+		if c := rev>>(16-l) - uint(h.first[l]); c < uint(h.count[l]) {
+			return int(sym[uint(h.offs[l])+c]), l
 		}
-		index += count
-		first = (first + count) << 1
-		code <<= 1
 	}
 	return -1, maxBits
+}
+
+// litCode, distCode and clenCode are a block's three codes with their
+// tables (§3.2.7).
+type (
+	litCode struct {
+		huffman
+		tab [1 << litRoot]uint16
+		sym [maxLit]uint16
+	}
+	distCode struct {
+		huffman
+		tab [1 << distRoot]uint16
+		sym [maxDist]uint16
+	}
+	clenCode struct {
+		huffman
+		tab [1 << clenRoot]uint16
+	}
+)
+
+func (c *litCode) build(lens []uint8) bool { return c.huffman.build(lens, c.tab[:], c.sym[:], litRoot) }
+func (c *litCode) decode(acc uint64, nb uint) (int, uint) {
+	return c.huffman.decode(c.tab[:], c.sym[:], acc, nb)
+}
+func (c *distCode) build(lens []uint8) bool {
+	return c.huffman.build(lens, c.tab[:], c.sym[:], distRoot)
+}
+func (c *distCode) decode(acc uint64, nb uint) (int, uint) {
+	return c.huffman.decode(c.tab[:], c.sym[:], acc, nb)
+}
+func (c *clenCode) build(lens []uint8) bool { return c.huffman.build(lens, c.tab[:], nil, clenRoot) }
+func (c *clenCode) decode(acc uint64, nb uint) (int, uint) {
+	return c.huffman.decode(c.tab[:], nil, acc, nb)
 }
 
 // Length and distance bases and extra bits (RFC 1951 §3.2.5).
@@ -115,9 +197,13 @@ var (
 	clenOrder = [numCLens]uint8{16, 17, 18, 0, 8, 7, 9, 6, 10, 5, 11, 4, 12, 3, 13, 2, 14, 1, 15}
 )
 
-// fixedLit and fixedDist are the codes of a fixed-Huffman block (§3.2.6),
-// built once per inflater the first time one is met.
-func fixedLens() (lit [maxLit]uint8, dist [30]uint8) {
+// fixedCodes are the codes of a fixed-Huffman block (§3.2.6): built once,
+// read-only after, shared by every inflater.
+var fixedCodes = func() *struct {
+	lit  litCode
+	dist distCode
+} {
+	var lit [maxLit]uint8
 	for i := range lit {
 		switch {
 		case i < 144:
@@ -130,11 +216,18 @@ func fixedLens() (lit [maxLit]uint8, dist [30]uint8) {
 			lit[i] = 8
 		}
 	}
+	var dist [30]uint8
 	for i := range dist {
 		dist[i] = 5
 	}
-	return lit, dist
-}
+	c := new(struct {
+		lit  litCode
+		dist distCode
+	})
+	c.lit.build(lit[:])
+	c.dist.build(dist[:])
+	return c
+}()
 
 // inflater counts one message. Its zero value is ready; reset readies it
 // for the next.
@@ -148,11 +241,13 @@ type inflater struct {
 	stored uint32 // bytes left in a stored block
 	final  bool   // the current block has BFINAL set
 	ended  bool   // a block with BFINAL set has ended
-	fixed  bool   // lit and dist hold the fixed codes (§3.2.6); kept across reset
+	fixed  bool   // the block uses fixedCodes, not lit and dist
 
 	hlit, hdist, hclen, n int
 	lens                  [maxLit + maxDist]uint8
-	clen, lit, dist       huffman
+	clen                  clenCode
+	lit                   litCode
+	dist                  distCode
 }
 
 func (z *inflater) reset() {
@@ -315,7 +410,6 @@ func (z *inflater) step() bool {
 			return false
 		}
 		z.drop(14)
-		z.n, z.lens = 0, [maxLit + maxDist]uint8{}
 		z.state = zCodeLens
 		return true
 	case zCodeLens:
@@ -342,14 +436,7 @@ func (z *inflater) header() bool {
 	case 0:
 		z.state = zStoredLen
 	case 1:
-		if !z.fixed {
-			// Built once per pooled inflater, until a dynamic block
-			// replaces them.
-			lit, dist := fixedLens()
-			z.lit.build(lit[:])
-			z.dist.build(dist[:])
-			z.fixed = true
-		}
+		z.fixed = true
 		z.state = zData
 	case 2:
 		z.state = zTable
@@ -360,17 +447,20 @@ func (z *inflater) header() bool {
 	return true
 }
 
-// codeLen reads one length of the code length code (§3.2.7).
+// codeLen reads the lengths of the code length code (§3.2.7), 3 bits
+// each, all at once (at most 57 bits: they produce nothing, so reading
+// them in one step changes no count).
 func (z *inflater) codeLen() bool {
-	if z.nb < 3 {
+	n := uint(3 * z.hclen)
+	if z.nb < n {
 		return false
 	}
-	z.lens[clenOrder[z.n]] = uint8(z.acc & 7)
-	z.drop(3)
-	if z.n++; z.n < z.hclen {
-		return true
+	var lens [numCLens]uint8
+	for i := range z.hclen {
+		lens[clenOrder[i]] = uint8(z.acc >> (3 * i) & 7)
 	}
-	if !z.clen.build(z.lens[:numCLens]) {
+	z.drop(n)
+	if !z.clen.build(lens[:]) {
 		z.state = zBad
 		return false
 	}
@@ -421,10 +511,12 @@ func (z *inflater) codeLens() bool {
 		z.state = zBad
 		return false
 	}
-	for range rep {
-		z.lens[z.n] = val
-		z.n++
+	if val != 0 { // the lengths start at 0 (codeLen)
+		for i := range rep {
+			z.lens[z.n+i] = val
+		}
 	}
+	z.n += rep
 	z.drop(n)
 	return z.tables(total)
 }
@@ -453,7 +545,11 @@ func (z *inflater) tables(total int) bool {
 
 // symbol decodes one literal, end of block, or length/distance pair.
 func (z *inflater) symbol() bool {
-	sym, n := z.lit.decode(z.acc, z.nb)
+	lit, dist := &z.lit, &z.dist
+	if z.fixed {
+		lit, dist = &fixedCodes.lit, &fixedCodes.dist
+	}
+	sym, n := lit.decode(z.acc, z.nb)
 	switch {
 	case n == 0:
 		return false
@@ -476,7 +572,7 @@ func (z *inflater) symbol() bool {
 	}
 	length := uint64(lenBase[i]) + (z.acc>>n)&(1<<e-1)
 	n += e
-	ds, dn := z.dist.decode(z.acc>>n, z.nb-n)
+	ds, dn := dist.decode(z.acc>>n, z.nb-n)
 	switch {
 	case dn == 0:
 		return false
