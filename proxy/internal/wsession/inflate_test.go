@@ -134,6 +134,11 @@ func FuzzInflater(f *testing.F) {
 	w, _ = flate.NewWriter(&buf, flate.HuffmanOnly)
 	f.Add(deflateMessage(f, w, &buf, []byte("huffman only, huffman only")), uint16(3), uint16(1000))
 	f.Add([]byte{0x07}, uint16(1), uint16(10))
+	// Crafted streams: table building, long codes, short matches.
+	f.Add(emptyDynamicBlocks(3), uint16(5), uint16(0))
+	f.Add(emptyFixedBlocks(12), uint16(2), uint16(0))
+	f.Add(shortMatches(40), uint16(9), uint16(60))
+	f.Add(longLiterals(20), uint16(4), uint16(10))
 	f.Fuzz(func(t *testing.T, p []byte, split, lim uint16) {
 		limit := uint64(lim)
 		k := [4]byte{0x5a, 0, 0xff, 3}
@@ -176,4 +181,130 @@ func FuzzInflater(f *testing.F) {
 			t.Fatalf("flate inflates %d bytes to %d, counted %d", len(p), n, whole.out)
 		}
 	})
+}
+
+// puffDecode is the bit-by-bit canonical decoding of zlib's puff.c, the
+// reference the table-driven huffman.decode must agree with everywhere:
+// the symbol, its length, when more bits are needed and when no code
+// matches.
+func puffDecode(lens []uint8, acc uint64, nb uint) (sym int, n uint) {
+	var count [maxBits + 1]int
+	for _, l := range lens {
+		count[l]++
+	}
+	var offs [maxBits + 2]int
+	for l := 1; l <= maxBits; l++ {
+		offs[l+1] = offs[l] + count[l]
+	}
+	syms := make([]int, len(lens))
+	for s, l := range lens {
+		if l != 0 {
+			syms[offs[l]] = s
+			offs[l]++
+		}
+	}
+	code, first, index := 0, 0, 0
+	for l := uint(1); l <= maxBits; l++ {
+		if l > nb {
+			return 0, 0
+		}
+		code |= int(acc>>(l-1)) & 1
+		c := count[l]
+		if code-c < first {
+			return syms[index+code-first], l
+		}
+		index += c
+		first = (first + c) << 1
+		code <<= 1
+	}
+	return -1, maxBits
+}
+
+// randomLens are code lengths of every shape a sender can name: complete,
+// incomplete, a single code, none, over-subscribed, up to 15 bits.
+func randomLens(rnd *rand.Rand, n int) []uint8 {
+	lens := make([]uint8, n)
+	switch rnd.IntN(4) {
+	case 0: // a complete code: split leaves of a random tree
+		leaves := []uint8{0}
+		for len(leaves) < 2+rnd.IntN(n-1) {
+			i := rnd.IntN(len(leaves))
+			if leaves[i] == maxBits {
+				break
+			}
+			leaves[i]++
+			leaves = append(leaves, leaves[i])
+		}
+		for _, p := range rnd.Perm(n)[:len(leaves)] {
+			lens[p] = leaves[0]
+			leaves = leaves[1:]
+		}
+	case 1: // one code
+		lens[rnd.IntN(n)] = uint8(1 + rnd.IntN(2))
+	case 2: // anything
+		for i := range lens {
+			if rnd.IntN(3) == 0 {
+				lens[i] = uint8(rnd.IntN(maxBits + 1))
+			}
+		}
+	}
+	return lens
+}
+
+func TestHuffmanDecodesAsPuff(t *testing.T) {
+	rnd := rand.New(rand.NewPCG(5, 6))
+	var z inflater
+	for range 3000 {
+		which := rnd.IntN(3)
+		lens := randomLens(rnd, []int{maxLit, 30, numCLens}[which])
+		if which == 2 {
+			for i := range lens {
+				lens[i] = min(lens[i], 7)
+			}
+		}
+		var ok bool
+		var decode func(uint64, uint) (int, uint)
+		switch which {
+		case 0:
+			ok, decode = z.lit.build(lens), z.lit.decode
+		case 1:
+			ok, decode = z.dist.build(lens), z.dist.decode
+		default:
+			ok, decode = z.clen.build(lens), z.clen.decode
+		}
+		if !ok {
+			continue
+		}
+		for range 200 {
+			acc, nb := rnd.Uint64(), uint(rnd.IntN(65))
+			if nb < 64 {
+				acc &= 1<<nb - 1
+			}
+			s, n := decode(acc, nb)
+			ws, wn := puffDecode(lens, acc, nb)
+			if s != ws || n != wn {
+				t.Fatalf("lens %v: bits %0*b: decoded %d (%d bits), puff %d (%d bits)", lens, nb, acc, s, n, ws, wn)
+			}
+		}
+	}
+}
+
+// The streams a client can craft to cost the most per byte count what
+// compress/flate inflates from them, in any pieces.
+func TestInflaterCountsCraftedStreams(t *testing.T) {
+	rnd := rand.New(rand.NewPCG(7, 8))
+	for name, p := range map[string][]byte{
+		"empty dynamic blocks": emptyDynamicBlocks(500),
+		"empty fixed blocks":   emptyFixedBlocks(4000),
+		"empty stored blocks":  emptyStoredBlocks(1000),
+		"matches of length 3":  shortMatches(3000),
+		"15-bit literals":      longLiterals(3000),
+	} {
+		want, _ := io.Copy(io.Discard, flate.NewReader(bytes.NewReader(p)))
+		k := [4]byte{byte(rnd.IntN(256)), 7, 0, 0x80}
+		got, _, r := countAll(t, new(inflater), mask(p, k), k, rnd, 1<<40)
+		if r != feedMore || got != uint64(want) {
+			t.Fatalf("%s: counted %d (%v), flate inflates %d", name, got, r, want)
+		}
+	}
 }
