@@ -11,7 +11,7 @@ import (
 //
 // Counting needs no LZ77 window: a literal is one byte, a match is its
 // length, whatever it copies. So an inflater that only counts holds the
-// bit reader and the Huffman codes of the current block (2.2 KiB)
+// bit reader and the Huffman codes of the current block (2.9 KiB)
 // and no 32 KiB window, and a permessage-deflate message (RFC 7692 §7.2.1)
 // always ends at a block boundary on a byte (the sender flushes and drops
 // the empty stored block's 0x00 0x00 0xff 0xff), so nothing is carried
@@ -21,8 +21,9 @@ import (
 // backend, which holds the window, judges the distance.
 //
 // The input arrives in the pieces the socket reads give, masked
-// (RFC 6455 §5.3): every step (a block header, one code length, one
-// literal or one length/distance pair, at most 48 bits) is decoded only
+// (RFC 6455 §5.3): every step (a block header, the code length code's
+// lengths, one code length, one literal or one length/distance pair, at
+// most 57 bits, what a refill of acc always holds) is decoded only
 // once all its bits are there, and nothing is consumed before; so a step
 // never straddles two calls and the count after any prefix is exactly
 // what a decoder can produce from it. The work is bounded by the input
@@ -320,7 +321,7 @@ func (z *inflater) feed(p []byte, mask [4]byte, pos int, limit uint64) (keep int
 		case i == len(p):
 			return len(p), feedMore
 		case z.nb > 56:
-			// No step needs more than 48 bits: unreachable, but never loop.
+			// No step needs more than 57 bits (the code length code): unreachable, but never loop.
 			z.state = zBad
 			return 0, feedBad
 		}
