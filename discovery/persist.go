@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -54,30 +53,12 @@ func saveSet(path string, s savedSet) error {
 	return writeAtomic(path, data)
 }
 
-// writeAtomic writes data and a newline to path through a temporary file
-// in the same directory, fsync and rename.
+// writeAtomic writes data and a newline to path (internal/trust): into a
+// directory of edge's, through a new 0600 file beside it, fsync and
+// rename, so a crash leaves the old file or the new one.
 func writeAtomic(path string, data []byte) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
-		return fmt.Errorf("state dir %s: %w", filepath.Dir(path), err)
-	}
-	f, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".tmp*")
-	if err != nil {
-		return fmt.Errorf("state file %s: %w", path, err)
-	}
-	tmp := f.Name()
-	_, err = f.Write(append(data, '\n'))
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		_ = os.Remove(tmp)
-		return fmt.Errorf("state file %s: %w", path, err)
+	if err := trust.WriteFile(path, append(data, '\n')); err != nil {
+		return fmt.Errorf("state file: %w", err)
 	}
 	return nil
 }

@@ -8,7 +8,6 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"os"
 	"path/filepath"
 	"time"
 )
@@ -129,13 +128,13 @@ func issuerFile(dir string, lc *loadedCert) string {
 	return filepath.Join(dir, "issuer-"+lc.id+".der")
 }
 
-// loadIssuer reads a persisted issuer of lc, trusted only if it signed the
-// leaf.
+// loadIssuer reads a persisted issuer of lc, trusted only if the file is
+// edge's (readStateFile) and the certificate signed the leaf.
 func loadIssuer(path string, lc *loadedCert) *x509.Certificate {
 	if path == "" {
 		return nil
 	}
-	raw, err := os.ReadFile(path)
+	raw, err := readStateFile(path)
 	if err != nil {
 		return nil
 	}

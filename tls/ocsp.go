@@ -11,11 +11,11 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/url"
-	"os"
 	"path/filepath"
 	"slices"
 	"time"
 
+	"github.com/edgelb/edge/internal/trust"
 	"golang.org/x/crypto/ocsp"
 )
 
@@ -196,25 +196,10 @@ func stapleFile(dir string, lc *loadedCert) string {
 	return filepath.Join(dir, "ocsp-"+lc.id+".der")
 }
 
-// saveStaple writes raw atomically (temporary file, then rename).
+// saveStaple writes raw to path in state_dir (internal/trust): into a
+// directory of edge's, through a new 0600 file renamed into place, so a
+// reader never sees half a staple and a link planted at path is replaced,
+// never written through.
 func saveStaple(path string, raw []byte) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return err
-	}
-	f, err := os.CreateTemp(filepath.Dir(path), ".ocsp-*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	_, err = f.Write(raw)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		os.Remove(tmp)
-	}
-	return err
+	return trust.WriteFile(path, raw)
 }

@@ -16,3 +16,14 @@ const maxSecretFile = 1 << 20
 func readSecretFile(path string) ([]byte, error) {
 	return trust.ReadFile(path, trust.Secret, maxSecretFile)
 }
+
+// maxStateFile bounds a file tls keeps in state_dir (an OCSP staple, an
+// issuer certificate): a few kilobytes each.
+const maxStateFile = 1 << 20
+
+// readStateFile reads a staple or issuer edge saved in state_dir, if it is
+// edge's (internal/trust): a file another user planted there, or a link
+// they left in its place, is refused, never served or trusted.
+func readStateFile(path string) ([]byte, error) {
+	return trust.ReadFile(path, trust.State, maxStateFile)
+}

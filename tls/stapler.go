@@ -181,7 +181,7 @@ func (s *stapler) loadPersisted(lc *loadedCert, st *ocspState, now time.Time) {
 	if path == "" {
 		return
 	}
-	raw, err := os.ReadFile(path)
+	raw, err := readStateFile(path)
 	if err != nil {
 		if !errors.Is(err, os.ErrNotExist) {
 			s.log.Warn("cannot read persisted OCSP staple", "cert", lc.files.CertFile, "file", path, "err", err)

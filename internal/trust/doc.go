@@ -18,6 +18,11 @@
 //     a root-owned sticky directory above it (/tmp), where others can add
 //     entries but not rename or remove edge's.
 //
+// What edge writes there, WriteFile writes only into a directory that
+// passes the same test, as a new 0600 file (O_EXCL) renamed into place,
+// so a link another user left at the name is replaced, never written
+// through.
+//
 // Whatever fails is refused with the path and the reason; the caller
 // keeps what it had (a reload) or does not start. Unix only: on other
 // systems the checks that have no meaning there pass.

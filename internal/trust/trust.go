@@ -98,3 +98,40 @@ func refusedOpen(path string, err error) error {
 	}
 	return err
 }
+
+// WriteFile replaces path with data, for a file edge keeps its state in:
+// the directory is made (0700) if missing and must then be edge's (see
+// Dir), data goes to a new file created beside path with O_EXCL and mode
+// 0600 (os.CreateTemp), is synced, and is renamed over path. So a crash
+// leaves the old file or the new one, never half of it, and a symbolic
+// link or a file another user left at path is replaced, never written
+// through.
+func WriteFile(path string, data []byte) error {
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("directory %s: %w", dir, err)
+	}
+	if err := Dir(dir); err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp*")
+	if err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	tmp := f.Name()
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		_ = os.Remove(tmp)
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return nil
+}

@@ -98,3 +98,53 @@ func TestDirAcceptsAStickyRootDirectoryAbove(t *testing.T) {
 		t.Fatalf("a directory of edge's under a sticky one: %v", err)
 	}
 }
+
+// TestWriteFile: a state file is written only into a directory of edge's,
+// as a new 0600 file renamed into place, so a symbolic link planted at
+// its name is replaced and what it pointed at is left alone.
+func TestWriteFile(t *testing.T) {
+	dir := t.TempDir()
+	victim := write(t, dir, "victim", 0o600)
+	path := filepath.Join(dir, "state", "set.json")
+	if err := os.Mkdir(filepath.Dir(path), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(victim, path); err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteFile(path, []byte("new\n")); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := ReadFile(path, Secret, 1<<10); err != nil || string(b) != "new\n" {
+		t.Fatalf("read back: %q, %v", b, err)
+	}
+	if b, _ := os.ReadFile(victim); string(b) == "new\n" {
+		t.Fatal("written through the symbolic link")
+	}
+	if fi, err := os.Lstat(path); err != nil || fi.Mode() != 0o600 {
+		t.Fatalf("written file: %v, %v; want a regular file, mode 0600", fi.Mode(), err)
+	}
+	made := filepath.Join(dir, "made", "deeper", "f")
+	if err := WriteFile(made, []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(filepath.Dir(made)); err != nil || fi.Mode().Perm() != 0o700 {
+		t.Fatalf("directory made: %v, %v; want 0700", fi.Mode(), err)
+	}
+
+	open := t.TempDir()
+	if err := os.Chmod(open, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	planted := t.TempDir()
+	chown(t, planted)
+	for _, d := range []string{open, planted} {
+		p := filepath.Join(d, "set.json")
+		if err := WriteFile(p, []byte("x")); !errors.Is(err, ErrNotTrusted) || !strings.Contains(err.Error(), d) {
+			t.Errorf("write into %s: %v, want a refusal naming it", d, err)
+		}
+		if entries, _ := os.ReadDir(d); len(entries) != 0 {
+			t.Errorf("%s: refused, yet holds %d entries", d, len(entries))
+		}
+	}
+}
