@@ -7,6 +7,7 @@ import (
 	"crypto/rand"
 	"crypto/tls"
 	"encoding/base64"
+	"encoding/binary"
 	"fmt"
 	"net"
 	"net/http"
@@ -301,8 +302,9 @@ func TestConsulTicketKeysRefuseBadEntry(t *testing.T) {
 		t.Fatal(err)
 	}
 	seal := sealKeyFile(t, t.TempDir())
-	bad = sealedWith(t, seal, "edge/tk", bad)
-	if _, err := kv.Put(&api.KVPair{Key: "edge/tk", Value: bad, Flags: uint64(time.Now().Unix())}, nil); err != nil {
+	stamp := uint64(time.Now().Unix())
+	bad = sealedWith(t, seal, "edge/tk", stamp, bad)
+	if _, err := kv.Put(&api.KVPair{Key: "edge/tk", Value: bad, Flags: stamp}, nil); err != nil {
 		t.Fatal(err)
 	}
 	src, err := newConsulTicketKeys(client, conf.SessionTickets{ConsulKey: "edge/tk", RotateEvery: conf.Duration(time.Hour), Keep: 3, ConsulSealKeyFile: seal})
@@ -379,7 +381,7 @@ func sealKeyFile(t *testing.T, dir string) string {
 // sealedWith seals v for the entry at path with the key in the file
 // seal, from the format discovery/sealedentry.go documents (written here
 // from that text, so the test checks the format, not the code).
-func sealedWith(t *testing.T, seal, path string, v []byte) []byte {
+func sealedWith(t *testing.T, seal, path string, flags uint64, v []byte) []byte {
 	t.Helper()
 	key, err := (&conf.SessionTickets{ConsulSealKeyFile: seal}).SealKey()
 	if err != nil {
@@ -389,6 +391,7 @@ func sealedWith(t *testing.T, seal, path string, v []byte) []byte {
 	g, _ := cipher.NewGCM(b)
 	nonce := make([]byte, 12)
 	rand.Read(nonce)
-	box := g.Seal(append([]byte{}, nonce...), nonce, v, append([]byte("edge sealed entry\x00"), path...))
+	ad := binary.BigEndian.AppendUint64([]byte("edge-sealed-v1\x00"+path+"\x00"), flags)
+	box := g.Seal(append([]byte{}, nonce...), nonce, v, ad)
 	return []byte("edge-sealed-v1 " + base64.StdEncoding.EncodeToString(box) + "\n")
 }
