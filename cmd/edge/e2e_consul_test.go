@@ -262,7 +262,16 @@ func TestTicketKeysConsulDownAtStart(t *testing.T) {
 // of one backend; it returns the listener's address.
 func startTicketKeysEdge(t *testing.T, consulAddr, backend, dir, certFile, keyFile string) string {
 	t.Helper()
-	addr := testkit.ClosedPort(t)
+	addr, _, _ := startSealedTicketKeysEdge(t, consulAddr, backend, dir, certFile, keyFile, sealKeyFile(t, dir))
+	return addr
+}
+
+// startSealedTicketKeysEdge is startTicketKeysEdge with the seal key in
+// the file seal; it returns the TLS listener's address, the admin
+// listener's and the process.
+func startSealedTicketKeysEdge(t *testing.T, consulAddr, backend, dir, certFile, keyFile, seal string) (addr, admin string, p *proc) {
+	t.Helper()
+	addr, admin = testkit.ClosedPort(t), testkit.ClosedPort(t)
 	cfg := fmt.Sprintf(`admin: {address: %q}
 consul: {address: %q}
 listeners:
@@ -274,7 +283,7 @@ routes: [{default: true, pool: app}]
 pools:
   - name: app
     backends: [{id: b1, address: %q}]
-`, testkit.ClosedPort(t), consulAddr, addr, certFile, keyFile, sealKeyFile(t, dir), backend)
+`, admin, consulAddr, addr, certFile, keyFile, seal, backend)
 	f, err := os.CreateTemp(dir, "edge-*.yaml")
 	if err != nil {
 		t.Fatal(err)
@@ -283,8 +292,7 @@ pools:
 		t.Fatal(err)
 	}
 	f.Close()
-	startEdge(t, f.Name())
-	return addr
+	return addr, admin, startEdge(t, f.Name())
 }
 
 // TestConsulTicketKeysRefuseBadEntry: an entry that is not due for
