@@ -418,7 +418,7 @@ routes: [{default: true, pool: app}]
 			`edge.yaml:6: listeners[0].tls.client_cert_header: needs client_ca_file`,
 			`edge.yaml:7: listeners[0].tls.session_tickets.consul_key: set key_file or consul_key, not both`,
 			`edge.yaml:7: listeners[0].tls.session_tickets.consul_key: "/edge/keys" is not a Consul KV path`,
-			`listeners[0].tls.session_tickets.consul_seal_key_file: required with consul_key`,
+			`edge.yaml:7: listeners[0].tls.session_tickets.consul_seal_key_file: required with consul_key`,
 		}},
 		{"tls files", `listeners:
   - address: 127.0.0.1:8443

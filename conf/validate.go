@@ -261,7 +261,13 @@ func (v *validator) tls(path string, t *TLS) {
 		}
 		v.consulKey(st+".consul_key", k)
 		if f := t.SessionTickets.ConsulSealKeyFile; f == "" {
-			v.errf(st+".consul_seal_key_file", "required with consul_key: the keys in Consul KV are sealed with it, so that a reader of the entry cannot decrypt sessions (make one with `openssl rand -hex 32`, the same on every edge)")
+			// Absent, it has no line of its own: the error points at
+			// consul_key, the line that needs it.
+			e := v.at(st+".consul_seal_key_file", "required with consul_key: the keys in Consul KV are sealed with it, so that a reader of the entry cannot decrypt sessions (make one with `openssl rand -hex 32`, the same on every edge)")
+			if e.Line == 0 {
+				e.Line = v.line(st + ".consul_key")
+			}
+			v.errs = append(v.errs, e)
 		} else if k, err := t.SessionTickets.SealKey(); err != nil {
 			v.errf(st+".consul_seal_key_file", "%v", err)
 		} else {

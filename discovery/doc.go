@@ -137,9 +137,12 @@
 // validate is reported and never overwritten. Given the key-file parser
 // (edgetls.ParseTicketKeys, which owns the format), a TicketKeys is the
 // Terminator's TicketKeySource. With a SealKey the entry is sealed
-// (sealedentry.go: AES-256-GCM, the entry's path as associated data), so
-// a reader of the entry without the fleet's seal key learns no key; an
-// entry that does not open is refused and never overwritten.
+// (sealedentry.go: AES-256-GCM, the format's version, the entry's path and
+// its Flags as associated data), so a reader of the entry without the
+// fleet's seal key learns no key and a writer without it cannot give
+// edges keys of theirs. An entry that does not open is refused (a
+// *RefusedEntryError, which says why) and never overwritten; one in the
+// clear is refused too, and once due is replaced by fresh keys, sealed.
 //
 // # Cookie keys and OCSP staples for a fleet
 //

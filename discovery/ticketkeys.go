@@ -6,6 +6,7 @@ import (
 	"crypto/cipher"
 	"crypto/rand"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -70,8 +71,9 @@ type TicketKeysOptions struct {
 	// SealKey, when set (32 bytes), seals the entry (sealedentry.go): a
 	// reader of the entry without it learns nothing of the keys, a writer
 	// without it cannot make one edge take keys of theirs. An entry that
-	// does not open with it, sealed with another key or written in the
-	// clear, is refused and never overwritten.
+	// does not open with it (sealed with another key, or changed) is
+	// refused and never overwritten; one written in the clear is refused
+	// and, once due, replaced by fresh keys, sealed.
 	SealKey []byte
 	// Now defaults to time.Now.
 	Now func() time.Time
@@ -140,7 +142,7 @@ func (t *TicketKeys) TicketKeys(ctx context.Context) ([][]byte, error) {
 	defer clear(v)
 	keys, err := t.parse(v)
 	if err != nil {
-		return nil, fmt.Errorf("ticket keys in consul kv %q: %w", t.key, err)
+		return nil, &RefusedEntryError{Key: t.key, Why: RefusedMalformed, Err: err}
 	}
 	return keys, nil
 }
@@ -159,18 +161,15 @@ func (t *TicketKeys) fetch(ctx context.Context) (keyEntry, error) {
 	// value is read on the next turn. Three turns cover any sane fleet;
 	// more conflicts than that are reported, and the keys in use stay.
 	for range 3 {
-		pair, meta, err := getBounded(ctx, t.c, t.key, t.maxBytes, api.QueryOptions{})
+		pair, meta, replace, err := t.read(ctx)
 		if err != nil {
-			return keyEntry{}, fmt.Errorf("ticket keys: %w", err)
+			return keyEntry{}, err
 		}
 		var lines []string
 		var index uint64
-		if pair != nil && t.seal != nil {
-			if pair.Value, err = openEntry(t.seal, t.key, pair.Value); err != nil {
-				return keyEntry{}, fmt.Errorf("ticket keys in consul kv %q: %w (the entry stays as it is)", t.key, err)
-			}
-		}
-		if pair != nil {
+		if replace {
+			index = pair.ModifyIndex
+		} else if pair != nil {
 			lines, index = keyLines(pair.Value), pair.ModifyIndex
 			stamp := time.Unix(int64(pair.Flags), 0)
 			if len(lines) >= 2 && t.now().Sub(stamp) < t.rotateEvery {
@@ -180,20 +179,22 @@ func (t *TicketKeys) fetch(ctx context.Context) (keyEntry, error) {
 			}
 			if t.validate != nil {
 				if err := t.validate(pair.Value); err != nil {
-					return keyEntry{}, fmt.Errorf("ticket keys in consul kv %q: %w", t.key, err)
+					return keyEntry{}, &RefusedEntryError{Key: t.key, Why: RefusedMalformed, Err: err}
 				}
 			}
+			clear(pair.Value)
 		}
 		next, err := t.rotate(lines)
 		if err != nil {
 			return keyEntry{}, err
 		}
 		stamp := t.now()
+		flags := uint64(stamp.Unix())
 		stored := next
 		if t.seal != nil {
-			stored = sealEntry(t.seal, t.key, next)
+			stored = sealEntry(t.seal, t.key, flags, next)
 		}
-		ok, _, err := t.kv.CAS(&api.KVPair{Key: t.key, Value: stored, Flags: uint64(stamp.Unix()), ModifyIndex: index}, w)
+		ok, _, err := t.kv.CAS(&api.KVPair{Key: t.key, Value: stored, Flags: flags, ModifyIndex: index}, w)
 		if err != nil {
 			return keyEntry{}, fmt.Errorf("ticket keys in consul kv %q: write: %w", t.key, err)
 		}
@@ -205,6 +206,36 @@ func (t *TicketKeys) fetch(ctx context.Context) (keyEntry, error) {
 		clear(next)
 	}
 	return keyEntry{}, fmt.Errorf("ticket keys in consul kv %q: the entry kept changing while rotating", t.key)
+}
+
+// read returns the entry, opened when it is sealed; nil when there is
+// none. An entry over its bound, or one that does not open, is a
+// *RefusedEntryError and is never overwritten, except an entry in the
+// clear once it is due: its keys are not used (anyone who can write the
+// entry could have put them there), and the rotation replaces them with
+// fresh ones, sealed, as if the entry were missing. That is how a fleet
+// that gained a seal key moves off the entry its older edges wrote.
+func (t *TicketKeys) read(ctx context.Context) (pair *api.KVPair, meta *api.QueryMeta, replace bool, err error) {
+	pair, meta, err = getBounded(ctx, t.c, t.key, t.maxBytes, api.QueryOptions{})
+	if errors.Is(err, ErrResponseTooLarge) {
+		return nil, nil, false, &RefusedEntryError{Key: t.key, Why: RefusedOversized, Err: err}
+	}
+	if err != nil {
+		return nil, nil, false, fmt.Errorf("ticket keys: %w", err)
+	}
+	if pair == nil || t.seal == nil {
+		return pair, meta, false, nil
+	}
+	plain, err := openEntry(t.seal, t.key, pair.Flags, pair.Value, t.maxBytes)
+	if errors.Is(err, errUnsealed) && t.now().Sub(time.Unix(int64(pair.Flags), 0)) >= t.rotateEvery {
+		pair.Value = nil
+		return pair, meta, true, nil
+	}
+	if err != nil {
+		return nil, nil, false, err
+	}
+	pair.Value = plain
+	return pair, meta, false, nil
 }
 
 // rotate returns the value after one rotation of lines: the staged key

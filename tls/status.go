@@ -72,4 +72,9 @@ type TicketStatus struct {
 	// MaxAge is the longest a ticket is accepted after it was issued.
 	MaxAge    string `json:"max_age,omitempty"`
 	LastError string `json:"last_error,omitempty"`
+	// Refused says why the source's last value was refused (for the
+	// fleet's entry in Consul KV: unopened, unsealed, version, oversized,
+	// malformed); "" when it was not, Consul being down included. The
+	// keys in use stay.
+	Refused string `json:"refused,omitempty"`
 }

@@ -225,6 +225,7 @@ type ticketKeys struct {
 	gen     uint64
 	rotated time.Time
 	lastErr string
+	refused string // why the source refused its value; "" when it did not
 	// carried: the keys came from the previous process (Carried);
 	// carryErr: a carried state that could not be read.
 	carried  bool
@@ -273,7 +274,7 @@ func newTicketKeys(o TicketOptions, now func() time.Time) (*ticketKeys, error) {
 			return nil, rerr
 		}
 		k.mu.Lock()
-		k.lastErr = err.Error()
+		k.failed(err)
 		k.mu.Unlock()
 	}
 	return k, nil
@@ -309,6 +310,22 @@ func (k *ticketKeys) rotate() (uint64, error) {
 	return k.gen, nil
 }
 
+// entryRefusal is an error of a source that read its value and refused it
+// (discovery.RefusedEntryError: a Consul entry that does not open, is in
+// the clear or is oversized), as opposed to a source it could not reach.
+type entryRefusal interface {
+	error
+	RefusedWhy() string
+}
+
+// failed records a failed load; k.mu must be held.
+func (k *ticketKeys) failed(err error) {
+	k.lastErr, k.refused = err.Error(), ""
+	if r, ok := errors.AsType[entryRefusal](err); ok {
+		k.refused = r.RefusedWhy()
+	}
+}
+
 // load asks the source for keys and installs them when they differ from the
 // current ones; changed reports whether they did.
 func (k *ticketKeys) load(ctx context.Context) (changed bool, err error) {
@@ -338,10 +355,10 @@ func (k *ticketKeys) load(ctx context.Context) (changed bool, err error) {
 				key.zero()
 			}
 		}
-		k.lastErr = err.Error()
+		k.failed(err)
 		return false, err
 	}
-	k.lastErr = ""
+	k.lastErr, k.refused = "", ""
 	if len(keys) == len(k.keys) {
 		same := true
 		for i := range keys {
@@ -459,6 +476,7 @@ func (k *ticketKeys) status() TicketStatus {
 		LastChange: k.rotated,
 		MaxAge:     k.maxAge.String(),
 		LastError:  k.lastErr,
+		Refused:    k.refused,
 	}
 	for _, key := range k.keys {
 		s.KeyGenerations = append(s.KeyGenerations, key.gen)

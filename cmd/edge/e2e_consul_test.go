@@ -7,6 +7,7 @@ import (
 	"crypto/rand"
 	"crypto/tls"
 	"encoding/base64"
+	"encoding/binary"
 	"fmt"
 	"net"
 	"net/http"
@@ -261,7 +262,16 @@ func TestTicketKeysConsulDownAtStart(t *testing.T) {
 // of one backend; it returns the listener's address.
 func startTicketKeysEdge(t *testing.T, consulAddr, backend, dir, certFile, keyFile string) string {
 	t.Helper()
-	addr := testkit.ClosedPort(t)
+	addr, _, _ := startSealedTicketKeysEdge(t, consulAddr, backend, dir, certFile, keyFile, sealKeyFile(t, dir))
+	return addr
+}
+
+// startSealedTicketKeysEdge is startTicketKeysEdge with the seal key in
+// the file seal; it returns the TLS listener's address, the admin
+// listener's and the process.
+func startSealedTicketKeysEdge(t *testing.T, consulAddr, backend, dir, certFile, keyFile, seal string) (addr, admin string, p *proc) {
+	t.Helper()
+	addr, admin = testkit.ClosedPort(t), testkit.ClosedPort(t)
 	cfg := fmt.Sprintf(`admin: {address: %q}
 consul: {address: %q}
 listeners:
@@ -273,7 +283,7 @@ routes: [{default: true, pool: app}]
 pools:
   - name: app
     backends: [{id: b1, address: %q}]
-`, testkit.ClosedPort(t), consulAddr, addr, certFile, keyFile, sealKeyFile(t, dir), backend)
+`, admin, consulAddr, addr, certFile, keyFile, seal, backend)
 	f, err := os.CreateTemp(dir, "edge-*.yaml")
 	if err != nil {
 		t.Fatal(err)
@@ -282,8 +292,7 @@ pools:
 		t.Fatal(err)
 	}
 	f.Close()
-	startEdge(t, f.Name())
-	return addr
+	return addr, admin, startEdge(t, f.Name())
 }
 
 // TestConsulTicketKeysRefuseBadEntry: an entry that is not due for
@@ -301,8 +310,9 @@ func TestConsulTicketKeysRefuseBadEntry(t *testing.T) {
 		t.Fatal(err)
 	}
 	seal := sealKeyFile(t, t.TempDir())
-	bad = sealedWith(t, seal, "edge/tk", bad)
-	if _, err := kv.Put(&api.KVPair{Key: "edge/tk", Value: bad, Flags: uint64(time.Now().Unix())}, nil); err != nil {
+	stamp := uint64(time.Now().Unix())
+	bad = sealedWith(t, seal, "edge/tk", stamp, bad)
+	if _, err := kv.Put(&api.KVPair{Key: "edge/tk", Value: bad, Flags: stamp}, nil); err != nil {
 		t.Fatal(err)
 	}
 	src, err := newConsulTicketKeys(client, conf.SessionTickets{ConsulKey: "edge/tk", RotateEvery: conf.Duration(time.Hour), Keep: 3, ConsulSealKeyFile: seal})
@@ -379,7 +389,7 @@ func sealKeyFile(t *testing.T, dir string) string {
 // sealedWith seals v for the entry at path with the key in the file
 // seal, from the format discovery/sealedentry.go documents (written here
 // from that text, so the test checks the format, not the code).
-func sealedWith(t *testing.T, seal, path string, v []byte) []byte {
+func sealedWith(t *testing.T, seal, path string, flags uint64, v []byte) []byte {
 	t.Helper()
 	key, err := (&conf.SessionTickets{ConsulSealKeyFile: seal}).SealKey()
 	if err != nil {
@@ -389,6 +399,7 @@ func sealedWith(t *testing.T, seal, path string, v []byte) []byte {
 	g, _ := cipher.NewGCM(b)
 	nonce := make([]byte, 12)
 	rand.Read(nonce)
-	box := g.Seal(append([]byte{}, nonce...), nonce, v, append([]byte("edge sealed entry\x00"), path...))
+	ad := binary.BigEndian.AppendUint64([]byte("edge-sealed-v1\x00"+path+"\x00"), flags)
+	box := g.Seal(append([]byte{}, nonce...), nonce, v, ad)
 	return []byte("edge-sealed-v1 " + base64.StdEncoding.EncodeToString(box) + "\n")
 }

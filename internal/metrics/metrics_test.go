@@ -169,6 +169,10 @@ func TestStateGauges(t *testing.T) {
 			return []ListenerTLS{{Name: "public", RotateEvery: time.Hour, Status: edgetls.Status{
 				Tickets:      edgetls.TicketStatus{Enabled: true, LastChange: now.Add(-time.Minute), Source: "generated"},
 				Certificates: []edgetls.CertStatus{{CertFile: "a.pem", Served: true, NotAfter: now.Add(time.Hour)}},
+			}}, {Name: "fleet", Status: edgetls.Status{
+				Tickets: edgetls.TicketStatus{Enabled: true, Source: "source", Refused: "unopened"},
+			}}, {Name: "fleet-ok", Status: edgetls.Status{
+				Tickets: edgetls.TicketStatus{Enabled: true, Source: "source", LastError: "consul down"},
 			}}}
 		},
 	})
@@ -180,6 +184,7 @@ func TestStateGauges(t *testing.T) {
 		"edge_drain_connections_pending":                   {"": 3},
 		"edge_tls_ticket_key_age_seconds":                  {"listener=public": 60},
 		"edge_tls_ticket_key_rotation_interval_seconds":    {"listener=public": 3600},
+		"edge_tls_ticket_keys_refused":                     {"listener=fleet": 1, "listener=fleet-ok": 0},
 		"edge_tls_certificate_served":                      {"cert_file=a.pem,listener=public": 1},
 		"edge_tls_certificate_not_after_timestamp_seconds": {"cert_file=a.pem,listener=public": float64(now.Unix() + 3600)},
 		"edge_tls_record_layer_total":                      {},

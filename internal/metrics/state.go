@@ -45,6 +45,7 @@ type stateCollector struct {
 	src                          State
 	ready, draining, discoveryOK *prometheus.Desc
 	stapleNext, keyAge, keyInt   *prometheus.Desc
+	keyRefused                   *prometheus.Desc
 	records                      *prometheus.Desc
 	certServed, certNotAfter     *prometheus.Desc
 	listenerConns, closePending  *prometheus.Desc
@@ -66,6 +67,9 @@ func newStateCollector(src State) *stateCollector {
 		stapleNext:  prometheus.NewDesc("edge_tls_ocsp_staple_next_update_timestamp_seconds", "nextUpdate of the OCSP staple being served; 0 while a certificate that names a responder has none (absent without a responder).", ln, nil),
 		keyAge:      prometheus.NewDesc("edge_tls_ticket_key_age_seconds", "Time since the session-ticket keys last changed.", []string{"listener"}, nil),
 		keyInt:      prometheus.NewDesc("edge_tls_ticket_key_rotation_interval_seconds", "How often the keys are meant to rotate (absent for keys from a file, which edge does not rotate).", []string{"listener"}, nil),
+		keyRefused: prometheus.NewDesc("edge_tls_ticket_keys_refused",
+			"1 while the fleet's session-ticket entry in Consul KV, as last read, is refused (does not open with the seal key, is in the clear, of an unknown version, oversized or not keys): the keys in use stay, /status says why. Only for keys shared through Consul.",
+			[]string{"listener"}, nil),
 		certServed: prometheus.NewDesc("edge_tls_certificate_served",
 			"1 when the certificate pair is served in handshakes; 0 when it is left out (expired, not yet valid, or must-staple without a staple): /status says why.",
 			ln, nil),
@@ -82,7 +86,7 @@ func newStateCollector(src State) *stateCollector {
 
 // Describe implements prometheus.Collector.
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.ready, c.draining, c.discoveryOK, c.stapleNext, c.keyAge, c.keyInt, c.records,
+	for _, d := range []*prometheus.Desc{c.ready, c.draining, c.discoveryOK, c.stapleNext, c.keyAge, c.keyInt, c.keyRefused, c.records,
 		c.certServed, c.certNotAfter, c.listenerConns, c.closePending} {
 		ch <- d
 	}
@@ -122,8 +126,8 @@ func call[T any](f func() T) T {
 	return f()
 }
 
-// collectTickets reports the age of a listener's ticket keys and how often
-// they are meant to rotate.
+// collectTickets reports the age of a listener's ticket keys, how often
+// they are meant to rotate and whether the fleet's entry is refused.
 func (c *stateCollector) collectTickets(ch chan<- prometheus.Metric, l ListenerTLS, now time.Time) {
 	t := l.Status.Tickets
 	if !t.Enabled {
@@ -136,6 +140,12 @@ func (c *stateCollector) collectTickets(ch chan<- prometheus.Metric, l ListenerT
 	// rotate_every; keys from a file change when the file does.
 	if !strings.HasPrefix(t.Source, "file:") && l.RotateEvery > 0 {
 		ch <- prometheus.MustNewConstMetric(c.keyInt, prometheus.GaugeValue, l.RotateEvery.Seconds(), l.Name)
+	}
+	// From the first scrape for keys shared through Consul, so that an
+	// alert sees the series go from 0 to 1 (anyone who can write the
+	// entry can make it refused).
+	if t.Source == "source" {
+		ch <- prometheus.MustNewConstMetric(c.keyRefused, prometheus.GaugeValue, b2f(t.Refused != ""), l.Name)
 	}
 }
 
