@@ -100,15 +100,7 @@ func TestLenientBackendNeverAssemblesPastTheLimit(t *testing.T) {
 		e := startEdge(t, edgeConfig{splice: sp, opts: Options{Routes: []Route{{Default: true, Pool: p}}}})
 		for name, attack := range attacks {
 			t.Run(name, func(t *testing.T) {
-				c, err := net.Dial("tcp", e.addr)
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer c.Close()
-				if _, err := c.Write([]byte(testkit.RawUpgrade("/", "edge.test", "Sec-WebSocket-Extensions: permessage-deflate"))); err != nil {
-					t.Fatal(err)
-				}
-				br := testkit.Read101(t, c)
+				c, br := dialDeflate(t, e.addr)
 				go func() { _, _ = c.Write(attack) }()
 				// What aiohttp assembled, until edge closed its connection.
 				for done := false; !done; {
@@ -170,15 +162,7 @@ func TestNodeWSNeverInflatesTheTailPastTheLimit(t *testing.T) {
 		p := newPool(t, "tail", balance.LeastConn, map[string]string{"node": b.addr})
 		p.MaxMessageBytes = max(without, 1)
 		e := startEdge(t, edgeConfig{splice: sp, opts: Options{Routes: []Route{{Default: true, Pool: p}}}})
-		c, err := net.Dial("tcp", e.addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		if _, err := c.Write([]byte(testkit.RawUpgrade("/", "edge.test", "Sec-WebSocket-Extensions: permessage-deflate"))); err != nil {
-			t.Fatal(err)
-		}
-		br := testkit.Read101(t, c)
+		c, br := dialDeflate(t, e.addr)
 		if _, err := c.Write(frameOf(0xC2, m1, false)); err != nil {
 			t.Fatal(err)
 		}
@@ -202,4 +186,19 @@ func TestNodeWSNeverInflatesTheTailPastTheLimit(t *testing.T) {
 			break
 		}
 	})
+}
+
+// dialDeflate opens a raw WebSocket to edge at addr offering
+// permessage-deflate and returns it after the 101; it closes with the test.
+func dialDeflate(t *testing.T, addr string) (net.Conn, *bufio.Reader) {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	if _, err := c.Write([]byte(testkit.RawUpgrade("/", "edge.test", "Sec-WebSocket-Extensions: permessage-deflate"))); err != nil {
+		t.Fatal(err)
+	}
+	return c, testkit.Read101(t, c)
 }
