@@ -12,7 +12,7 @@ import (
 const module = "github.com/edgelb/edge"
 
 // TestImportRules keeps the package picture of docs/ARCHITECTURE.md true:
-// dependencies point toward pure logic, only internal/metrics (and
+// dependencies point toward pure logic, only cmd/edge/internal/metrics (and
 // cmd/edge, which wires it) knows Prometheus, and only cmd/edge knows the
 // config schema and the TLS terminator.
 func TestImportRules(t *testing.T) {
@@ -32,7 +32,7 @@ func TestImportRules(t *testing.T) {
 					t.Errorf("%s imports %s; allowed of ours: %v", r.pkg, dep, r.ours)
 				}
 				if strings.HasPrefix(dep, "github.com/prometheus/") && !r.prometheus {
-					t.Errorf("%s reaches %s: only internal/metrics and cmd/edge may know Prometheus", r.pkg, dep)
+					t.Errorf("%s reaches %s: only cmd/edge/internal/metrics and cmd/edge may know Prometheus", r.pkg, dep)
 				}
 				if r.noStdNet && dep == "net/http" {
 					t.Errorf("%s reaches net/http: it must stay pure logic", r.pkg)
@@ -59,7 +59,7 @@ type importRule struct {
 	external []string
 	// anyOurs lets a binary import any package of ours but the test
 	// support (testSupport); prometheus lets it reach the Prometheus
-	// client (internal/metrics, where edge meets it, and cmd/edge).
+	// client (cmd/edge/internal/metrics, where edge meets it, and cmd/edge).
 	anyOurs, prometheus bool
 }
 
@@ -96,20 +96,20 @@ var importRules = []importRule{
 	{pkg: "internal/testkit", ours: []string{"internal/wswire"}},
 	// The admin listener knows the pools, not the proxy, the file or
 	// the metrics library: cmd/edge passes those in.
-	{pkg: "internal/admin", ours: []string{"balance", "internal/hostname", "internal/trust"}},
+	{pkg: "cmd/edge/internal/admin", ours: []string{"balance", "internal/hostname", "internal/trust"}},
 	// Binding sockets and the descriptor budget: system calls only.
-	{pkg: "internal/sockets", noStdNet: true, external: []string{"golang.org/x/sys/"}},
+	{pkg: "cmd/edge/internal/sockets", noStdNet: true, external: []string{"golang.org/x/sys/"}},
 	// GC pacing reads the runtime and touches nothing else.
-	{pkg: "internal/gcpace", noStdNet: true, noNet: true, external: []string{}},
+	{pkg: "cmd/edge/internal/gcpace", noStdNet: true, noNet: true, external: []string{}},
 	// The collectors implement the core packages' Observers and read
 	// their status types; nothing of cmd/edge, the file or the admin.
 	// The service manager's datagrams: a socket, the clock, nothing more.
-	{pkg: "internal/sdnotify", noStdNet: true, external: []string{"golang.org/x/sys/"}},
-	{pkg: "internal/metrics", prometheus: true, ours: []string{"balance", "discovery", "health", "proxy", "tls",
+	{pkg: "cmd/edge/internal/sdnotify", noStdNet: true, external: []string{"golang.org/x/sys/"}},
+	{pkg: "cmd/edge/internal/metrics", prometheus: true, ours: []string{"balance", "discovery", "health", "proxy", "tls",
 		"internal/hostname", "internal/trust", "internal/wswire", "proxy/internal/handoff", "proxy/internal/ready", "proxy/internal/wsession", "tls/record"}},
 	// The process upgrade: exec, pipes and descriptors; nothing of
 	// HTTP, the proxy, the file or metrics (cmd/edge counts).
-	{pkg: "internal/upgrade", noStdNet: true},
+	{pkg: "cmd/edge/internal/upgrade", noStdNet: true},
 	// The binary wires everything (and builds the metrics registry); the
 	// others are small programs and test support.
 	{pkg: "cmd/edge", anyOurs: true, prometheus: true},

@@ -11,7 +11,7 @@ import (
 // through a NAT or a load balancer that forgets idle flows warm. The
 // listener sets Go's defaults, which accepted sockets inherit (a probe
 // after 15 s without a packet from the peer, then every 15 s while
-// unanswered; internal/sockets), and so did dialBackend. An answered probe
+// unanswered; cmd/edge/internal/sockets), and so did dialBackend. An answered probe
 // restarts the idle clock, so an idle socket is probed every 15 s. Beside
 // a heartbeat every 30 s that is a second packet each way per ping, and
 // for a client on a mobile network a second wake-up of its radio; at

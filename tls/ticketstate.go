@@ -14,7 +14,7 @@ import (
 // client held was useless: each client that reconnected after an upgrade,
 // and every new tab, paid a full handshake, exactly when a fleet is being
 // rolled. So the old process hands its keys on, the way it hands on its
-// sockets: TicketState is what internal/upgrade passes to the new process
+// sockets: TicketState is what cmd/edge/internal/upgrade passes to the new process
 // through an inherited pipe (never a file, never the environment), and
 // TicketOptions.Carried is what the new process starts from. The keys are
 // the derived ones (name, AES and HMAC keys, as they encrypt and

@@ -15,7 +15,7 @@ import (
 	"github.com/edgelb/edge/conf"
 	"github.com/edgelb/edge/discovery"
 	"github.com/edgelb/edge/health"
-	"github.com/edgelb/edge/internal/admin"
+	"github.com/edgelb/edge/cmd/edge/internal/admin"
 	"github.com/edgelb/edge/proxy"
 	edgetls "github.com/edgelb/edge/tls"
 	"github.com/hashicorp/consul/api"

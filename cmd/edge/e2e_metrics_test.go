@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/edgelb/edge/internal/metrics"
+	"github.com/edgelb/edge/cmd/edge/internal/metrics"
 	"github.com/edgelb/edge/internal/testkit"
 	"github.com/gorilla/websocket"
 )
@@ -75,7 +75,7 @@ func series(name string, labels ...string) seriesMatch {
 }
 
 // poolLabel matches the pool's label under either name: the series of
-// internal/metrics call it route today.
+// cmd/edge/internal/metrics call it route today.
 const poolLabel = `(?:pool|route)="app"`
 
 // TestMetricsZeroEventsTLSFailure: before any traffic the known label

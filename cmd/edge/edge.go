@@ -17,12 +17,12 @@ import (
 	"github.com/edgelb/edge/balance"
 	"github.com/edgelb/edge/conf"
 	"github.com/edgelb/edge/discovery"
-	"github.com/edgelb/edge/internal/admin"
-	"github.com/edgelb/edge/internal/gcpace"
-	"github.com/edgelb/edge/internal/metrics"
-	"github.com/edgelb/edge/internal/sdnotify"
-	"github.com/edgelb/edge/internal/sockets"
-	"github.com/edgelb/edge/internal/upgrade"
+	"github.com/edgelb/edge/cmd/edge/internal/admin"
+	"github.com/edgelb/edge/cmd/edge/internal/gcpace"
+	"github.com/edgelb/edge/cmd/edge/internal/metrics"
+	"github.com/edgelb/edge/cmd/edge/internal/sdnotify"
+	"github.com/edgelb/edge/cmd/edge/internal/sockets"
+	"github.com/edgelb/edge/cmd/edge/internal/upgrade"
 	"github.com/edgelb/edge/proxy"
 	edgetls "github.com/edgelb/edge/tls"
 	"golang.org/x/sync/errgroup"
@@ -51,7 +51,7 @@ type edge struct {
 	// without consul.fleet.prefix.
 	fleet  *fleet
 	notify *sdnotify.Notifier // the service manager (systemd), if any
-	gcTune bool               // serve runs the GC tuner (internal/gcpace)
+	gcTune bool               // serve runs the GC tuner (cmd/edge/internal/gcpace)
 	up     *upgrade.Upgrader  // nil: no upgrades (tests building an edge in-process)
 	usr2   <-chan os.Signal
 

@@ -10,7 +10,7 @@ import (
 	"github.com/edgelb/edge/balance"
 	"github.com/edgelb/edge/conf"
 	"github.com/edgelb/edge/discovery"
-	"github.com/edgelb/edge/internal/metrics"
+	"github.com/edgelb/edge/cmd/edge/internal/metrics"
 	"golang.org/x/sync/errgroup"
 )
 

@@ -9,7 +9,7 @@ import (
 	"github.com/edgelb/edge/balance"
 	"github.com/edgelb/edge/conf"
 	"github.com/edgelb/edge/discovery"
-	"github.com/edgelb/edge/internal/admin"
+	"github.com/edgelb/edge/cmd/edge/internal/admin"
 	"golang.org/x/sync/errgroup"
 )
 

@@ -34,7 +34,7 @@ import (
 	"syscall"
 
 	"github.com/edgelb/edge/conf"
-	"github.com/edgelb/edge/internal/sdnotify"
+	"github.com/edgelb/edge/cmd/edge/internal/sdnotify"
 )
 
 func main() {

@@ -14,8 +14,8 @@ import (
 
 	"github.com/edgelb/edge/conf"
 	"github.com/edgelb/edge/discovery"
-	"github.com/edgelb/edge/internal/admin"
-	"github.com/edgelb/edge/internal/upgrade"
+	"github.com/edgelb/edge/cmd/edge/internal/admin"
+	"github.com/edgelb/edge/cmd/edge/internal/upgrade"
 	"github.com/edgelb/edge/proxy"
 	"golang.org/x/sync/errgroup"
 )
@@ -65,7 +65,7 @@ func newUpgrader(cfg *conf.Config, args []string, notifySocket string, log *slog
 	return upgrade.New(opts), nil
 }
 
-// upgrade runs one upgrade (internal/upgrade) and counts it in
+// upgrade runs one upgrade (cmd/edge/internal/upgrade) and counts it in
 // edge_upgrades_total.
 func (e *edge) upgrade(binary, via string) error {
 	err := e.up.Upgrade(binary, via)

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/edgelb/edge/conf"
-	"github.com/edgelb/edge/internal/admin"
+	"github.com/edgelb/edge/cmd/edge/internal/admin"
 )
 
 // upgradeClient is edge -upgrade: it asks the edge serving cfg's admin

@@ -5,7 +5,7 @@ import "time"
 // Memory return after churn: after at least trimAfterConns new
 // connections, once no more than trimTrickle further ones arrived within
 // trimQuiet, at most once per trimEvery, the owner is told (Options.Quiet;
-// cmd/edge then returns the burst's garbage, internal/gcpace). Every TLS
+// cmd/edge then returns the burst's garbage, cmd/edge/internal/gcpace). Every TLS
 // handshake leaves garbage the collector keeps as headroom, so RSS after a
 // burst is about twice the live heap until then.
 //
@@ -20,7 +20,7 @@ import "time"
 // pollers, woken by Go's netpoller, keep running beside its mark workers,
 // and its sweep yields after every span; only giving the freed pages back
 // (madvise) holds the P throughout, about 2 ms for 32 MiB.
-// BenchmarkReturnMemory (internal/gcpace: 12,000 connections' live heap,
+// BenchmarkReturnMemory (cmd/edge/internal/gcpace: 12,000 connections' live heap,
 // 16 MiB of garbage, GOMAXPROCS=1) measures a call at 5.5–6.1 ms and the
 // messages arriving meanwhile delayed by at most 2–5 ms. At most once a
 // minute, that touches under 0.1 % of the messages of any load, so it

@@ -7,7 +7,7 @@ import (
 )
 
 // Upgrader is the process upgrade as POST /api/v1/upgrade drives it;
-// cmd/edge implements it over internal/upgrade, which this package does
+// cmd/edge implements it over cmd/edge/internal/upgrade, which this package does
 // not know.
 type Upgrader interface {
 	// Upgrade starts binary (an absolute path; "" the binary this process
