@@ -267,3 +267,45 @@ func TestPlantedStateDirRefused(t *testing.T) {
 		t.Errorf("edge -check with state_dir edge's own: exit %d\n%s", code, out)
 	}
 }
+
+// TestCheckNamesStateFilesNotEdges: in a state_dir of edge's, a saved set
+// owned by another user (uid 65534) and a link in place of another are
+// not read at start; `edge -check` says so for each, naming the file and
+// why, and passes (startup serves without them). Edge's own saved set
+// draws no word.
+func TestCheckNamesStateFilesNotEdges(t *testing.T) {
+	dir := t.TempDir()
+	state := filepath.Join(dir, "state")
+	if err := os.Mkdir(state, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	const set = `{"version": 1, "members": []}` + "\n"
+	theirs := filepath.Join(state, "discovery-app.json")
+	writeFile(t, theirs, set)
+	if err := os.Chown(theirs, 65534, 65534); err != nil {
+		t.Skipf("chown to uid 65534: %v (not root)", err)
+	}
+	elsewhere := filepath.Join(dir, "set.json")
+	writeFile(t, elsewhere, set)
+	link := filepath.Join(state, "fleet-actions.json")
+	if err := os.Symlink(elsewhere, link); err != nil {
+		t.Fatal(err)
+	}
+	mine := filepath.Join(state, "discovery-other.json")
+	writeFile(t, mine, set)
+	bs := backends(t, "b1")
+	cfg := checkConfig(t, dir, bs[0].Addr(), fmt.Sprintf("state_dir: %q\nadmin: {address: %q}\nlisteners: [{name: ws, address: %q}]\n",
+		state, testkit.ClosedPort(t), testkit.ClosedPort(t)))
+	code, out := runCheck(t, cfg)
+	if code != 0 {
+		t.Errorf("edge -check: exit %d, want 0 (startup serves without these files):\n%s", code, out)
+	}
+	for _, w := range []string{theirs + ": not edge's: owned by uid 65534", link + ": not edge's: a symbolic link"} {
+		if !strings.Contains(out, "warning: ") || !strings.Contains(out, w) {
+			t.Errorf("edge -check output lacks a warning %q:\n%s", w, out)
+		}
+	}
+	if strings.Contains(out, mine) {
+		t.Errorf("edge -check warns of edge's own file %s:\n%s", mine, out)
+	}
+}

@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -149,7 +148,7 @@ func (a *Agent) start() {
 	cmd := exec.Command(a.bin, a.args...)
 	out := &syncBuffer{}
 	cmd.Stdout, cmd.Stderr = out, out
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = agentProcAttr()
 	if err := cmd.Start(); err != nil {
 		a.mu.Unlock()
 		a.t.Fatalf("consultest: start %s: %v", a.bin, err)

@@ -16,7 +16,15 @@
 //   - its directory and every directory above it are owned by edge's
 //     user or root, and none lets group or others write into it, but for
 //     a root-owned sticky directory above it (/tmp), where others can add
-//     entries but not rename or remove edge's.
+//     entries but not rename or remove edge's;
+//   - a symbolic link on the way to its directory is owned by edge's user
+//     or root, and the directories it leads to pass the same test: the
+//     path is judged as the kernel resolves it, so another user's link in
+//     /tmp, which they can point elsewhere between the check and the
+//     open, is refused even while it points at a directory of edge's.
+//
+// Then nobody but edge's user and root can change what the path names,
+// and the file opened after the check is the file judged.
 //
 // What edge writes there, WriteFile writes only into a directory that
 // passes the same test, as a new 0600 file (O_EXCL) renamed into place,

@@ -66,27 +66,16 @@ func ReadFile(path string, k Kind, max int64) ([]byte, error) {
 
 // Dir reports whether dir and every directory above it are edge's: owned
 // by edge's user or root and writable by nobody else (a sticky
-// root-owned directory above dir excepted).
+// root-owned directory above dir excepted). A symbolic link on the way
+// is followed only if it is edge's or root's (another user's link can be
+// pointed elsewhere between this check and the open that trusts it), and
+// the directories it leads to are judged as well.
 func Dir(dir string) error {
 	abs, err := filepath.Abs(dir)
 	if err != nil {
 		return fmt.Errorf("%s: %w", dir, err)
 	}
-	for d, first := abs, true; ; d, first = filepath.Dir(d), false {
-		fi, err := os.Stat(d)
-		if err != nil {
-			return fmt.Errorf("directory %s: %w", d, err)
-		}
-		if !fi.IsDir() {
-			return fmt.Errorf("%s: %w: not a directory", d, ErrNotTrusted)
-		}
-		if err := dirOK(d, fi, first); err != nil {
-			return err
-		}
-		if filepath.Dir(d) == d {
-			return nil
-		}
-	}
+	return checkDirs(abs)
 }
 
 func refusedOpen(path string, err error) error {

@@ -148,3 +148,58 @@ func TestWriteFile(t *testing.T) {
 		}
 	}
 }
+
+// TestDirJudgesSymbolicLinksOnTheWay: a directory named through a
+// symbolic link is edge's only if whoever could change the link is: a
+// link another user owns in a sticky directory (their link in /tmp) can
+// be pointed elsewhere by them between the check and the open, so it is
+// refused even while it points at a directory of edge's; a link of edge's
+// or root's is followed, and where it leads is judged as well.
+func TestDirJudgesSymbolicLinksOnTheWay(t *testing.T) {
+	sticky := t.TempDir()
+	if err := os.Chmod(sticky, os.ModeSticky|0o777); err != nil {
+		t.Fatal(err)
+	}
+	mine := t.TempDir()
+	if err := os.Mkdir(filepath.Join(mine, "sub"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	theirs := filepath.Join(sticky, "theirs")
+	if err := os.Symlink(mine, theirs); err != nil {
+		t.Fatal(err)
+	}
+	chown(t, theirs)
+	ours := filepath.Join(sticky, "ours")
+	if err := os.Symlink(mine, ours); err != nil {
+		t.Fatal(err)
+	}
+	open := t.TempDir()
+	if err := os.Chmod(open, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	toOpen := filepath.Join(mine, "to-open")
+	if err := os.Symlink(open, toOpen); err != nil {
+		t.Fatal(err)
+	}
+
+	for _, d := range []string{ours, filepath.Join(ours, "sub")} {
+		if err := Dir(d); err != nil {
+			t.Errorf("%s, through edge's own link to edge's directory: %v", d, err)
+		}
+	}
+	for name, c := range map[string]struct{ dir, want string }{
+		"another user's link":          {theirs, theirs + ": not edge's: a symbolic link owned by uid 65534"},
+		"another user's link above":    {filepath.Join(theirs, "sub"), theirs + ": not edge's: a symbolic link owned by uid 65534"},
+		"edge's link to an open place": {toOpen, open + ": not edge's: mode 0777 lets group or others put files in it"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			err := Dir(c.dir)
+			if !errors.Is(err, ErrNotTrusted) || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("got %v, want a refusal saying %q", err, c.want)
+			}
+		})
+	}
+	if _, err := ReadFile(filepath.Join(theirs, "sub", "f"), Secret, 1<<10); !errors.Is(err, ErrNotTrusted) {
+		t.Errorf("a file under another user's link: %v, want refused", err)
+	}
+}

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path/filepath"
+	"strings"
 	"syscall"
 )
 
@@ -57,4 +59,90 @@ func dirOK(d string, fi fs.FileInfo, first bool) error {
 		return fmt.Errorf("directory %s: %w: mode %04o lets group or others put files in it; chmod go-w it", d, ErrNotTrusted, perm)
 	}
 	return nil
+}
+
+// maxLinks bounds the symbolic links one path may pass through, as the
+// kernel's MAXSYMLINKS (40) bounds path resolution.
+const maxLinks = 40
+
+// checkDirs judges the absolute path abs as the kernel resolves it, one
+// component at a time (as OpenSSH's secure_filename judges the real path
+// of authorized_keys): every directory passed is edge's, every symbolic
+// link followed is owned by edge's user or root, and the directory
+// reached is edge's and writable by nobody else, sticky or not. Once all
+// of that holds, nobody but edge's user and root can change what abs
+// names, so opening it afterwards opens what was judged.
+func checkDirs(abs string) error {
+	var links int
+	real, err := resolveDir(abs, &links)
+	if err != nil {
+		return err
+	}
+	fi, err := os.Lstat(real)
+	if err != nil {
+		return fmt.Errorf("directory %s: %w", real, err)
+	}
+	return dirOK(real, fi, true)
+}
+
+// resolveDir returns the path abs resolves to, with no symbolic link in
+// it, judging each directory on the way (dirOK) and each link followed.
+func resolveDir(abs string, links *int) (string, error) {
+	cur := string(filepath.Separator)
+	fi, err := os.Lstat(cur)
+	if err != nil {
+		return "", fmt.Errorf("directory %s: %w", cur, err)
+	}
+	if err := dirOK(cur, fi, false); err != nil {
+		return "", err
+	}
+	for _, part := range strings.Split(abs, string(filepath.Separator)) {
+		switch part {
+		case "", ".":
+			continue
+		case "..":
+			// cur holds no link, so its parent by name is its parent on disk.
+			cur = filepath.Dir(cur)
+			continue
+		}
+		next := filepath.Join(cur, part)
+		fi, err := os.Lstat(next)
+		if err != nil {
+			return "", fmt.Errorf("directory %s: %w", next, err)
+		}
+		if fi.Mode()&fs.ModeSymlink != 0 {
+			if cur, err = followLink(cur, next, fi, links); err != nil {
+				return "", err
+			}
+			continue
+		}
+		if !fi.IsDir() {
+			return "", fmt.Errorf("%s: %w: not a directory", next, ErrNotTrusted)
+		}
+		if err := dirOK(next, fi, false); err != nil {
+			return "", err
+		}
+		cur = next
+	}
+	return cur, nil
+}
+
+// followLink resolves the link at path, found in the directory cur
+// (already judged): the link must be edge's or root's, and its target is
+// resolved and judged in turn.
+func followLink(cur, path string, fi fs.FileInfo, links *int) (string, error) {
+	if uid, ok := owner(fi); !ok {
+		return "", fmt.Errorf("%s: %w: a symbolic link owned by uid %d, not by edge's user (uid %d) or root, who can point it elsewhere; name the directory itself", path, ErrNotTrusted, uid, os.Geteuid())
+	}
+	if *links++; *links > maxLinks {
+		return "", fmt.Errorf("%s: more than %d symbolic links: %w", path, maxLinks, syscall.ELOOP)
+	}
+	target, err := os.Readlink(path)
+	if err != nil {
+		return "", fmt.Errorf("directory %s: %w", path, err)
+	}
+	if !filepath.IsAbs(target) {
+		target = filepath.Join(cur, target)
+	}
+	return resolveDir(target, links)
 }
