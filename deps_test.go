@@ -90,7 +90,13 @@ var importRules = []importRule{
 	{pkg: "proxy/internal/ready", ours: []string{"tls/record"}, noStdNet: true},
 	// The session is pure policy: no I/O, no clock of its own.
 	{pkg: "proxy/internal/wsession", ours: []string{"internal/wswire"}, noStdNet: true, noNet: true},
-	{pkg: "discovery", ours: []string{"balance", "internal/hostname", "internal/trust"}},
+	{pkg: "discovery", ours: []string{"balance", "internal/consul", "internal/hostname", "internal/trust"}},
+	// The fleet: Consul KV through the shared mechanics, the pools it
+	// sets shares and actions on; nothing of the registry, HTTP front or file.
+	{pkg: "fleet", ours: []string{"balance", "internal/consul", "internal/trust"}},
+	// Consul mechanics the registry and the fleet share: the bounded
+	// client, blocking-query index, backoff, bounded KV reads, state files.
+	{pkg: "internal/consul", ours: []string{"internal/trust"}},
 	{pkg: "health", ours: []string{"balance", "internal/wswire"}},
 	{pkg: "internal/wswire", noStdNet: true},
 	{pkg: "internal/testkit", ours: []string{"internal/wswire"}},
@@ -105,8 +111,8 @@ var importRules = []importRule{
 	// their status types; nothing of cmd/edge, the file or the admin.
 	// The service manager's datagrams: a socket, the clock, nothing more.
 	{pkg: "cmd/edge/internal/sdnotify", noStdNet: true, external: []string{"golang.org/x/sys/"}},
-	{pkg: "cmd/edge/internal/metrics", prometheus: true, ours: []string{"balance", "discovery", "health", "proxy", "tls",
-		"internal/hostname", "internal/trust", "internal/wswire", "proxy/internal/handoff", "proxy/internal/ready", "proxy/internal/wsession", "tls/record"}},
+	{pkg: "cmd/edge/internal/metrics", prometheus: true, ours: []string{"balance", "discovery", "fleet", "health", "proxy", "tls",
+		"internal/consul", "internal/hostname", "internal/trust", "internal/wswire", "proxy/internal/handoff", "proxy/internal/ready", "proxy/internal/wsession", "tls/record"}},
 	// The process upgrade: exec, pipes and descriptors; nothing of
 	// HTTP, the proxy, the file or metrics (cmd/edge counts).
 	{pkg: "cmd/edge/internal/upgrade", noStdNet: true},

@@ -7,9 +7,9 @@ import (
 
 // Fleet-scope limits: a pool's MaxConnsPerBackend or connection rate can
 // be the fleet's, not each edge process's. Every edge then enforces a share
-// of it between two publications of the fleet's load (discovery.FleetLoad),
+// of it between two publications of the fleet's load (fleet.Load),
 // computed by the pure functions below from the load every edge last
-// published; discovery.FleetShares applies the result with
+// published; fleet.Shares applies the result with
 // Backend.SetConnShare and Bucket.SetRate.
 //
 // The share of a per-backend limit L on edge e is

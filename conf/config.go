@@ -308,7 +308,7 @@ type SessionTickets struct {
 	KeyFile string `yaml:"key_file"`
 	// ConsulKey, when set, is a Consul KV path where the fleet keeps its
 	// keys: every edge reads them there, and whichever edge finds them due
-	// rotates them (discovery.TicketKeys). Exclusive with KeyFile.
+	// rotates them (fleet.TicketKeys). Exclusive with KeyFile.
 	ConsulKey string `yaml:"consul_key"`
 	// ConsulSealKeyFile holds the key the entry at ConsulKey is sealed
 	// with (AES-256-GCM), 32 random bytes as 64 hex digits or base64: the

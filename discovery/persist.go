@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/edgelb/edge/balance"
+	"github.com/edgelb/edge/internal/consul"
 	"github.com/edgelb/edge/internal/trust"
 )
 
@@ -50,27 +51,13 @@ func saveSet(path string, s savedSet) error {
 	if err != nil {
 		return fmt.Errorf("state file %s: %w", path, err)
 	}
-	return writeAtomic(path, data)
+	return consul.WriteState(path, data)
 }
-
-// writeAtomic writes data and a newline to path (internal/trust): into a
-// directory of edge's, through a new 0600 file beside it, fsync and
-// rename, so a crash leaves the old file or the new one.
-func writeAtomic(path string, data []byte) error {
-	if err := trust.WriteFile(path, append(data, '\n')); err != nil {
-		return fmt.Errorf("state file: %w", err)
-	}
-	return nil
-}
-
-// maxStateFile bounds a state file edge reads back: a saved set of the
-// largest pool, or the fleet's actions, is far smaller.
-const maxStateFile = 16 << 20
 
 // loadSet reads a saved set, if the file is edge's (internal/trust: a
 // set planted by another user would route clients to their backends). A missing file is (savedSet{}, false, nil).
 func loadSet(path string) (savedSet, bool, error) {
-	data, err := trust.ReadFile(path, trust.State, maxStateFile)
+	data, err := trust.ReadFile(path, trust.State, consul.MaxStateFile)
 	if errors.Is(err, fs.ErrNotExist) {
 		return savedSet{}, false, nil
 	}

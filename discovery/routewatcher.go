@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/edgelb/edge/internal/consul"
 	"github.com/hashicorp/consul/api"
 )
 
@@ -65,18 +66,7 @@ func NewRouteWatcher(opts RouteWatcherOptions) (*RouteWatcher, error) {
 	if opts.OnChange == nil {
 		return nil, errors.New("discovery: route watcher: OnChange is required")
 	}
-	if opts.WaitTime <= 0 {
-		opts.WaitTime = DefaultWaitTime
-	}
-	if opts.MinBackoff <= 0 {
-		opts.MinBackoff = DefaultMinBackoff
-	}
-	if opts.MaxBackoff <= 0 {
-		opts.MaxBackoff = DefaultMaxBackoff
-	}
-	if opts.Logger == nil {
-		opts.Logger = slog.New(slog.DiscardHandler)
-	}
+	consul.Follow(&opts.WaitTime, &opts.MinBackoff, &opts.MaxBackoff, &opts.Logger, nil)
 	return &RouteWatcher{opts: opts, prev: map[string]RouteDecl{}}, nil
 }
 
@@ -92,7 +82,7 @@ func (r *RouteWatcher) Status() RouteStatus {
 // Run follows the catalog until ctx ends, when it returns nil. Errors are
 // retried with backoff and never change the reported routes.
 func (r *RouteWatcher) Run(ctx context.Context) error {
-	bo := newBackoff(r.opts.MinBackoff, r.opts.MaxBackoff)
+	bo := consul.NewBackoff(r.opts.MinBackoff, r.opts.MaxBackoff)
 	for ctx.Err() == nil {
 		if err := r.round(ctx); err != nil {
 			if ctx.Err() != nil {
@@ -106,12 +96,12 @@ func (r *RouteWatcher) Run(ctx context.Context) error {
 				r.opts.Logger.Warn("discovery: route listing failed; keeping current routes", "err", err)
 			}
 			r.index = 0 // see Watcher.Run
-			if !sleep(ctx, bo.next()) {
+			if !consul.Sleep(ctx, bo.Next()) {
 				break
 			}
 			continue
 		}
-		bo.reset()
+		bo.Reset()
 	}
 	return nil
 }
@@ -130,7 +120,7 @@ func (r *RouteWatcher) round(ctx context.Context) (err error) {
 	if err != nil {
 		return fmt.Errorf("discovery: route watcher: list services: %w", err)
 	}
-	next, changed := nextIndex(r.index, meta.LastIndex)
+	next, changed := consul.NextIndex(r.index, meta.LastIndex)
 	if !changed && r.once {
 		r.index = next
 		r.contact(meta.LastIndex)

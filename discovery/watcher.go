@@ -10,16 +10,14 @@ import (
 	"time"
 
 	"github.com/edgelb/edge/balance"
+	"github.com/edgelb/edge/internal/consul"
 	"github.com/hashicorp/consul/api"
 )
 
 // Defaults for WatcherOptions.
 const (
-	DefaultWaitTime       = 5 * time.Minute // Consul's own default; its maximum is 10m
 	DefaultPanicThreshold = 0.5
 	DefaultPanicHold      = time.Minute
-	DefaultMinBackoff     = 100 * time.Millisecond
-	DefaultMaxBackoff     = 30 * time.Second
 )
 
 // Sources of a pool's current member set, as shown by Status.
@@ -135,30 +133,14 @@ func NewWatcher(opts WatcherOptions) (*Watcher, error) {
 	case opts.PanicThreshold > 1:
 		return nil, fmt.Errorf("discovery: pool %q: panic threshold %v above 1", opts.Pool, opts.PanicThreshold)
 	}
-	if opts.WaitTime <= 0 {
-		opts.WaitTime = DefaultWaitTime
-	}
 	if opts.PanicThreshold == 0 {
 		opts.PanicThreshold = DefaultPanicThreshold
 	}
-	if opts.PanicHold <= 0 {
-		opts.PanicHold = DefaultPanicHold
-	}
-	if opts.MinBackoff <= 0 {
-		opts.MinBackoff = DefaultMinBackoff
-	}
-	if opts.MaxBackoff <= 0 {
-		opts.MaxBackoff = DefaultMaxBackoff
-	}
-	if opts.Logger == nil {
-		opts.Logger = slog.New(slog.DiscardHandler)
-	}
+	consul.Or(&opts.PanicHold, DefaultPanicHold)
+	consul.Follow(&opts.WaitTime, &opts.MinBackoff, &opts.MaxBackoff, &opts.Logger, &opts.Now)
 	opts.Logger = opts.Logger.With("pool", opts.Pool, "service", opts.Service)
 	if opts.Observer == nil {
 		opts.Observer = nopObserver{}
-	}
-	if opts.Now == nil {
-		opts.Now = time.Now
 	}
 	w := &Watcher{opts: opts}
 	if opts.StateDir != "" {
@@ -186,7 +168,7 @@ func (w *Watcher) Status() Status {
 // recovered and treated as an error of that round.
 func (w *Watcher) Run(ctx context.Context) error {
 	w.restore()
-	bo := newBackoff(w.opts.MinBackoff, w.opts.MaxBackoff)
+	bo := consul.NewBackoff(w.opts.MinBackoff, w.opts.MaxBackoff)
 	for ctx.Err() == nil {
 		if err := w.round(ctx); err != nil {
 			if ctx.Err() != nil {
@@ -198,12 +180,12 @@ func (w *Watcher) Run(ctx context.Context) error {
 			// exactly on ours would block until the next change, one below
 			// it for a whole WaitTime. Ask without an index first.
 			w.index = 0
-			if !sleep(ctx, bo.next()) {
+			if !consul.Sleep(ctx, bo.Next()) {
 				break
 			}
 			continue
 		}
-		bo.reset()
+		bo.Reset()
 	}
 	return nil
 }
@@ -274,7 +256,7 @@ func (w *Watcher) round(ctx context.Context) (err error) {
 	if err != nil {
 		return fmt.Errorf("discovery: pool %q: query service %q: %w", w.opts.Pool, w.opts.Service, err)
 	}
-	next, changed := nextIndex(w.index, meta.LastIndex)
+	next, changed := consul.NextIndex(w.index, meta.LastIndex)
 	if next == 0 {
 		w.opts.Logger.Info("discovery: Consul index went backwards; resetting", "was", w.index, "now", meta.LastIndex)
 	}
@@ -423,16 +405,4 @@ func (w *Watcher) fail(err error) {
 		w.opts.Logger.Debug("discovery: query failed again", "err", err, "consecutive", n)
 	}
 	w.opts.Observer.Error(w.opts.Pool, err)
-}
-
-// sleep waits d or until ctx ends; it reports whether d elapsed.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }

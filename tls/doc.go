@@ -134,7 +134,7 @@
 //     tickets are not readable by HAProxy or nginx (the session format
 //     differs): only the file format is shared.
 //   - Tickets.Source: any TicketKeySource, polled like the file; cmd/edge
-//     builds one over discovery.TicketKeys (Consul KV, rotated by the fleet
+//     builds one over fleet.TicketKeys (Consul KV, rotated by the fleet
 //     itself) and parses its value with ParseTicketKeys.
 //
 // Ticket lifetime: a ticket is accepted while the key that sealed it is

@@ -8,7 +8,7 @@ import (
 )
 
 // StapleShare keeps OCSP responses where every edge of a fleet reads them
-// (cmd/edge gives a Consul KV store, discovery.Staples), so that a fleet
+// (cmd/edge gives a Consul KV store, fleet.Staples), so that a fleet
 // of N edges asks the responder once per refresh instead of N times, and
 // an edge that starts staples from its first handshake what another one
 // fetched. Responses read from it are verified like the responder's own

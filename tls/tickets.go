@@ -311,7 +311,7 @@ func (k *ticketKeys) rotate() (uint64, error) {
 }
 
 // entryRefusal is an error of a source that read its value and refused it
-// (discovery.RefusedEntryError: a Consul entry that does not open, is in
+// (fleet.RefusedEntryError: a Consul entry that does not open, is in
 // the clear or is oversized), as opposed to a source it could not reach.
 type entryRefusal interface {
 	error

@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/edgelb/edge/balance"
-	"github.com/edgelb/edge/conf"
 	"github.com/edgelb/edge/cmd/edge/internal/admin"
+	"github.com/edgelb/edge/conf"
 	"github.com/edgelb/edge/proxy"
 )
 

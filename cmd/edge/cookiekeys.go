@@ -7,7 +7,7 @@ import (
 
 	"github.com/edgelb/edge/balance"
 	"github.com/edgelb/edge/conf"
-	"github.com/edgelb/edge/discovery"
+	"github.com/edgelb/edge/fleet"
 	"golang.org/x/sync/errgroup"
 )
 
@@ -36,13 +36,13 @@ func (p poolKeys) SetCookieKeys(keys [][]byte) error {
 // newCookieKeys makes the Consul KV key followers of cfg's cookie pools
 // with a consul_key and loads each once, bounded by cookieKeyLoadWait.
 func (e *edge) newCookieKeys(cfg *conf.Config) error {
-	e.cookieKeys = map[string]*discovery.CookieKeys{}
+	e.cookieKeys = map[string]*fleet.CookieKeys{}
 	for i := range cfg.Pools {
 		pc := &cfg.Pools[i]
 		if pc.Balance != conf.BalanceCookie || pc.Cookie.ConsulKey == "" {
 			continue
 		}
-		ck, err := discovery.NewCookieKeys(e.dyn.client, discovery.CookieKeysOptions{
+		ck, err := fleet.NewCookieKeys(e.dyn.client, fleet.CookieKeysOptions{
 			Pool: pc.Name, Key: pc.Cookie.ConsulKey, RotateEvery: pc.Cookie.RotateEvery.Std(), Keep: pc.Cookie.Keep,
 			Target: poolKeys{e, pc.Name}, Logger: e.log,
 		})
@@ -84,13 +84,13 @@ func (e *edge) reapplyCookieKeys(cfg *conf.Config, pools map[string]*poolEntry) 
 }
 
 // cookieKeyStatus is /status's view of the followed entries.
-func (e *edge) cookieKeyStatus() []discovery.CookieKeysStatus {
-	var out []discovery.CookieKeysStatus
+func (e *edge) cookieKeyStatus() []fleet.CookieKeysStatus {
+	var out []fleet.CookieKeysStatus
 	for _, ck := range e.cookieKeys {
 		out = append(out, ck.Status())
 	}
 	return out
 }
 
-var _ discovery.CookieKeyTarget = poolKeys{}
-var _ discovery.CookieKeyTarget = (*balance.Pool)(nil)
+var _ fleet.CookieKeyTarget = poolKeys{}
+var _ fleet.CookieKeyTarget = (*balance.Pool)(nil)

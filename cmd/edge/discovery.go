@@ -12,10 +12,12 @@ import (
 	"sync"
 
 	"github.com/edgelb/edge/balance"
+	"github.com/edgelb/edge/cmd/edge/internal/admin"
 	"github.com/edgelb/edge/conf"
 	"github.com/edgelb/edge/discovery"
+	"github.com/edgelb/edge/fleet"
 	"github.com/edgelb/edge/health"
-	"github.com/edgelb/edge/cmd/edge/internal/admin"
+	"github.com/edgelb/edge/internal/consul"
 	"github.com/edgelb/edge/proxy"
 	edgetls "github.com/edgelb/edge/tls"
 	"github.com/hashicorp/consul/api"
@@ -50,7 +52,7 @@ func newConsulClient(cfg *conf.Config) (*api.Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return discovery.NewClient(discovery.ClientOptions{
+	return consul.NewClient(consul.ClientOptions{
 		Address: cfg.Consul.Address,
 		Token:   string(tok),
 		CAFile:  cfg.Consul.CAFile,
@@ -68,7 +70,7 @@ func newConsulTicketKeys(client *api.Client, st conf.SessionTickets) (edgetls.Ti
 	if seal == nil {
 		return nil, errors.New("session_tickets.consul_seal_key_file: required with consul_key")
 	}
-	return discovery.NewTicketKeys(client, discovery.TicketKeysOptions{
+	return fleet.NewTicketKeys(client, fleet.TicketKeysOptions{
 		Key:         st.ConsulKey,
 		RotateEvery: st.RotateEvery.Std(),
 		Keep:        st.Keep,

@@ -20,7 +20,7 @@ import (
 	"time"
 
 	"github.com/edgelb/edge/conf"
-	"github.com/edgelb/edge/discovery"
+	"github.com/edgelb/edge/internal/consul"
 	"github.com/edgelb/edge/internal/consultest"
 	"github.com/edgelb/edge/internal/testbackend"
 	"github.com/edgelb/edge/internal/testkit"
@@ -305,7 +305,7 @@ func TestConsulTicketKeysRefuseBadEntry(t *testing.T) {
 	if _, err := kv.Put(&api.KVPair{Key: "edge/tk", Value: bad, Flags: uint64(time.Now().Unix())}, nil); err != nil {
 		t.Fatal(err)
 	}
-	client, err := discovery.NewClient(discovery.ClientOptions{Address: agent.Addr})
+	client, err := consul.NewClient(consul.ClientOptions{Address: agent.Addr})
 	if err != nil {
 		t.Fatal(err)
 	}

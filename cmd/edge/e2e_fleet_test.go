@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/edgelb/edge/discovery"
+	"github.com/edgelb/edge/fleet"
 	"github.com/edgelb/edge/internal/consultest"
 	"github.com/edgelb/edge/internal/testbackend"
 	"github.com/edgelb/edge/internal/testkit"
@@ -116,7 +116,7 @@ func TestFleetCookieKeysFromConsul(t *testing.T) {
 		t.Fatalf("entry after one rotation holds %d keys, want 3 (signing, staged, previous)", n)
 	}
 	var st struct {
-		CookieKeys []discovery.CookieKeysStatus `json:"cookie_keys"`
+		CookieKeys []fleet.CookieKeysStatus `json:"cookie_keys"`
 	}
 	if err := json.Unmarshal([]byte(adminGet(t, a.admin, "/status")), &st); err != nil {
 		t.Fatal(err)

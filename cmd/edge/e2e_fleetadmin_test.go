@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/edgelb/edge/discovery"
+	"github.com/edgelb/edge/fleet"
 	"github.com/edgelb/edge/internal/consultest"
 	"github.com/edgelb/edge/internal/interop"
 	"github.com/edgelb/edge/internal/testbackend"
@@ -224,7 +224,7 @@ func fleetViewShows(t *testing.T, e *fleetAdminEdge, edges int, active int64) {
 	t.Helper()
 	var st struct {
 		Fleet struct {
-			Snapshot discovery.FleetSnapshot `json:"snapshot"`
+			Snapshot fleet.Snapshot `json:"snapshot"`
 		} `json:"fleet"`
 		Totals []fleetPoolTotal `json:"fleet_totals"`
 	}
@@ -266,7 +266,7 @@ func restartedHonoursDrain(t *testing.T, c *fleetAdminEdge) {
 		t.Errorf("restarted edge C sent new clients %v, want none on b1", got)
 	}
 	var st struct {
-		FleetActions discovery.FleetActionsStatus `json:"fleet_actions"`
+		FleetActions fleet.ActionsStatus `json:"fleet_actions"`
 	}
 	if err := json.Unmarshal([]byte(adminGet(t, c.admin, "/status")), &st); err != nil {
 		t.Fatal(err)

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/edgelb/edge/discovery"
+	"github.com/edgelb/edge/fleet"
 	"github.com/edgelb/edge/internal/consultest"
 	"github.com/edgelb/edge/internal/interop"
 	"github.com/edgelb/edge/internal/testbackend"
@@ -52,9 +52,9 @@ func fleetLoadEdgesBalance(t *testing.T, agent *consultest.Agent, n int, bs []*t
 
 // fleetStatusDoc is the fleet entry of /status as the tests read it.
 type fleetStatusDoc struct {
-	discovery.FleetLoadStatus
-	Snapshot discovery.FleetSnapshot     `json:"snapshot"`
-	Limits   []discovery.FleetPoolLimits `json:"limits"`
+	fleet.LoadStatus
+	Snapshot fleet.Snapshot     `json:"snapshot"`
+	Limits   []fleet.PoolLimits `json:"limits"`
 }
 
 func (e fleetLoadEdge) fleetDoc(t *testing.T) fleetStatusDoc {
@@ -240,7 +240,7 @@ func TestFleetLoadKilledEdgeAndConsulOutage(t *testing.T) {
 	})
 	gone := time.Since(killed)
 	t.Logf("a killed edge's record left the sums %v after SIGKILL (session TTL 10s)", gone.Round(100*time.Millisecond))
-	if gone > 2*discovery.DefaultFleetSessionTTL+5*time.Second {
+	if gone > 2*fleet.DefaultSessionTTL+5*time.Second {
 		t.Errorf("a killed edge's numbers stayed %v, past two session TTLs", gone)
 	}
 

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/edgelb/edge/internal/testkit"
 	"io"
 	"net"
 	"net/http"
@@ -21,6 +20,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/edgelb/edge/internal/testkit"
 
 	"github.com/gorilla/websocket"
 )

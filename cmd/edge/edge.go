@@ -15,14 +15,14 @@ import (
 	"time"
 
 	"github.com/edgelb/edge/balance"
-	"github.com/edgelb/edge/conf"
-	"github.com/edgelb/edge/discovery"
 	"github.com/edgelb/edge/cmd/edge/internal/admin"
 	"github.com/edgelb/edge/cmd/edge/internal/gcpace"
 	"github.com/edgelb/edge/cmd/edge/internal/metrics"
 	"github.com/edgelb/edge/cmd/edge/internal/sdnotify"
 	"github.com/edgelb/edge/cmd/edge/internal/sockets"
 	"github.com/edgelb/edge/cmd/edge/internal/upgrade"
+	"github.com/edgelb/edge/conf"
+	"github.com/edgelb/edge/fleet"
 	"github.com/edgelb/edge/proxy"
 	edgetls "github.com/edgelb/edge/tls"
 	"golang.org/x/sync/errgroup"
@@ -46,10 +46,10 @@ type edge struct {
 	dyn       *dynamic
 	// cookieKeys follow the Consul KV entries of cookie pools with a
 	// consul_key, by pool name; fixed at start.
-	cookieKeys map[string]*discovery.CookieKeys
+	cookieKeys map[string]*fleet.CookieKeys
 	// fleet publishes this edge's load and shares fleet-scope limits; nil
 	// without consul.fleet.prefix.
-	fleet  *fleet
+	fleet  *fleetPart
 	notify *sdnotify.Notifier // the service manager (systemd), if any
 	gcTune bool               // serve runs the GC tuner (cmd/edge/internal/gcpace)
 	up     *upgrade.Upgrader  // nil: no upgrades (tests building an edge in-process)
@@ -57,7 +57,7 @@ type edge struct {
 
 	// fleetActions follows the operator's actions of fleet scope under
 	// consul.fleet.prefix; nil without one. Fixed at start.
-	fleetActions *discovery.FleetActions
+	fleetActions *fleet.Actions
 
 	// Drain progress for /status: when it began (unix nanoseconds, 0
 	// before) and how many connections were live then.
@@ -80,7 +80,7 @@ func newEdge(cfg *conf.Config, path string, log *slog.Logger, up *upgrade.Upgrad
 	e := &edge{path: path, log: log, cfg: cfg, pools: map[string]*poolEntry{}, up: up}
 	e.metrics = metrics.New(metrics.Options{Pools: e.allPools, Build: metrics.BuildInfo(currentBuild())})
 	if g, ok := up.Gate().(interface{ Lost() uint64 }); ok {
-		e.metrics.WatchUpgradeSlots(g.Lost) // discovery.UpgradeSlots
+		e.metrics.WatchUpgradeSlots(g.Lost) // fleet.UpgradeSlots
 	}
 	e.dyn = newDynamic(e)
 	if usesConsul(cfg) {
@@ -204,7 +204,7 @@ func (e *edge) buildListener(cfg *conf.Config, lc conf.Listener) (*listener, err
 			opts.Tickets.Source = src
 		}
 		if p := lc.TLS.OCSP.ConsulPrefix; p != "" {
-			opts.OCSP.Share = discovery.NewStaples(e.dyn.client, p)
+			opts.OCSP.Share = fleet.NewStaples(e.dyn.client, p)
 		}
 		opts.Logger = e.log.With("listener", lc.Name)
 		opts.Observer = e.metrics.TLSObserver(lc.Name)

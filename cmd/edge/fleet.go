@@ -8,19 +8,20 @@ import (
 	"time"
 
 	"github.com/edgelb/edge/balance"
+	"github.com/edgelb/edge/cmd/edge/internal/metrics"
 	"github.com/edgelb/edge/conf"
 	"github.com/edgelb/edge/discovery"
-	"github.com/edgelb/edge/cmd/edge/internal/metrics"
+	"github.com/edgelb/edge/fleet"
 	"golang.org/x/sync/errgroup"
 )
 
 // fleet is this edge's part in the fleet's load: its record, published
-// and followed by discovery.FleetLoad, and the shares of fleet-scope
-// limits discovery.FleetShares applies to its pools after every answer.
-type fleet struct {
+// and followed by fleet.Load, and the shares of fleet-scope
+// limits fleet.Shares applies to its pools after every answer.
+type fleetPart struct {
 	e      *edge
-	fl     *discovery.FleetLoad
-	shares *discovery.FleetShares
+	fl     *fleet.Load
+	shares *fleet.Shares
 }
 
 // fleetEdgeID names this edge in the fleet: consul.fleet.id, or the host
@@ -41,10 +42,10 @@ func (e *edge) newFleet(cfg *conf.Config) error {
 	if fc.Prefix == "" {
 		return nil
 	}
-	f := &fleet{e: e, shares: discovery.NewFleetShares(e.log)}
-	fl, err := discovery.NewFleetLoad(discovery.FleetLoadOptions{
+	f := &fleetPart{e: e, shares: fleet.NewShares(e.log)}
+	fl, err := fleet.NewLoad(fleet.LoadOptions{
 		Client: e.dyn.client, Prefix: fc.Prefix, ID: fleetEdgeID(cfg),
-		Collect: f.collect, Known: f.known, Published: func(r discovery.FleetRecord) { f.shares.Published(r, f.e.allPools()) },
+		Collect: f.collect, Known: f.known, Published: func(r fleet.Record) { f.shares.Published(r, f.e.allPools()) },
 		PublishEvery: fc.PublishEvery.Std(), SessionTTL: fc.SessionTTL.Std(), StaleAfter: fc.StaleAfter.Std(),
 		Logger: e.log,
 	})
@@ -60,7 +61,7 @@ func (e *edge) newFleet(cfg *conf.Config) error {
 }
 
 // run publishes, follows and applies on g until ctx ends.
-func (f *fleet) run(ctx context.Context, g *errgroup.Group) {
+func (f *fleetPart) run(ctx context.Context, g *errgroup.Group) {
 	if f == nil {
 		return
 	}
@@ -79,7 +80,7 @@ func (f *fleet) run(ctx context.Context, g *errgroup.Group) {
 
 // known accepts the pools this edge serves and their members: a record
 // naming anything else is cut to what this edge has.
-func (f *fleet) known(pool, backend string) bool {
+func (f *fleetPart) known(pool, backend string) bool {
 	for _, p := range f.e.allPools() {
 		if p.Name() != pool {
 			continue
@@ -93,8 +94,8 @@ func (f *fleet) known(pool, backend string) bool {
 }
 
 // collect is this edge's record now.
-func (f *fleet) collect() discovery.FleetRecord {
-	r := discovery.FleetRecord{Version: currentBuild().Version, PID: os.Getpid(), Ready: f.e.ready(), Connections: int64(f.e.proxy.Active())}
+func (f *fleetPart) collect() fleet.Record {
+	r := fleet.Record{Version: currentBuild().Version, PID: os.Getpid(), Ready: f.e.ready(), Connections: int64(f.e.proxy.Active())}
 	if f.e.admin != nil {
 		r.Address = f.e.admin.Addr().String()
 	}
@@ -107,14 +108,14 @@ func (e *edge) ready() bool { return e.admin != nil && e.admin.Ready() }
 
 // apply sets every fleet-scope limit's share from the fleet as last read,
 // or the fallback when that is stale.
-func (f *fleet) apply() {
+func (f *fleetPart) apply() {
 	st := f.fl.Status()
 	snap := f.fl.Snapshot()
 	f.e.mu.Lock()
-	pools := make([]discovery.FleetPool, 0, len(f.e.pools))
+	pools := make([]fleet.Pool, 0, len(f.e.pools))
 	for _, ent := range f.e.pools {
 		lim := ent.spec.fleet
-		pools = append(pools, discovery.FleetPool{
+		pools = append(pools, fleet.Pool{
 			Name: ent.spec.name, Pool: ent.bal, Admit: ent.admit,
 			MaxConnectionsPerBackend: lim.conns, ConnectionRate: lim.rate, ConnectionBurst: lim.burst,
 		})
@@ -126,22 +127,22 @@ func (f *fleet) apply() {
 // fleetDoc is /status's view of the fleet: this edge's place in it, every
 // edge's record as last read, and the shares applied.
 type fleetDoc struct {
-	discovery.FleetLoadStatus
-	Snapshot *discovery.FleetSnapshot    `json:"snapshot"`
-	Limits   []discovery.FleetPoolLimits `json:"limits"`
+	fleet.LoadStatus
+	Snapshot *fleet.Snapshot    `json:"snapshot"`
+	Limits   []fleet.PoolLimits `json:"limits"`
 }
 
 // doc is the fleet's /status entry; nil without a fleet.
-func (f *fleet) doc() *fleetDoc {
+func (f *fleetPart) doc() *fleetDoc {
 	if f == nil {
 		return nil
 	}
-	return &fleetDoc{FleetLoadStatus: f.fl.Status(), Snapshot: f.fl.Snapshot(), Limits: f.shares.Limits()}
+	return &fleetDoc{LoadStatus: f.fl.Status(), Snapshot: f.fl.Snapshot(), Limits: f.shares.Limits()}
 }
 
 // metricShares are the shares of fleet-scope limits the last apply set,
 // for the metrics.
-func (f *fleet) metricShares() []metrics.FleetShare {
+func (f *fleetPart) metricShares() []metrics.FleetShare {
 	var out []metrics.FleetShare
 	for _, l := range f.shares.Limits() {
 		for id, n := range l.Backends {

@@ -7,9 +7,11 @@ import (
 	"time"
 
 	"github.com/edgelb/edge/balance"
+	"github.com/edgelb/edge/cmd/edge/internal/admin"
 	"github.com/edgelb/edge/conf"
 	"github.com/edgelb/edge/discovery"
-	"github.com/edgelb/edge/cmd/edge/internal/admin"
+	"github.com/edgelb/edge/fleet"
+	"github.com/edgelb/edge/internal/consul"
 	"golang.org/x/sync/errgroup"
 )
 
@@ -34,14 +36,14 @@ func (e *edge) newFleetActions(cfg *conf.Config) error {
 	// A client of its own, so an answer on the prefix is bounded before it
 	// is decoded: whoever writes the prefix cannot make edge read without
 	// bound.
-	client, err := discovery.NewClient(discovery.ClientOptions{
+	client, err := consul.NewClient(consul.ClientOptions{
 		Address: cfg.Consul.Address, Token: string(tok), CAFile: cfg.Consul.CAFile,
-		MaxResponseBytes: discovery.MaxFleetActionsResponse,
+		MaxResponseBytes: fleet.MaxActionsResponse,
 	})
 	if err != nil {
 		return fmt.Errorf("consul: %w", err)
 	}
-	fa, err := discovery.NewFleetActions(discovery.FleetActionsOptions{
+	fa, err := fleet.NewActions(fleet.ActionsOptions{
 		Client: client, Prefix: p, Edge: fleetEdgeID(cfg), Target: fleetPools{e}, Logger: e.log,
 		StateDir: cfg.StateDir,
 	})
@@ -74,7 +76,7 @@ func (e *edge) reapplyFleetActions() {
 
 // fleetStatus is /status's view of the fleet's actions; nil without a
 // fleet prefix.
-func (e *edge) fleetStatus() *discovery.FleetActionsStatus {
+func (e *edge) fleetStatus() *fleet.ActionsStatus {
 	if e.fleetActions == nil {
 		return nil
 	}
@@ -86,8 +88,8 @@ func (e *edge) fleetStatus() *discovery.FleetActionsStatus {
 // proxy's drain.
 type fleetPools struct{ e *edge }
 
-// FleetPool implements discovery.FleetActionTarget.
-func (f fleetPools) FleetPool(name string) *balance.Pool {
+// Pool implements fleet.ActionTarget.
+func (f fleetPools) Pool(name string) *balance.Pool {
 	for _, p := range f.e.allPools() {
 		if p.Name() == name {
 			return p
@@ -96,13 +98,13 @@ func (f fleetPools) FleetPool(name string) *balance.Pool {
 	return nil
 }
 
-// DrainConns implements discovery.FleetActionTarget: the local drain's
+// DrainConns implements fleet.ActionTarget: the local drain's
 // 1012 spread over the window.
 func (f fleetPools) DrainConns(b *balance.Backend, window time.Duration) int {
 	return proxyConns{f.e.proxy}.DrainConns(b, window)
 }
 
-var _ discovery.FleetActionTarget = fleetPools{}
+var _ fleet.ActionTarget = fleetPools{}
 
 // fleetTarget is what a discovery watcher of pool feeds: the pool itself,
 // or, with fleet actions, the pool with the actions on joining backends
@@ -117,7 +119,7 @@ func (e *edge) fleetTarget(pool *balance.Pool) discovery.Target {
 // joinTarget applies the fleet's actions on members about to join.
 type joinTarget struct {
 	pool *balance.Pool
-	fa   *discovery.FleetActions
+	fa   *fleet.Actions
 }
 
 // Update implements discovery.Target.
@@ -143,7 +145,7 @@ func (f fleetAdmin) Act(ctx context.Context, pool, backend string, c admin.Chang
 	if fa == nil {
 		return 0, errors.New("no fleet prefix")
 	}
-	_, n, err := fa.Act(ctx, pool, backend, func(a *discovery.FleetAction) {
+	_, n, err := fa.Act(ctx, pool, backend, func(a *fleet.Action) {
 		if c.State != nil {
 			a.State = *c.State
 			if *c.State == balance.AdminDrain {

@@ -4,7 +4,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/edgelb/edge/discovery"
+	"github.com/edgelb/edge/fleet"
 )
 
 // fleetPoolTotal is one pool summed over every edge's published record.
@@ -30,7 +30,7 @@ type fleetBackendTotal struct {
 // the fleet's totals that /status and the status page show. The records
 // are bounded by what discovery accepts (MaxFleetEdges, MaxFleetPools,
 // MaxFleetBackends), so the sums are too.
-func fleetTotals(s *discovery.FleetSnapshot) []fleetPoolTotal {
+func fleetTotals(s *fleet.Snapshot) []fleetPoolTotal {
 	if s == nil {
 		return nil
 	}

@@ -4,17 +4,17 @@ import (
 	"reflect"
 	"testing"
 
-	"github.com/edgelb/edge/discovery"
+	"github.com/edgelb/edge/fleet"
 )
 
 // TestFleetTotals: the fleet's totals sum every edge's record per pool and
 // backend, whatever edges publish which pools.
 func TestFleetTotals(t *testing.T) {
-	s := &discovery.FleetSnapshot{Self: "a", Edges: []discovery.FleetRecord{
-		{ID: "a", Pools: []discovery.FleetPoolLoad{{Name: "app", Rate: 1.5, Backends: []discovery.FleetBackendLoad{{ID: "b1", Active: 3}, {ID: "b2", Active: 1}}}}},
-		{ID: "b", Pools: []discovery.FleetPoolLoad{
-			{Name: "app", Rate: 0.5, Backends: []discovery.FleetBackendLoad{{ID: "b2", Active: 4}}},
-			{Name: "chat", Backends: []discovery.FleetBackendLoad{{ID: "c1", Active: 2}}},
+	s := &fleet.Snapshot{Self: "a", Edges: []fleet.Record{
+		{ID: "a", Pools: []fleet.PoolLoad{{Name: "app", Rate: 1.5, Backends: []fleet.BackendLoad{{ID: "b1", Active: 3}, {ID: "b2", Active: 1}}}}},
+		{ID: "b", Pools: []fleet.PoolLoad{
+			{Name: "app", Rate: 0.5, Backends: []fleet.BackendLoad{{ID: "b2", Active: 4}}},
+			{Name: "chat", Backends: []fleet.BackendLoad{{ID: "c1", Active: 2}}},
 		}},
 	}}
 	want := []fleetPoolTotal{

@@ -33,8 +33,8 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/edgelb/edge/conf"
 	"github.com/edgelb/edge/cmd/edge/internal/sdnotify"
+	"github.com/edgelb/edge/conf"
 )
 
 func main() {

@@ -21,7 +21,7 @@ type poolSpec struct {
 	balance balance.PoolOptions // OnEject is set where the pool is built
 	limits  balance.LimiterOptions
 	rate    [2]float64 // pool-wide connection rate and burst
-	// fleet is the limits of fleet scope, which discovery.FleetShares shares.
+	// fleet is the limits of fleet scope, which fleet.Shares shares.
 	fleet fleetLimits
 	// proxy is the pool's proxy settings; Balancer, Limiter and Admission
 	// are set where the pool is built.

@@ -9,9 +9,9 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/edgelb/edge/conf"
 	"github.com/edgelb/edge/cmd/edge/internal/admin"
 	"github.com/edgelb/edge/cmd/edge/internal/sockets"
+	"github.com/edgelb/edge/conf"
 	"github.com/edgelb/edge/internal/trust"
 	edgetls "github.com/edgelb/edge/tls"
 )

@@ -12,10 +12,11 @@ import (
 	"sync"
 	"time"
 
-	"github.com/edgelb/edge/conf"
-	"github.com/edgelb/edge/discovery"
 	"github.com/edgelb/edge/cmd/edge/internal/admin"
 	"github.com/edgelb/edge/cmd/edge/internal/upgrade"
+	"github.com/edgelb/edge/conf"
+	"github.com/edgelb/edge/fleet"
+	"github.com/edgelb/edge/internal/consul"
 	"github.com/edgelb/edge/proxy"
 	"golang.org/x/sync/errgroup"
 )
@@ -27,7 +28,7 @@ import (
 // process tells the manager it is the main process now.
 //
 // With upgrade.fleet_concurrency, every upgrade first takes a slot of the
-// fleet's Consul semaphore (discovery.UpgradeSlots).
+// fleet's Consul semaphore (fleet.UpgradeSlots).
 func newUpgrader(cfg *conf.Config, args []string, notifySocket string, log *slog.Logger) (*upgrade.Upgrader, error) {
 	env := os.Environ()
 	if notifySocket != "" {
@@ -49,15 +50,15 @@ func newUpgrader(cfg *conf.Config, args []string, notifySocket string, log *slog
 		}
 		// A client of its own, so an answer on the prefix is bounded
 		// before it is decoded (the semaphore lists PREFIX/upgrade).
-		client, err := discovery.NewClient(discovery.ClientOptions{
+		client, err := consul.NewClient(consul.ClientOptions{
 			Address: cfg.Consul.Address, Token: string(tok), CAFile: cfg.Consul.CAFile,
-			MaxResponseBytes: discovery.MaxUpgradeSlotsResponse,
+			MaxResponseBytes: fleet.MaxUpgradeSlotsResponse,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("upgrade.fleet_concurrency: consul: %w", err)
 		}
 		id := fleetEdgeID(cfg)
-		opts.Gate = discovery.NewUpgradeSlots(client, discovery.UpgradeSlotsOptions{
+		opts.Gate = fleet.NewUpgradeSlots(client, fleet.UpgradeSlotsOptions{
 			Prefix: cfg.Consul.Fleet.Prefix, Limit: n, ID: id, PID: os.Getpid(), Logger: log,
 		})
 		opts.GateWait = cfg.Upgrade.FleetWait.Std()

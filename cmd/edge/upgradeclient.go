@@ -6,8 +6,8 @@ import (
 	"io"
 	"time"
 
-	"github.com/edgelb/edge/conf"
 	"github.com/edgelb/edge/cmd/edge/internal/admin"
+	"github.com/edgelb/edge/conf"
 )
 
 // upgradeClient is edge -upgrade: it asks the edge serving cfg's admin

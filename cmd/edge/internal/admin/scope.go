@@ -33,7 +33,7 @@ type Change struct {
 }
 
 // Fleet is what actions of fleet scope need: the store every edge of the
-// fleet follows (cmd/edge gives discovery.FleetActions).
+// fleet follows (cmd/edge gives fleet.Actions).
 type Fleet interface {
 	// Act applies c to the fleet's setting of the backend, stores it for
 	// every edge, and applies it here at once. It returns how many live

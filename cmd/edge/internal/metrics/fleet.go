@@ -1,14 +1,14 @@
 package metrics
 
 import (
-	"github.com/edgelb/edge/discovery"
+	"github.com/edgelb/edge/fleet"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Fleet is what the fleet's gauges read at scrape time.
 type Fleet struct {
-	// Status is the fleet load's status (discovery.FleetLoad.Status).
-	Status func() discovery.FleetLoadStatus
+	// Status is the fleet load's status (fleet.Load.Status).
+	Status func() fleet.LoadStatus
 	// Shares are this edge's shares of fleet-scope limits.
 	Shares func() []FleetShare
 }

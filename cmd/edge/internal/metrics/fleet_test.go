@@ -4,15 +4,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/edgelb/edge/discovery"
+	"github.com/edgelb/edge/fleet"
 )
 
 // TestFleetSeries: the fleet's gauges say what the fleet load's status
 // does, from the first scrape.
 func TestFleetSeries(t *testing.T) {
 	m := New(Options{})
-	st := discovery.FleetLoadStatus{Stale: true, Age: 12 * time.Second, Edges: 3, Writes: 7, Refused: 4, Unheld: 4}
-	m.WatchFleet(Fleet{Status: func() discovery.FleetLoadStatus { return st },
+	st := fleet.LoadStatus{Stale: true, Age: 12 * time.Second, Edges: 3, Writes: 7, Refused: 4, Unheld: 4}
+	m.WatchFleet(Fleet{Status: func() fleet.LoadStatus { return st },
 		Shares: func() []FleetShare { return []FleetShare{{Pool: "app", Backend: "b1", Share: 50}} }})
 	mfs, err := m.reg.Gather()
 	if err != nil {

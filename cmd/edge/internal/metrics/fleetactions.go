@@ -3,7 +3,7 @@ package metrics
 import (
 	"sync/atomic"
 
-	"github.com/edgelb/edge/discovery"
+	"github.com/edgelb/edge/fleet"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -21,12 +21,12 @@ var (
 // state at 0 when it has none, so the dashboard and alerts see the series
 // from the first scrape; nothing until WatchFleetActions (no fleet prefix).
 type fleetActionsCollector struct {
-	status atomic.Pointer[func() discovery.FleetActionsStatus]
+	status atomic.Pointer[func() fleet.ActionsStatus]
 }
 
 // WatchFleetActions makes the gauges of the fleet's actions report status,
 // read at scrape time.
-func (m *Registry) WatchFleetActions(status func() discovery.FleetActionsStatus) {
+func (m *Registry) WatchFleetActions(status func() fleet.ActionsStatus) {
 	m.fleetActions.status.Store(&status)
 }
 

@@ -8,6 +8,7 @@ import (
 
 	"github.com/edgelb/edge/balance"
 	"github.com/edgelb/edge/discovery"
+	"github.com/edgelb/edge/fleet"
 	"github.com/edgelb/edge/proxy"
 	edgetls "github.com/edgelb/edge/tls"
 )
@@ -253,12 +254,12 @@ func TestFailureSeriesExistBeforeAFailure(t *testing.T) {
 // entries are reported.
 func TestFleetActionGauges(t *testing.T) {
 	m := New(Options{})
-	st := discovery.FleetActionsStatus{}
-	m.WatchFleetActions(func() discovery.FleetActionsStatus { return st })
+	st := fleet.ActionsStatus{}
+	m.WatchFleetActions(func() fleet.ActionsStatus { return st })
 	if got := series(t, m, "edge_fleet_actions"); len(got) != 3 || got["state=drain"] != 0 || got["state=disabled"] != 0 || got["state=ready"] != 0 {
 		t.Errorf("no actions: %v, want drain, disabled and ready at 0", got)
 	}
-	st = discovery.FleetActionsStatus{Refused: 2, Actions: []discovery.FleetActionDoc{
+	st = fleet.ActionsStatus{Refused: 2, Actions: []fleet.ActionDoc{
 		{Pool: "app", Backend: "b1", State: "drain", Applied: true},
 		{Pool: "app", Backend: "b2", State: "drain"},
 		{Pool: "app", Backend: "b3", State: "ready", Weight: 5, Applied: true},

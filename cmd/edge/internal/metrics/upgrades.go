@@ -54,7 +54,7 @@ func newUpgradeMetrics(reg *prometheus.Registry) *upgradeMetrics {
 func (m *Registry) ProcessUpgraded(result string) { m.upgrade.upgrades.WithLabelValues(result).Inc() }
 
 // WatchUpgradeSlots makes edge_upgrade_slots_lost_total read lost (the
-// fleet's upgrade slots, discovery.UpgradeSlots.Lost).
+// fleet's upgrade slots, fleet.UpgradeSlots.Lost).
 func (m *Registry) WatchUpgradeSlots(lost func() uint64) { m.upgrade.slotsLost.Store(&lost) }
 
 // HandedOff counts the live WebSockets of the old process at an upgrade in

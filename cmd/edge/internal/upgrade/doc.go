@@ -5,7 +5,7 @@
 // (HAProxy's `-x`, nginx's USR2). It also owns the policy of when an
 // upgrade may start: one at a time, only once this process serves and its
 // own predecessor has exited, never from a container's PID 1, and, with
-// a Gate (a fleet's Consul semaphore, discovery.UpgradeSlots), only with
+// a Gate (a fleet's Consul semaphore, fleet.UpgradeSlots), only with
 // one of the fleet's slots, waited for up to a bound and held until the
 // hand-off is over (HandOffDone).
 //

@@ -49,7 +49,7 @@ type Options struct {
 	GateWait time.Duration
 }
 
-// Gate is a fleet's upgrade slots (discovery.UpgradeSlots over a Consul
+// Gate is a fleet's upgrade slots (fleet.UpgradeSlots over a Consul
 // semaphore).
 type Gate interface {
 	// Acquire waits up to bound for a slot, calling waiting with who
