@@ -762,3 +762,26 @@ type ConsulRegister struct {
 	// (the public port may be: SO_REUSEPORT).
 	Instance string `yaml:"instance"`
 }
+
+// UsesConsul reports whether the config asks for a Consul client: a pool
+// discovered from it, self-registration, ticket keys kept in its KV store,
+// a fleet prefix, routes the registry may declare (consul.routes), or an
+// explicit agent address. With a client, the registry's declarations are followed and
+// shown in /status even when consul.routes admits none of them.
+func (cfg *Config) UsesConsul() bool {
+	r := cfg.Consul.Routes
+	if cfg.Consul.Address != "" || cfg.Consul.Register.Enabled || len(r.AllowedHosts) > 0 || r.AllowAnyHost || cfg.Consul.Fleet.Prefix != "" {
+		return true
+	}
+	for _, l := range cfg.Listeners {
+		if l.TLS != nil && (l.TLS.SessionTickets.ConsulKey != "" || l.TLS.OCSP.ConsulPrefix != "") {
+			return true
+		}
+	}
+	for _, p := range cfg.Pools {
+		if p.Consul.Service != "" || p.Cookie.ConsulKey != "" {
+			return true
+		}
+	}
+	return false
+}

@@ -24,39 +24,25 @@ import (
 	"golang.org/x/sync/errgroup"
 )
 
-// usesConsul reports whether the config asks for a Consul client: a pool
-// discovered from it, self-registration, ticket keys kept in its KV store,
-// a fleet prefix, routes the registry may declare (consul.routes), or an
-// explicit agent address. With a client, the registry's declarations are followed and
-// shown in /status even when consul.routes admits none of them.
-func usesConsul(cfg *conf.Config) bool {
-	r := cfg.Consul.Routes
-	if cfg.Consul.Address != "" || cfg.Consul.Register.Enabled || len(r.AllowedHosts) > 0 || r.AllowAnyHost || cfg.Consul.Fleet.Prefix != "" {
-		return true
-	}
-	for _, l := range cfg.Listeners {
-		if l.TLS != nil && (l.TLS.SessionTickets.ConsulKey != "" || l.TLS.OCSP.ConsulPrefix != "") {
-			return true
-		}
-	}
-	for _, p := range cfg.Pools {
-		if p.Consul.Service != "" || p.Cookie.ConsulKey != "" {
-			return true
-		}
-	}
-	return false
-}
-
-func newConsulClient(cfg *conf.Config) (*api.Client, error) {
+// newConsulClient is the one place a Consul client is made from the file:
+// the agent's address, the ACL token and the CA. maxResponse, when above
+// 0, bounds every answer of the client (consul.ClientOptions): a component
+// whose reads are not all bounded by its own code (Consul's semaphore
+// lists a prefix) or that follows a prefix anyone may write gets a client
+// of its own with its bound.
+func newConsulClient(cfg *conf.Config, maxResponse int64) (*api.Client, error) {
 	tok, err := cfg.Consul.ACLToken()
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("consul: %w", err)
 	}
-	return consul.NewClient(consul.ClientOptions{
-		Address: cfg.Consul.Address,
-		Token:   string(tok),
-		CAFile:  cfg.Consul.CAFile,
+	c, err := consul.NewClient(consul.ClientOptions{
+		Address: cfg.Consul.Address, Token: string(tok), CAFile: cfg.Consul.CAFile,
+		MaxResponseBytes: maxResponse,
 	})
+	if err != nil {
+		return nil, fmt.Errorf("consul: %w", err)
+	}
+	return c, nil
 }
 
 // newConsulTicketKeys returns the ticket-key source of a listener whose

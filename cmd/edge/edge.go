@@ -83,10 +83,10 @@ func newEdge(cfg *conf.Config, path string, log *slog.Logger, up *upgrade.Upgrad
 		e.metrics.WatchUpgradeSlots(g.Lost) // fleet.UpgradeSlots
 	}
 	e.dyn = newDynamic(e)
-	if usesConsul(cfg) {
-		client, err := newConsulClient(cfg)
+	if cfg.UsesConsul() {
+		client, err := newConsulClient(cfg, 0)
 		if err != nil {
-			return nil, fmt.Errorf("consul: %w", err)
+			return nil, err
 		}
 		e.dyn.client = client
 	}

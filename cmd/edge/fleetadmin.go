@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/edgelb/edge/balance"
@@ -11,7 +10,6 @@ import (
 	"github.com/edgelb/edge/conf"
 	"github.com/edgelb/edge/discovery"
 	"github.com/edgelb/edge/fleet"
-	"github.com/edgelb/edge/internal/consul"
 	"golang.org/x/sync/errgroup"
 )
 
@@ -29,19 +27,12 @@ func (e *edge) newFleetActions(cfg *conf.Config) error {
 	if p == "" {
 		return nil
 	}
-	tok, err := cfg.Consul.ACLToken()
-	if err != nil {
-		return fmt.Errorf("consul: %w", err)
-	}
 	// A client of its own, so an answer on the prefix is bounded before it
 	// is decoded: whoever writes the prefix cannot make edge read without
 	// bound.
-	client, err := consul.NewClient(consul.ClientOptions{
-		Address: cfg.Consul.Address, Token: string(tok), CAFile: cfg.Consul.CAFile,
-		MaxResponseBytes: fleet.MaxActionsResponse,
-	})
+	client, err := newConsulClient(cfg, fleet.MaxActionsResponse)
 	if err != nil {
-		return fmt.Errorf("consul: %w", err)
+		return err
 	}
 	fa, err := fleet.NewActions(fleet.ActionsOptions{
 		Client: client, Prefix: p, Edge: fleetEdgeID(cfg), Target: fleetPools{e}, Logger: e.log,

@@ -16,7 +16,6 @@ import (
 	"github.com/edgelb/edge/cmd/edge/internal/upgrade"
 	"github.com/edgelb/edge/conf"
 	"github.com/edgelb/edge/fleet"
-	"github.com/edgelb/edge/internal/consul"
 	"github.com/edgelb/edge/proxy"
 	"golang.org/x/sync/errgroup"
 )
@@ -44,18 +43,11 @@ func newUpgrader(cfg *conf.Config, args []string, notifySocket string, log *slog
 		Log:     log,
 	}
 	if n := cfg.Upgrade.FleetConcurrency; n > 0 {
-		tok, err := cfg.Consul.ACLToken()
-		if err != nil {
-			return nil, fmt.Errorf("consul: %w", err)
-		}
 		// A client of its own, so an answer on the prefix is bounded
 		// before it is decoded (the semaphore lists PREFIX/upgrade).
-		client, err := consul.NewClient(consul.ClientOptions{
-			Address: cfg.Consul.Address, Token: string(tok), CAFile: cfg.Consul.CAFile,
-			MaxResponseBytes: fleet.MaxUpgradeSlotsResponse,
-		})
+		client, err := newConsulClient(cfg, fleet.MaxUpgradeSlotsResponse)
 		if err != nil {
-			return nil, fmt.Errorf("upgrade.fleet_concurrency: consul: %w", err)
+			return nil, fmt.Errorf("upgrade.fleet_concurrency: %w", err)
 		}
 		id := fleetEdgeID(cfg)
 		opts.Gate = fleet.NewUpgradeSlots(client, fleet.UpgradeSlotsOptions{

@@ -1,0 +1,29 @@
+package conf
+
+import "testing"
+
+// TestUsesConsul: every part of the file that needs a Consul client asks
+// for one, and a file with none of them makes none.
+func TestUsesConsul(t *testing.T) {
+	tests := []struct {
+		name string
+		cfg  Config
+		want bool
+	}{
+		{"nothing of consul", Config{Pools: []Pool{{Name: "p"}}, Listeners: []Listener{{TLS: &TLS{}}}}, false},
+		{"explicit address", Config{Consul: Consul{Address: "127.0.0.1:8500"}}, true},
+		{"self-registration", Config{Consul: Consul{Register: ConsulRegister{Enabled: true}}}, true},
+		{"declared routes, by host", Config{Consul: Consul{Routes: ConsulRoutes{AllowedHosts: []string{"a.example"}}}}, true},
+		{"declared routes, any host", Config{Consul: Consul{Routes: ConsulRoutes{AllowAnyHost: true}}}, true},
+		{"fleet prefix", Config{Consul: Consul{Fleet: ConsulFleet{Prefix: "edge"}}}, true},
+		{"ticket keys in kv", Config{Listeners: []Listener{{TLS: &TLS{SessionTickets: SessionTickets{ConsulKey: "k"}}}}}, true},
+		{"staples in kv", Config{Listeners: []Listener{{TLS: &TLS{OCSP: OCSP{ConsulPrefix: "o"}}}}}, true},
+		{"discovered pool", Config{Pools: []Pool{{Consul: PoolConsul{Service: "chat"}}}}, true},
+		{"cookie keys in kv", Config{Pools: []Pool{{Cookie: Cookie{ConsulKey: "c"}}}}, true},
+	}
+	for _, tt := range tests {
+		if got := tt.cfg.UsesConsul(); got != tt.want {
+			t.Errorf("%s: UsesConsul() = %v, want %v", tt.name, got, tt.want)
+		}
+	}
+}
