@@ -110,9 +110,9 @@ func (s edgeStatus) StatusParts() admin.StatusParts {
 	if fa := e.fleetStatus(); fa != nil {
 		p.FleetActions = fa
 	}
-	if f := e.fleet.doc(); f != nil {
+	if f := newFleetDoc(e.fleet); f != nil {
 		p.Fleet = f
-		if t := fleetTotals(f.Snapshot); len(t) > 0 {
+		if t := f.Snapshot.Totals(); len(t) > 0 {
 			p.FleetTotals = t
 		}
 	}

@@ -226,7 +226,7 @@ func fleetViewShows(t *testing.T, e *fleetAdminEdge, edges int, active int64) {
 		Fleet struct {
 			Snapshot fleet.Snapshot `json:"snapshot"`
 		} `json:"fleet"`
-		Totals []fleetPoolTotal `json:"fleet_totals"`
+		Totals []fleet.PoolTotal `json:"fleet_totals"`
 	}
 	testkit.Await(t, 20*time.Second, "the fleet's records and totals in /status", func() (bool, string) {
 		if err := json.Unmarshal([]byte(adminGet(t, e.admin, "/status")), &st); err != nil {

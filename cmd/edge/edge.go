@@ -49,7 +49,7 @@ type edge struct {
 	cookieKeys map[string]*fleet.CookieKeys
 	// fleet publishes this edge's load and shares fleet-scope limits; nil
 	// without consul.fleet.prefix.
-	fleet  *fleetPart
+	fleet  *fleet.Member
 	notify *sdnotify.Notifier // the service manager (systemd), if any
 	gcTune bool               // serve runs the GC tuner (cmd/edge/internal/gcpace)
 	up     *upgrade.Upgrader  // nil: no upgrades (tests building an edge in-process)
@@ -314,7 +314,9 @@ func (e *edge) serve(ctx context.Context, hup <-chan os.Signal) error {
 	e.startDynamic(gctx, g)
 	e.runCookieKeys(gctx, g)
 	e.runFleetActions(gctx, g)
-	e.fleet.run(gctx, g)
+	if e.fleet != nil {
+		g.Go(func() error { return e.fleet.Run(gctx) })
+	}
 	// Ready before the admin listener answers: a process an upgrade
 	// started shares that socket with its parent, and must not answer
 	// /readyz 503 to a health check while the parent serves. Until Run
