@@ -24,6 +24,9 @@ type registry struct {
 	// Drain, 1012 for Handoff (0: Drain's).
 	code int
 	why  CloseReason
+	// added wakes a WaitHTTPPhase: a socket leaves its HTTP phase when
+	// its WebSocket is registered.
+	added waker
 }
 
 // has reports whether c is registered; the lock is held.
@@ -54,6 +57,7 @@ func (g *registry) add(c *wsConn) bool {
 		// what is left of their window.
 		c.scheduleCloseLocked(max(time.Until(until), 0), CloseServiceRestart, reasonBackendGone)
 	}
+	g.added.poke()
 	return true
 }
 

@@ -38,7 +38,11 @@ type readyListener struct {
 // ListenerConns counts the open client sockets of one listener, from
 // accept until their descriptor is closed (after a takeover, when the
 // splice closes its duplicate).
-type ListenerConns struct{ open atomic.Int64 }
+type ListenerConns struct {
+	open atomic.Int64
+	// closed wakes a WaitHTTPPhase when a socket closes.
+	closed waker
+}
 
 // Open returns the number of open client sockets.
 func (n *ListenerConns) Open() int64 { return n.open.Load() }
@@ -116,6 +120,7 @@ func (c *edgeConn) release() {
 		}
 		if l.cnt != nil {
 			l.cnt.open.Add(-1)
+			l.cnt.closed.poke()
 		}
 	}
 }

@@ -116,25 +116,11 @@ func (e *edge) stopAccepting(ctx context.Context) {
 		l.srv.SetKeepAlivesEnabled(false)
 		_ = l.ln.Close()
 	}
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	for e.httpPhase() > 0 {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
+	conns := make([]*proxy.ListenerConns, len(e.listeners))
+	for i, l := range e.listeners {
+		conns[i] = &l.conns
 	}
-}
-
-// httpPhase is how many client sockets are not (yet) live WebSockets:
-// handshakes, requests, upgrades being set up.
-func (e *edge) httpPhase() int64 {
-	var n int64
-	for _, l := range e.listeners {
-		n += l.conns.Open()
-	}
-	return n - int64(e.proxy.Active())
+	_ = e.proxy.WaitHTTPPhase(ctx, conns...) // ctx's end is the caller's bound
 }
 
 // shutdownListeners stops every public listener and waits for the HTTP
