@@ -27,3 +27,24 @@ func TestUsesConsul(t *testing.T) {
 		}
 	}
 }
+
+// TestDeclaredPool: a declaration's settings over a file pool's defaults,
+// the rest kept, and a short interval shortening the timeout with it.
+func TestDeclaredPool(t *testing.T) {
+	def := DefaultPool()
+	p := DeclaredPool(PoolDeclaration{Service: "chat"})
+	if p.Name != "consul:chat" || p.Consul.Service != "chat" || p.Balance != def.Balance || p.Health != def.Health {
+		t.Errorf("nothing declared: %+v, want the defaults for service chat", p)
+	}
+	short := def.Health.Timeout.Std() / 2
+	p = DeclaredPool(PoolDeclaration{Service: "chat", Balance: "cookie", MaxConnections: 7, MaxConnectionsPerClientIP: 3, Health: "websocket", HealthInterval: short})
+	if p.Balance != "cookie" || p.Limits.MaxConnections != 7 || p.Limits.MaxConnectionsPerClientIP != 3 || p.Health.Type != "websocket" {
+		t.Errorf("declared: %+v", p)
+	}
+	if p.Health.Interval.Std() != short || p.Health.Timeout.Std() != short {
+		t.Errorf("interval %v timeout %v, want both %v", p.Health.Interval, p.Health.Timeout, short)
+	}
+	if err := p.Validate(); err != nil {
+		t.Errorf("a declared pool validates as a file's would: %v", err)
+	}
+}

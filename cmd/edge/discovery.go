@@ -249,29 +249,16 @@ func (d *dynamic) Changed() {
 	d.e.initMetrics()
 }
 
-// declaredPoolName names the pool made for a service; the prefix keeps it
-// apart from the file's pool names (which cannot contain ':').
-func declaredPoolName(service string) string { return "consul:" + service }
+// declaredPoolName names the pool made for a service (conf.DeclaredPool).
+func declaredPoolName(service string) string { return conf.DeclaredPoolName(service) }
 
-// declaredPoolConf is the pool a declaration asks for: a file pool's
-// defaults (conf.DefaultPool) with the declaration's own settings.
+// declaredPoolConf is the pool a declaration asks for (conf.DeclaredPool).
 func declaredPoolConf(dc discovery.RouteDecl) conf.Pool {
-	pc := conf.DefaultPool()
-	pc.Name = declaredPoolName(dc.Service)
-	pc.Consul.Service = dc.Service
-	if dc.Sticky != "" {
-		pc.Balance = dc.Sticky
-	}
-	pc.Limits.MaxConnections = dc.MaxConns
-	pc.Limits.MaxConnectionsPerClientIP = dc.MaxConnsPerClientIP
-	if dc.Health != "" {
-		pc.Health.Type = dc.Health
-	}
-	if dc.HealthInterval > 0 {
-		pc.Health.Interval = conf.Duration(dc.HealthInterval)
-		pc.Health.Timeout = min(pc.Health.Timeout, pc.Health.Interval)
-	}
-	return pc
+	return conf.DeclaredPool(conf.PoolDeclaration{
+		Service: dc.Service, Balance: dc.Sticky,
+		MaxConnections: dc.MaxConns, MaxConnectionsPerClientIP: dc.MaxConnsPerClientIP,
+		Health: dc.Health, HealthInterval: dc.HealthInterval,
+	})
 }
 
 // declaredRoutes returns the routes of the declared pools that cfg admits.
