@@ -116,6 +116,10 @@ var importRules = []importRule{
 	// The process upgrade: exec, pipes and descriptors; nothing of
 	// HTTP, the proxy, the file or metrics (cmd/edge counts).
 	{pkg: "cmd/edge/internal/upgrade", noStdNet: true},
+	// The running pools of the file and what a reload keeps: the file's
+	// pools mapped onto the components' options; nothing of metrics.
+	{pkg: "cmd/edge/internal/poolset", ours: []string{"balance", "conf", "fleet", "health", "proxy",
+		"internal/consul", "internal/hostname", "internal/trust", "internal/wswire", "proxy/internal/handoff", "proxy/internal/ready", "proxy/internal/wsession", "tls/record"}},
 	// The binary wires everything (and builds the metrics registry); the
 	// others are small programs and test support.
 	{pkg: "cmd/edge", anyOurs: true, prometheus: true},

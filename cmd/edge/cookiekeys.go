@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/edgelb/edge/balance"
+	"github.com/edgelb/edge/cmd/edge/internal/poolset"
 	"github.com/edgelb/edge/conf"
 	"github.com/edgelb/edge/fleet"
 	"golang.org/x/sync/errgroup"
@@ -30,7 +31,7 @@ func (p poolKeys) SetCookieKeys(keys [][]byte) error {
 	if ent == nil {
 		return fmt.Errorf("pool %q: gone", p.name)
 	}
-	return ent.bal.SetCookieKeys(keys)
+	return ent.Bal.SetCookieKeys(keys)
 }
 
 // newCookieKeys makes the Consul KV key followers of cfg's cookie pools
@@ -68,10 +69,10 @@ func (e *edge) runCookieKeys(ctx context.Context, g *errgroup.Group) {
 
 // reapplyCookieKeys gives pools a reload rebuilt the keys of their Consul
 // entry again, and says when a reload asks for an entry not followed.
-func (e *edge) reapplyCookieKeys(cfg *conf.Config, pools map[string]*poolEntry) {
+func (e *edge) reapplyCookieKeys(cfg *conf.Config, pools map[string]*poolset.Pool) {
 	for name, ck := range e.cookieKeys {
-		if ent := pools[name]; ent != nil && !ent.reused {
-			if err := ck.Reapply(ent.bal); err != nil {
+		if ent := pools[name]; ent != nil && !ent.Reused() {
+			if err := ck.Reapply(ent.Bal); err != nil {
 				e.log.Error("cookie keys from consul not applied to the reloaded pool", "pool", name, "err", err)
 			}
 		}

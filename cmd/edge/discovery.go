@@ -13,6 +13,7 @@ import (
 
 	"github.com/edgelb/edge/balance"
 	"github.com/edgelb/edge/cmd/edge/internal/admin"
+	"github.com/edgelb/edge/cmd/edge/internal/poolset"
 	"github.com/edgelb/edge/conf"
 	"github.com/edgelb/edge/discovery"
 	"github.com/edgelb/edge/fleet"
@@ -89,7 +90,7 @@ func newDynamic(e *edge) *dynamic {
 // declaredPool is a pool created for a service that declared a route:
 // discovery.DeclaredPools runs it.
 type declaredPool struct {
-	ent     *poolEntry
+	ent     *poolset.Pool
 	watcher *discovery.Watcher
 	checker *health.Checker // nil without active checks
 	log     *slog.Logger
@@ -122,20 +123,20 @@ func (e *edge) startDynamic(ctx context.Context, g *errgroup.Group) {
 	d := e.dyn
 	for i := range cfg.Pools {
 		ent := pools[cfg.Pools[i].Name]
-		if ent.spec.consul.Service != "" && d.client != nil {
+		if ent.Spec.Consul.Service != "" && d.client != nil {
 			w, err := d.newWatcher(ent, cfg.StateDir)
 			if err != nil {
-				e.log.Error("discovery not started", "pool", ent.spec.name, "err", err)
+				e.log.Error("discovery not started", "pool", ent.Spec.Name, "err", err)
 			} else {
 				d.mu.Lock()
-				d.watchers[ent.spec.name] = w
+				d.watchers[ent.Spec.Name] = w
 				d.mu.Unlock()
 				g.Go(func() error { return w.Run(ctx) })
 			}
 		}
 		c, err := e.newChecker(ent)
 		if err != nil {
-			e.log.Error("health checks not started", "pool", ent.spec.name, "err", err)
+			e.log.Error("health checks not started", "pool", ent.Spec.Name, "err", err)
 		} else if c != nil {
 			g.Go(func() error { return c.Run(ctx) })
 		}
@@ -165,32 +166,32 @@ func (e *edge) startDynamic(ctx context.Context, g *errgroup.Group) {
 
 // newChecker returns the active health checker of ent, or nil when the
 // pool has no active checks.
-func (e *edge) newChecker(ent *poolEntry) (*health.Checker, error) {
-	if ent.spec.health == nil {
+func (e *edge) newChecker(ent *poolset.Pool) (*health.Checker, error) {
+	if ent.Spec.Health == nil {
 		return nil, nil
 	}
-	opts := *ent.spec.health
-	opts.Source = ent.bal
-	opts.Logger = e.log.With("pool", ent.spec.name)
+	opts := *ent.Spec.Health
+	opts.Source = ent.Bal
+	opts.Logger = e.log.With("pool", ent.Spec.Name)
 	opts.Observer = e.metrics
 	return health.New(opts)
 }
 
 // newWatcher returns the discovery watcher of ent, a pool whose members
 // come from Consul; stateDir is the running configuration's state_dir.
-func (d *dynamic) newWatcher(ent *poolEntry, stateDir string) (*discovery.Watcher, error) {
-	spec, target := ent.spec, ent.bal
+func (d *dynamic) newWatcher(ent *poolset.Pool, stateDir string) (*discovery.Watcher, error) {
+	spec, target := ent.Spec, ent.Bal
 	return discovery.NewWatcher(discovery.WatcherOptions{
-		Pool:       spec.name,
+		Pool:       spec.Name,
 		Target:     d.e.fleetTarget(target),
 		Client:     d.client,
-		Service:    spec.consul.Service,
-		Tag:        spec.consul.Tag,
-		Datacenter: spec.consul.Datacenter,
-		Members:    discovery.MemberOptions{IncludeWarning: !spec.consul.PassingOnly},
+		Service:    spec.Consul.Service,
+		Tag:        spec.Consul.Tag,
+		Datacenter: spec.Consul.Datacenter,
+		Members:    discovery.MemberOptions{IncludeWarning: !spec.Consul.PassingOnly},
 		StateDir:   stateDir,
-		OnGone:     func(ids []string) { d.e.goneFromRegistry(spec.name, target, spec.leave, ids) },
-		Logger:     d.e.log.With("pool", spec.name),
+		OnGone:     func(ids []string) { d.e.goneFromRegistry(spec.Name, target, spec.Leave, ids) },
+		Logger:     d.e.log.With("pool", spec.Name),
 		Observer:   d.e.metrics,
 	})
 }
@@ -220,11 +221,11 @@ func (d *dynamic) NewPool(dc discovery.RouteDecl) (*declaredPool, error) {
 	if err := pc.Validate(); err != nil {
 		return nil, err
 	}
-	spec, err := poolSpecOf(&pc)
+	spec, err := poolset.SpecOf(&pc)
 	if err != nil {
 		return nil, err
 	}
-	ent, err := d.e.newPoolEntry(spec, nil)
+	ent, err := d.e.poolBuilder().New(spec, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -236,11 +237,11 @@ func (d *dynamic) NewPool(dc discovery.RouteDecl) (*declaredPool, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &declaredPool{ent: ent, watcher: w, checker: c, log: d.e.log.With("pool", spec.name)}, nil
+	return &declaredPool{ent: ent, watcher: w, checker: c, log: d.e.log.With("pool", spec.Name)}, nil
 }
 
 // Removed implements discovery.PoolHost: the pool's series go with it.
-func (d *dynamic) Removed(p *declaredPool) { d.e.metrics.ForgetPool(p.ent.bal.Name()) }
+func (d *dynamic) Removed(p *declaredPool) { d.e.metrics.ForgetPool(p.ent.Bal.Name()) }
 
 // Changed implements discovery.PoolHost: the registry's routes are
 // republished, and a declared pool's series exist before its first event.
@@ -268,7 +269,7 @@ func declaredPoolConf(dc discovery.RouteDecl) conf.Pool {
 func (d *dynamic) declaredRoutes(cfg *conf.Config) []proxy.Route {
 	var out []proxy.Route
 	for _, a := range d.declared.Admitted(routePolicy(cfg)) {
-		out = append(out, proxy.Route{Hosts: a.Decl.Hosts, PathPrefix: a.Decl.PathPrefix, Declared: true, Pool: a.Pool.ent.px})
+		out = append(out, proxy.Route{Hosts: a.Decl.Hosts, PathPrefix: a.Decl.PathPrefix, Declared: true, Pool: a.Pool.ent.Proxy})
 	}
 	return out
 }
@@ -277,7 +278,7 @@ func (d *dynamic) pools() []*balance.Pool {
 	dps := d.declared.Pools()
 	out := make([]*balance.Pool, 0, len(dps))
 	for _, dp := range dps {
-		out = append(out, dp.ent.bal)
+		out = append(out, dp.ent.Bal)
 	}
 	return out
 }
@@ -286,7 +287,7 @@ func (d *dynamic) pools() []*balance.Pool {
 func (e *edge) publishRoutes() {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	routes := routesFor(e.cfg, e.pools)
+	routes := poolset.Routes(e.cfg, e.pools)
 	routes = append(routes, e.dyn.declaredRoutes(e.cfg)...)
 	if err := e.proxy.SetRoutes(routes); err != nil {
 		e.log.Error("routes from the registry refused; keeping the previous routes", "err", err)

@@ -18,6 +18,7 @@ import (
 	"github.com/edgelb/edge/cmd/edge/internal/admin"
 	"github.com/edgelb/edge/cmd/edge/internal/gcpace"
 	"github.com/edgelb/edge/cmd/edge/internal/metrics"
+	"github.com/edgelb/edge/cmd/edge/internal/poolset"
 	"github.com/edgelb/edge/cmd/edge/internal/sdnotify"
 	"github.com/edgelb/edge/cmd/edge/internal/sockets"
 	"github.com/edgelb/edge/cmd/edge/internal/upgrade"
@@ -36,7 +37,7 @@ type edge struct {
 
 	mu    sync.Mutex // guards cfg and pools during reload
 	cfg   *conf.Config
-	pools map[string]*poolEntry
+	pools map[string]*poolset.Pool
 
 	proxy     *proxy.Server
 	admin     *admin.Server
@@ -77,7 +78,7 @@ type listener struct {
 // newEdge builds every component of cfg; up, when not nil, supplies the
 // listening sockets a previous process handed over and hands them on.
 func newEdge(cfg *conf.Config, path string, log *slog.Logger, up *upgrade.Upgrader) (*edge, error) {
-	e := &edge{path: path, log: log, cfg: cfg, pools: map[string]*poolEntry{}, up: up}
+	e := &edge{path: path, log: log, cfg: cfg, pools: map[string]*poolset.Pool{}, up: up}
 	e.metrics = metrics.New(metrics.Options{Pools: e.allPools, Build: metrics.BuildInfo(currentBuild())})
 	if g, ok := up.Gate().(interface{ Lost() uint64 }); ok {
 		e.metrics.WatchUpgradeSlots(g.Lost) // fleet.UpgradeSlots
@@ -90,9 +91,9 @@ func newEdge(cfg *conf.Config, path string, log *slog.Logger, up *upgrade.Upgrad
 		}
 		e.dyn.client = client
 	}
-	pools, err := e.buildPools(cfg)
+	pools, err := e.poolBuilder().Build(cfg, e.pools)
 	if err == nil {
-		_, err = applyPools(pools) // new pools: nobody left them yet
+		_, err = poolset.Apply(pools) // new pools: nobody left them yet
 	}
 	if err != nil {
 		return nil, err
@@ -117,7 +118,7 @@ func newEdge(cfg *conf.Config, path string, log *slog.Logger, up *upgrade.Upgrad
 			"max_connections", maxConns, "rlimit_nofile", nofile)
 	}
 	e.proxy, err = proxy.New(proxy.Options{
-		Routes:    routesFor(cfg, pools),
+		Routes:    poolset.Routes(cfg, pools),
 		MaxConns:  maxConns,
 		Logger:    log,
 		AccessLog: access,
@@ -160,7 +161,7 @@ func (e *edge) allPools() []*balance.Pool {
 	defer e.mu.Unlock()
 	out := make([]*balance.Pool, 0, len(e.pools))
 	for _, p := range e.pools {
-		out = append(out, p.bal)
+		out = append(out, p.Bal)
 	}
 	// By name: /status, the status page and the API list pools in one
 	// order, not the map's.
@@ -409,9 +410,9 @@ func (e *edge) reload() string {
 		return refuse(err)
 	}
 	e.mu.Lock()
-	pools, err := e.buildPools(cfg)
+	pools, err := e.poolBuilder().Build(cfg, e.pools)
 	if err == nil {
-		err = e.proxy.SetRoutes(append(routesFor(cfg, pools), e.dyn.declaredRoutes(cfg)...))
+		err = e.proxy.SetRoutes(append(poolset.Routes(cfg, pools), e.dyn.declaredRoutes(cfg)...))
 	}
 	if err != nil {
 		e.mu.Unlock()
@@ -421,9 +422,9 @@ func (e *edge) reload() string {
 	// already with the fleet's actions (a backend the fleet drained that
 	// this reload adds is never pickable, not even for a moment).
 	for _, ent := range pools {
-		e.fleetActions.Prime(ent.bal)
+		e.fleetActions.Prime(ent.Bal)
 	}
-	gone, applyErr := applyPools(pools)
+	gone, applyErr := poolset.Apply(pools)
 	e.pools = pools
 	e.admin.SetSettings(api)
 	old := e.cfg

@@ -54,11 +54,7 @@ func (h fleetHost) Pools() []fleet.Pool {
 	e.mu.Lock()
 	out := make([]fleet.Pool, 0, len(e.pools))
 	for _, ent := range e.pools {
-		lim := ent.spec.fleet
-		out = append(out, fleet.Pool{
-			Name: ent.spec.name, Pool: ent.bal, Admit: ent.admit,
-			MaxConnectionsPerBackend: lim.conns, ConnectionRate: lim.rate, ConnectionBurst: lim.burst,
-		})
+		out = append(out, ent.FleetPool())
 	}
 	e.mu.Unlock()
 	// By name, then the declared pools, as allPools lists them.
