@@ -95,6 +95,16 @@ func headerFault(h []byte, client bool, rsv uint8, frag, fragUnknown bool) fault
 		// a 7-bit length: what nearly every frame is, judged at once.
 		return faultNone
 	}
+	if f := firstByteFault(b0, rsv, frag, fragUnknown); f != faultNone || len(h) < 2 {
+		return f
+	}
+	return secondByteFault(h, client)
+}
+
+// firstByteFault judges a header's first byte b0: its opcode, FIN on a
+// control frame, the RSV bits under rsv, and where the frame stands in a
+// fragmented message (RFC 6455 §5.2, §5.4, §5.5).
+func firstByteFault(b0 byte, rsv uint8, frag, fragUnknown bool) fault {
 	op := b0 & 0x0f
 	control := op >= 0x8
 	switch {
@@ -116,14 +126,19 @@ func headerFault(h []byte, client bool, rsv uint8, frag, fragUnknown bool) fault
 	case op != 0 && frag:
 		return faultNewMessage
 	}
-	if len(h) < 2 {
-		return faultNone
-	}
+	return faultNone
+}
+
+// secondByteFault judges the header bytes h from the second on: the mask
+// bit of the sender's side, a control frame's and a close frame's length,
+// and the length's encoding (RFC 6455 §5.1, §5.2, §5.5, §5.5.1).
+func secondByteFault(h []byte, client bool) fault {
+	op := h[0] & 0x0f
 	l7 := h[1] & 0x7f
 	switch {
 	case h[1]&0x80 != 0 != client:
 		return faultMask
-	case control && l7 > 125:
+	case op >= 0x8 && l7 > 125:
 		return faultControlLength
 	case op == 0x8 && l7 == 1:
 		return faultCloseLength

@@ -203,8 +203,7 @@ func (t *tracker) feedPayload(p []byte, stop bool, c *counting) (int, bool) {
 // payload) and returns how many bytes were header, and whether feedWith
 // stops there: a frame that broke a rule (bad), a frame over a limit or
 // the frame budget (nothing of it consumed), or stop asked and the frame
-// ended. It runs once a frame: one function, so nothing is copied into a
-// call on the way.
+// ended. It runs once a frame; start takes an admitted frame on.
 func (t *tracker) feedHeader(p []byte, stop bool, c *counting) (int, bool) {
 	before := int(t.hn)
 	k := copy(t.hdr[t.hn:], p)
@@ -230,8 +229,7 @@ func (t *tracker) feedHeader(p []byte, stop bool, c *counting) (int, bool) {
 		t.hn = 0
 		return 0, true
 	}
-	control := h.Opcode >= wswire.OpClose
-	if c.z != nil && !control && h.Fin && h.Length == 0 && c.z.emptyEnd(h.Rsv1, h.Opcode, c.limit, c.ps) {
+	if c.z != nil && h.Opcode < wswire.OpClose && h.Fin && h.Length == 0 && c.z.emptyEnd(h.Rsv1, h.Opcode, c.limit, c.ps) {
 		// The tail of a compressed message (RFC 7692 §7.2.2) took it
 		// over the limit: its last frame, empty, does not go on.
 		t.tooBig, t.tooBigMsg, t.inflated, t.split = true, true, true, before > 0
@@ -239,6 +237,15 @@ func (t *tracker) feedHeader(p []byte, stop bool, c *counting) (int, bool) {
 		return 0, true
 	}
 	t.hn = 0
+	t.start(&h, c)
+	return h.Size - before, t.remaining == 0 && stop
+}
+
+// start begins the frame whose header h was admitted: its payload to
+// come, its count, where its message stands, the inflater's view of it
+// and what a control frame asks.
+func (t *tracker) start(h *wswire.Header, c *counting) {
+	control := h.Opcode >= wswire.OpClose
 	t.remaining = h.Length
 	if c.frames >= 0 {
 		c.frames++
@@ -260,9 +267,8 @@ func (t *tracker) feedHeader(p []byte, stop bool, c *counting) (int, bool) {
 		c.pongs++
 	case wswire.OpClose:
 		t.closeSeen = true
-		t.closeStart(h, t.hdr[:h.Size])
+		t.closeStart(*h, t.hdr[:h.Size])
 	}
-	return h.Size - before, t.remaining == 0 && stop
 }
 
 // fail stops the tracker at a frame that broke the rule f.
