@@ -1,6 +1,9 @@
 package edge_test
 
 import (
+	"go/build"
+	"go/parser"
+	"go/token"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -116,5 +119,78 @@ func TestDocsCitedExist(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// goFileName matches a Go file named in a comment: conn.go,
+// proxy/internal/wsession/ending.go, crypto/tls/common.go.
+var goFileName = regexp.MustCompile(`(?:\b|^)((?:[\w.-]+/)*[\w-]+(?:\.[\w-]+)*\.go)\b`)
+
+// TestGoCommentsNameExistingFiles checks that every Go file a comment
+// names is there, so that a comment does not send its reader to a file
+// that was renamed, moved or split. A name matches a
+// file of the repository whose path ends with it (conn.go,
+// wsession/ending.go); a path of the standard library (crypto/tls/common.go)
+// matches a file under GOROOT/src; a name starting with "_" is a suffix
+// (a _test.go file), not a file.
+func TestGoCommentsNameExistingFiles(t *testing.T) {
+	var repo []string
+	err := filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if path != "." && (strings.HasPrefix(d.Name(), ".") || d.Name() == "node_modules" || path == filepath.Join("bench", "out")) {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		repo = append(repo, "/"+filepath.ToSlash(path))
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	exists := func(name string) bool {
+		for _, p := range repo {
+			if strings.HasSuffix(p, "/"+name) {
+				return true
+			}
+		}
+		if strings.Contains(name, "/") {
+			if _, err := os.Stat(filepath.Join(build.Default.GOROOT, "src", filepath.FromSlash(name))); err == nil {
+				return true
+			}
+		}
+		return false
+	}
+	checked := 0
+	fset := token.NewFileSet()
+	for _, p := range repo {
+		path := filepath.FromSlash(strings.TrimPrefix(p, "/"))
+		if filepath.Ext(path) != ".go" {
+			continue
+		}
+		f, err := parser.ParseFile(fset, path, nil, parser.ParseComments|parser.SkipObjectResolution)
+		if err != nil {
+			continue // testdata that is not Go; gofmt and vet judge the rest
+		}
+		for _, cg := range f.Comments {
+			for _, c := range cg.List {
+				for _, m := range goFileName.FindAllStringSubmatch(c.Text, -1) {
+					name := m[1]
+					if strings.HasPrefix(name, "_") || strings.Contains(name, "://") {
+						continue
+					}
+					checked++
+					if !exists(name) {
+						t.Errorf("%s: a comment names %s, which is not in the repository", fset.Position(c.Pos()), name)
+					}
+				}
+			}
+		}
+	}
+	if checked == 0 {
+		t.Fatal("no Go file named in any comment: the pattern is broken")
 	}
 }

@@ -488,7 +488,7 @@ func (r *readyState) queuedSince() int64 {
 	return a
 }
 
-// lingerReady begins a lingering close (linger.go) on the readiness
+// linger begins a lingering close (wsession/session.go) on the readiness
 // splice: the backend socket closes now, the client's write half after
 // its queue (the close frame, a TLS close_notify), and the runner then
 // discards what the client sends; the sweeper ends it at LingerTimeout.
