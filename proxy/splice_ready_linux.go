@@ -433,8 +433,8 @@ func (s *Server) noteTimeouts(p *pool) {
 }
 
 // restAfter is how long a TLS client whose records the splice owns must
-// be quiet before its ciphers (key schedules, about 0.8 KiB a direction)
-// are dropped; the next record rebuilds them, which costs about as much
+// be quiet before its ciphers (key schedules, one a direction; what that
+// saves is in docs/BENCHMARKS.md, "the full box again") are dropped; the next record rebuilds them, which costs about as much
 // as sealing a few small records.
 const restAfter = time.Second
 
