@@ -134,6 +134,32 @@ var goFileName = regexp.MustCompile(`(?:\b|^)((?:[\w.-]+/)*[\w-]+(?:\.[\w-]+)*\.
 // matches a file under GOROOT/src; a name starting with "_" is a suffix
 // (a _test.go file), not a file.
 func TestGoCommentsNameExistingFiles(t *testing.T) {
+	repo, err := repoFiles()
+	if err != nil {
+		t.Fatal(err)
+	}
+	checked := 0
+	fset := token.NewFileSet()
+	for _, p := range repo {
+		path := filepath.FromSlash(strings.TrimPrefix(p, "/"))
+		if filepath.Ext(path) != ".go" {
+			continue
+		}
+		for _, named := range goFilesNamed(fset, path) {
+			checked++
+			if !goFileExists(repo, named.name) {
+				t.Errorf("%s: a comment names %s, which is not in the repository", named.pos, named.name)
+			}
+		}
+	}
+	if checked == 0 {
+		t.Fatal("no Go file named in any comment: the pattern is broken")
+	}
+}
+
+// repoFiles lists the repository's files as "/dir/name", leaving out
+// hidden folders, node_modules and the benchmark's output.
+func repoFiles() ([]string, error) {
 	var repo []string
 	err := filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -148,49 +174,47 @@ func TestGoCommentsNameExistingFiles(t *testing.T) {
 		repo = append(repo, "/"+filepath.ToSlash(path))
 		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
+	return repo, err
+}
+
+// goFileExists reports whether name is a file of repo (a path ending with
+// it) or, written with its package path, of the standard library.
+func goFileExists(repo []string, name string) bool {
+	for _, p := range repo {
+		if strings.HasSuffix(p, "/"+name) {
+			return true
+		}
 	}
-	exists := func(name string) bool {
-		for _, p := range repo {
-			if strings.HasSuffix(p, "/"+name) {
-				return true
-			}
-		}
-		if strings.Contains(name, "/") {
-			if _, err := os.Stat(filepath.Join(build.Default.GOROOT, "src", filepath.FromSlash(name))); err == nil {
-				return true
-			}
-		}
+	if !strings.Contains(name, "/") {
 		return false
 	}
-	checked := 0
-	fset := token.NewFileSet()
-	for _, p := range repo {
-		path := filepath.FromSlash(strings.TrimPrefix(p, "/"))
-		if filepath.Ext(path) != ".go" {
-			continue
-		}
-		f, err := parser.ParseFile(fset, path, nil, parser.ParseComments|parser.SkipObjectResolution)
-		if err != nil {
-			continue // testdata that is not Go; gofmt and vet judge the rest
-		}
-		for _, cg := range f.Comments {
-			for _, c := range cg.List {
-				for _, m := range goFileName.FindAllStringSubmatch(c.Text, -1) {
-					name := m[1]
-					if strings.HasPrefix(name, "_") || strings.Contains(name, "://") {
-						continue
-					}
-					checked++
-					if !exists(name) {
-						t.Errorf("%s: a comment names %s, which is not in the repository", fset.Position(c.Pos()), name)
-					}
+	_, err := os.Stat(filepath.Join(build.Default.GOROOT, "src", filepath.FromSlash(name)))
+	return err == nil
+}
+
+// namedFile is a Go file a comment names, and where.
+type namedFile struct {
+	name string
+	pos  token.Position
+}
+
+// goFilesNamed returns the Go files the comments of the Go file at path
+// name, suffixes such as _test.go left out. A file that does not parse
+// (testdata) names none: gofmt and vet judge the rest.
+func goFilesNamed(fset *token.FileSet, path string) []namedFile {
+	f, err := parser.ParseFile(fset, path, nil, parser.ParseComments|parser.SkipObjectResolution)
+	if err != nil {
+		return nil
+	}
+	var out []namedFile
+	for _, cg := range f.Comments {
+		for _, c := range cg.List {
+			for _, m := range goFileName.FindAllStringSubmatch(c.Text, -1) {
+				if !strings.HasPrefix(m[1], "_") {
+					out = append(out, namedFile{m[1], fset.Position(c.Pos())})
 				}
 			}
 		}
 	}
-	if checked == 0 {
-		t.Fatal("no Go file named in any comment: the pattern is broken")
-	}
+	return out
 }
