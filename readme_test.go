@@ -6,10 +6,11 @@ import (
 	"testing"
 )
 
-// TestREADMEExampleConfig keeps the README's complete example identical to
-// conf/testdata/full.yaml, which the conf tests parse and validate.
+// TestREADMEExampleConfig keeps the manual's complete example, in
+// docs/CONFIGURATION.md, identical to conf/testdata/full.yaml, which the
+// conf tests parse and validate.
 func TestREADMEExampleConfig(t *testing.T) {
-	readme, err := os.ReadFile("README.md")
+	doc, err := os.ReadFile("docs/CONFIGURATION.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -18,7 +19,7 @@ func TestREADMEExampleConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := "```yaml\n" + strings.TrimRight(string(full), "\n") + "\n```"
-	if !strings.Contains(string(readme), want) {
-		t.Errorf("README.md does not contain conf/testdata/full.yaml verbatim in a yaml block; update one from the other")
+	if !strings.Contains(string(doc), want) {
+		t.Errorf("docs/CONFIGURATION.md does not contain conf/testdata/full.yaml verbatim in a yaml block; update one from the other")
 	}
 }

@@ -495,8 +495,9 @@ type MessageRate struct {
 	// BytesPerSecond counts every byte read from the client. Default 0,
 	// no limit.
 	// Under deflate: limit, 0 means 512 KiB/s with a burst of
-	// max_message_bytes: counting crafted DEFLATE costs about 100 times
-	// what splicing the bytes does.
+	// max_message_bytes: counting crafted DEFLATE costs many times what
+	// splicing the bytes does (docs/BENCHMARKS.md, "counting compressed
+	// input").
 	BytesPerSecond float64 `yaml:"bytes_per_second"`
 	// ByteBurst is the bucket's size in bytes. Default 0: one second's
 	// worth.

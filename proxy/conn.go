@@ -52,7 +52,8 @@ type driver interface {
 	// halfClose shuts side's write half down and gives the other half
 	// wsession.FinTimeout to end.
 	halfClose(side CloseSide)
-	// linger begins the lingering close (linger.go).
+	// linger begins the lingering close (RFC 6455 §7.1.1; the session
+	// keeps its state, wsession/session.go).
 	linger()
 	// endFlushed ends the connection once what is queued to the client
 	// went out.

@@ -6,7 +6,9 @@
 // completing its handshake before the client is hijacked, the splice of the
 // two sockets, the registry of live connections, and graceful drain.
 //
-// A reader can follow one connection from top to bottom:
+// The path of one connection, from accept to close, is told once, in
+// docs/ARCHITECTURE.md ("The path of one connection"). The files that
+// carry it, in the order a connection meets them:
 //
 //	handler.go    Handler -> ServeHTTP: drain gate, validate, client, route,
 //	              admit, then serveWebSocket: dial and upgrade, hijack, splice
@@ -63,9 +65,10 @@
 //
 // # Two splices
 //
-// A connection accepted through WrapListener (cmd/edge wraps every
-// listener, under tls.NewListener) is spliced without any goroutine of its
-// own on Linux; any other connection, and every connection elsewhere, is
+// A connection accepted through WrapListener, WrapListenerLimit,
+// WrapListenerCount or ListenTLS (which builds the same wrapper under its
+// handshake listener; cmd/edge takes one of the last two for every public
+// listener) is spliced without any goroutine of its own on Linux; any other connection, and every connection elsewhere, is
 // spliced by two goroutines (splice.go). Both feed the same session
 // (internal/wsession) and carry out what it returns, so they keep the same behaviour:
 // half-close, idle and write timeouts, close frames between two frames on

@@ -14,9 +14,10 @@ import (
 // A TLS server handshake runs deep frames (the ClientHello's parsing, the
 // ECDSA signature): on the fresh goroutine net/http starts for every
 // connection it grows the stack twice, from 4 to 8 and from 8 to 16 KiB,
-// each growth a copy of the whole stack with every frame adjusted (under
-// callgrind runtime.newstack took 97,000 instructions per connection, 52,000
-// with the workers). So ListenTLS's
+// each growth a copy of the whole stack with every frame adjusted
+// (docs/BENCHMARKS.md, "connection set-up, before and after", counts
+// runtime.newstack's instructions per connection without and with the
+// workers). So ListenTLS's
 // listener starts every handshake on one of a few long-lived goroutines
 // whose stacks have grown already, and net/http is none the wiser: its
 // own goroutine still calls HandshakeContext, which waits for the

@@ -26,7 +26,7 @@ type Observer interface {
 	Upgraded(pool string, d time.Duration)
 	// ConnCloseCode is called once per spliced connection, right before
 	// its ConnClosed: who closed first and with which close code, 0 when
-	// no close frame was seen (see the README for what opaque mode sees).
+	// no close frame was seen (docs/METRICS.md says what opaque mode sees).
 	ConnCloseCode(pool string, side CloseSide, code int)
 	// CloseSent is called for every close frame edge itself sent to a
 	// client (1001 drain, 1009 limit, 1011 ping timeout, 1012 backend gone).

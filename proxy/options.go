@@ -42,14 +42,14 @@ const (
 
 // defaultDeflateBytesPerSecond is the byte rate of a client under the
 // deflate policy limit when the pool sets none. Counting a compressed
-// message costs what its wire bytes ask: ordinary compressed text about
-// 7 ns a byte, but a stream of empty dynamic-Huffman blocks, each a few
-// bytes naming a 286-code table that inflates to nothing, about 24 ns a
-// byte (docs/BENCHMARKS.md, "counting compressed input"), where splicing
-// costs about 0.5. Without a rate one client at 40 MB/s would keep an
-// edge core busy; at 512 KiB/s a connection costs at most about 1.3 % of
-// one, and a client of a chat, a game or a trading screen
-// never sends that much for long. The burst is the message limit, so a
+// message costs what its wire bytes ask, and the worst input (a stream of
+// empty dynamic-Huffman blocks, each a few bytes naming a 286-code table
+// that inflates to nothing) costs tens of times what splicing it would
+// (docs/BENCHMARKS.md, "counting compressed input", has the figures per
+// byte and the share of a core one connection takes at this rate).
+// Without a rate one fast client would keep an edge core busy; at this
+// one a connection takes a small share of one, and a client of a chat, a
+// game or a trading screen never sends that much for long. The burst is the message limit, so a
 // message of the largest size allowed still goes at once.
 const defaultDeflateBytesPerSecond = 512 << 10
 

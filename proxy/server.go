@@ -253,7 +253,7 @@ func (x *exchange) kind() string {
 	return "http"
 }
 
-// logAccess writes the access line; README's "Log fields" lists them.
+// logAccess writes the access line; docs/METRICS.md ("Log fields") lists them.
 // Durations are seconds as floats, like Prometheus's base unit.
 func (x *exchange) logAccess() {
 	client := ""

@@ -433,8 +433,8 @@ func (s *Server) noteTimeouts(p *pool) {
 }
 
 // restAfter is how long a TLS client whose records the splice owns must
-// be quiet before its ciphers (key schedules, about 0.8 KiB a direction)
-// are dropped; the next record rebuilds them, which costs about as much
+// be quiet before its ciphers (key schedules, one a direction; what that
+// saves is in docs/BENCHMARKS.md, "the full box again") are dropped; the next record rebuilds them, which costs about as much
 // as sealing a few small records.
 const restAfter = time.Second
 
@@ -488,7 +488,7 @@ func (r *readyState) queuedSince() int64 {
 	return a
 }
 
-// lingerReady begins a lingering close (linger.go) on the readiness
+// linger begins a lingering close (wsession/session.go) on the readiness
 // splice: the backend socket closes now, the client's write half after
 // its queue (the close frame, a TLS close_notify), and the runner then
 // discards what the client sends; the sweeper ends it at LingerTimeout.

@@ -20,8 +20,8 @@ if [ ! -f "$work/cert.pem" ]; then
 		-subj /CN=localhost -addext "subjectAltName=DNS:localhost,IP:127.0.0.1" 2>/dev/null
 	(umask 077 && head -c 32 /dev/urandom | base64 >"$work/cookie-secret")
 fi
-# edge refuses a secret that group or others can read (README: "Secret
-# files"); a demo directory from an older run may hold one.
+# edge refuses a secret that group or others can read (docs/SECURITY.md:
+# "Secret files"); a demo directory from an older run may hold one.
 chmod 600 "$work/key.pem" "$work/cookie-secret"
 
 pids=()
@@ -130,7 +130,7 @@ Try, in another terminal:
   bin/wsclient -msg headers -insecure wss://127.0.0.1:8443/     # X-Forwarded-* as the backend saw them
   curl -s http://127.0.0.1:9901/status                         # pools, backends, TLS and discovery state
   open http://127.0.0.1:9901/ in a browser                      # the status page (refreshes itself)
-  curl -s http://127.0.0.1:9901/api/v1/pools                   # the admin API (README: "Admin API")
+  curl -s http://127.0.0.1:9901/api/v1/pools                   # the admin API (docs/OPERATIONS.md)
   curl -s http://127.0.0.1:9901/metrics | grep ^edge_
 TXT
 $discovery && cat <<TXT

@@ -146,8 +146,8 @@
 // the operator's rotation decides the rest. crypto/tls announces a 7-day
 // lifetime in TLS 1.3 NewSessionTicket messages whatever the bound, and a
 // server cannot change it (Go 1.26: sendSessionTickets in
-// handshake_server_tls13.go sets ticket_lifetime to the constant
-// maxSessionTicketLifetime of common.go; neither tls.Config nor WrapSession
+// crypto/tls/handshake_server_tls13.go sets ticket_lifetime to the constant
+// maxSessionTicketLifetime of crypto/tls/common.go; neither tls.Config nor WrapSession
 // reaches it; TLS 1.2 tickets carry a lifetime hint of 0, "unspecified",
 // RFC 5077 section 3.3). A client presenting an older ticket simply gets a
 // full handshake. TestTLS13TicketLifetimeHint pins the 7 days, so that a Go

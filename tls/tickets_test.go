@@ -369,11 +369,10 @@ func TestTicketSourceDownAtStart(t *testing.T) {
 // TestTLS13TicketLifetimeHint pins what clients are told: crypto/tls sets
 // ticket_lifetime in every TLS 1.3 NewSessionTicket to its constant
 // maxSessionTicketLifetime (7 days, crypto/tls/common.go) in
-// sendSessionTickets (handshake_server_tls13.go), and neither tls.Config
+// sendSessionTickets (crypto/tls/handshake_server_tls13.go), and neither tls.Config
 // nor WrapSession can change it, while edge honours a ticket for
 // RotateEvery*Keep only. If a Go release lets a server choose the lifetime,
-// this test fails: advertise ticketMaxAge then, and update README's TLS
-// section.
+// this test fails: advertise ticketMaxAge then, and update docs/TLS.md.
 func TestTLS13TicketLifetimeHint(t *testing.T) {
 	bin := needOpenSSL(t)
 	p := newPKI(t)

@@ -190,7 +190,7 @@ func promtool(t *testing.T) string {
 
 // TestMetricsPromtoolCleanAndInReadme: what the binary's /metrics serves,
 // after traffic on every path, passes `promtool check metrics` (names,
-// units, _total, help), and README's metrics reference lists exactly the
+// units, _total, help), and docs/METRICS.md's metrics reference lists exactly the
 // edge_* metrics edge exports.
 func TestMetricsPromtoolCleanAndInReadme(t *testing.T) {
 	bin := promtool(t)
@@ -222,12 +222,12 @@ func TestMetricsPromtoolCleanAndInReadme(t *testing.T) {
 	documented := readmeMetrics(t)
 	for name := range exported {
 		if !documented[name] {
-			t.Errorf("%s is exported but not in README's metrics reference", name)
+			t.Errorf("%s is exported but not in docs/METRICS.md's metrics reference", name)
 		}
 	}
 	for name := range documented {
 		if !exported[name] && !described[name] {
-			t.Errorf("README's metrics reference lists %s, which edge does not export", name)
+			t.Errorf("docs/METRICS.md's metrics reference lists %s, which edge does not export", name)
 		}
 	}
 }
@@ -248,17 +248,17 @@ func describedNames(t *testing.T) map[string]bool {
 	return out
 }
 
-// readmeMetrics returns the names in the first column of README's
+// readmeMetrics returns the names in the first column of docs/METRICS.md's
 // "## Metrics reference" table.
 func readmeMetrics(t *testing.T) map[string]bool {
 	t.Helper()
-	b, err := os.ReadFile("../../README.md")
+	b, err := os.ReadFile("../../docs/METRICS.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, sec, ok := strings.Cut(string(b), "\n## Metrics reference\n")
 	if !ok {
-		t.Fatal("README has no \"## Metrics reference\" section")
+		t.Fatal("docs/METRICS.md has no \"## Metrics reference\" section")
 	}
 	if i := strings.Index(sec, "\n## "); i >= 0 {
 		sec = sec[:i]
@@ -268,7 +268,7 @@ func readmeMetrics(t *testing.T) map[string]bool {
 		out[mm[1]] = true
 	}
 	if len(out) == 0 {
-		t.Fatal("README's metrics reference has no rows")
+		t.Fatal("docs/METRICS.md's metrics reference has no rows")
 	}
 	return out
 }

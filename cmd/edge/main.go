@@ -125,7 +125,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	e.notify = notify
 	e.usr2 = usr2
-	// See gctune.go. GOGC in the environment still wins.
+	// See cmd/edge/internal/gcpace. GOGC in the environment still wins.
 	e.gcTune = os.Getenv("GOGC") == ""
 	if err := e.serve(ctx, hup); err != nil && !errors.Is(err, context.Canceled) {
 		log.Error("stopped", "err", err)

@@ -179,7 +179,7 @@ func countSockets(table map[uint64]tcpSock, pid int, local netip.AddrPort, peers
 }
 
 // activeMetric is edge's gauge of connections proxied to each backend
-// (cmd/edge/metrics.go); its sum over backends is the edge's count of
+// (cmd/edge/internal/metrics/pools.go); its sum over backends is the edge's count of
 // spliced WebSocket connections.
 const activeMetric = "edge_backend_active_connections"
 

@@ -266,8 +266,8 @@ func (c *Conn) Close() bool {
 // Closed reports a closed connection.
 func (c *Conn) Closed() bool { return c.closed.Load() }
 
-// Rest has the runner drop the client's record ciphers (about 0.8 KiB a
-// direction), for a connection the driver found quiet; the next record
+// Rest has the runner drop the client's record ciphers (their key
+// schedules, one a direction), for a connection the driver found quiet; the next record
 // rebuilds them. No-op without edge's record layer or when already done.
 func (c *Conn) Rest() {
 	if c.rec != nil && c.rec.hot.CompareAndSwap(true, false) {

@@ -10,7 +10,7 @@ import (
 // non-blocking descriptor and returns in microseconds, so it skips the
 // runtime's entersyscall/exitsyscall. That matters with GOMAXPROCS=1: the
 // runtime's monitor treats a P sitting in a system call for one of its
-// ticks (20 µs, about one loopback write here) as blocked and hands it to
+// ticks (20 µs, about as long as a loopback write) as blocked and hands it to
 // another thread, and the poller then pays thread wake-ups and futex calls
 // on top of every write (runtime/proc.go retake; golang/go#20168 describes
 // the same hand-off cost). A raw call is never seen as blocking; a call

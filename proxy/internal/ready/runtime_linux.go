@@ -264,14 +264,14 @@ func (rt *Runtime) tick(ctx context.Context, sched *schedule[*Conn], buf []*Conn
 	return buf
 }
 
-// Slices of a tick. A visit that sends a ping costs a write of 10–20 µs
-// on loopback, and the pings of every connection set up in one second
-// of a burst come due in the same tick, one ping interval later: about
-// 800 of them, over 10 ms, when one process takes 9,000 in 11 s. No
-// poller sharing the sweeper's P ran meanwhile, and every message that
-// arrived waited for the tick (bench/box.sh, one process holding 9,000:
-// p99 of the active echoes 15–18 ms, 10 ms with the slices, HAProxy's
-// 7.7 in the same setup). After
+// Slices of a tick. A visit that sends a ping costs a write, and the
+// pings of every connection set up in one second of a burst come due in
+// the same tick, one ping interval later: hundreds of writes in one
+// visit of the sweeper. No poller sharing the sweeper's P ran meanwhile,
+// and every message that arrived waited for the tick (bench/box.sh, one
+// process holding 9,000: docs/BENCHMARKS.md, "one process holding 9,000,
+// the sweeper's slices", has the p99 of the active echoes without and
+// with the slices, and HAProxy's in the same setup). After
 // sweepSlice of visits the sweeper sleeps for sweepPause, which with
 // nothing else runnable parks the P in the network poller: the pollers'
 // events of the slice are served before the next one. The schedule is

@@ -13,18 +13,18 @@ import "time"
 // did (the trim waited until no socket had an event for two seconds), so
 // that the forced collection would never pause a message; but a steady
 // 1 % of connections sending and pings every 30 s never leave a socket
-// still that long, and the burst's garbage was kept for good (4.5 KiB per
-// held connection settled at 9,000 instead of 2.7 with no traffic,
-// docs/BENCHMARKS.md). What the wait protected is small: a forced
+// still that long, and the burst's garbage was kept for good (memory per
+// held connection settled well above what it is with no traffic:
+// docs/BENCHMARKS.md, "settled memory per held connection"). What the wait protected is small: a forced
 // collection is a concurrent one whose caller (the sweeper) waits; the
 // pollers, woken by Go's netpoller, keep running beside its mark workers,
 // and its sweep yields after every span; only giving the freed pages back
-// (madvise) holds the P throughout, about 2 ms for 32 MiB.
-// BenchmarkReturnMemory (cmd/edge/internal/gcpace: 12,000 connections' live heap,
-// 16 MiB of garbage, GOMAXPROCS=1) measures a call at 5.5–6.1 ms and the
-// messages arriving meanwhile delayed by at most 2–5 ms. At most once a
-// minute, that touches under 0.1 % of the messages of any load, so it
-// cannot move a p99 (issue 22's p99 of active messages ≤ 5 ms would need
+// (madvise) holds the P throughout. BenchmarkReturnMemory
+// (cmd/edge/internal/gcpace: 12,000 connections' live heap, 16 MiB of
+// garbage, GOMAXPROCS=1) measures a call in milliseconds and delays the
+// messages arriving meanwhile by less (docs/BENCHMARKS.md, "settled
+// memory per held connection"). At most once a minute, that touches
+// under 0.1 % of the messages of any load, so it cannot move a p99 (issue 22's p99 of active messages ≤ 5 ms would need
 // 1 %). A trickle of reconnects (trimTrickle) does not count as a burst
 // still under way: at 100,000 connections a few always come and go.
 const (

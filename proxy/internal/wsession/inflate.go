@@ -11,8 +11,8 @@ import (
 //
 // Counting needs no LZ77 window: a literal is one byte, a match is its
 // length, whatever it copies. So an inflater that only counts holds the
-// bit reader and the Huffman codes of the current block (2.9 KiB)
-// and no 32 KiB window, and a permessage-deflate message (RFC 7692 §7.2.1)
+// bit reader and the Huffman codes of the current block (its size is in
+// docs/BENCHMARKS.md, "counting compressed input") and no 32 KiB window, and a permessage-deflate message (RFC 7692 §7.2.1)
 // always ends at a block boundary on a byte (the sender flushes and drops
 // the empty stored block's 0x00 0x00 0xff 0xff), so nothing is carried
 // from one message to the next, context takeover or not: an idle

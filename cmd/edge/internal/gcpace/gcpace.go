@@ -18,16 +18,15 @@ import (
 //     costs plus marking the live heap), and at rate bytes a second with
 //     h of headroom it runs rate/h times a second. The headroom is the
 //     least that keeps that under gcCPUShare of a core. A handshake burst
-//     (65 KiB allocated per TLS handshake and upgrade) of a few hundred a
-//     second so gets the whole upper bound, as before: its CPU does not
-//     change. Holding 9,000 connections with 1 % sending once a second
-//     and pings every 30 s allocates about 0.6 MB/s and needs about
-//     2.4 MB (a cycle every four seconds).
+//     of a few hundred a second so gets the whole upper bound, as before:
+//     its CPU does not change; a process holding its connections with
+//     little traffic allocates far less and needs far less (the figures
+//     are in docs/BENCHMARKS.md, "settled memory per held connection").
 //   - Never more than the fixed policy this replaced (gcHeadroom for a
 //     heap under 32 MiB, half a bigger one, at most gcMaxPercent): no load
 //     costs more memory than before. Back then every process kept the
-//     16 MiB, 1.9 KiB per connection at 9,000 per process, also while it
-//     held its connections with little traffic.
+//     whole bound, also while it held its connections with little
+//     traffic.
 //   - At least gcMinHeadroom, or a tenth of the live heap: the rate is
 //     measured after the fact, and while the estimate catches up with a
 //     sudden burst (one gcTuneEvery) a heap with no headroom would collect
@@ -46,10 +45,9 @@ const (
 	// the current allocation rate before the headroom grows.
 	gcCPUShare = 0.0025
 	// The CPU of one collection, in seconds: fixed costs and the mark
-	// of each live byte. Measured with GODEBUG=gctrace=1 on edge (one
-	// process, GOMAXPROCS=1, the 2-core benchmark host): 4–15 ms per
-	// cycle (assists, background and idle workers) at 12–25 MB live in a
-	// burst of 9,000 handshakes, 10–13 ms at 19 MB live holding them.
+	// of each live byte, fitted to what GODEBUG=gctrace=1 measured on edge
+	// in a burst of handshakes and while holding them (docs/BENCHMARKS.md,
+	// "settled memory per held connection").
 	gcCycleFixed   = 0.5e-3
 	gcCyclePerByte = 0.5e-3 / (1 << 20)
 
@@ -98,7 +96,8 @@ func nextRate(est, sample float64) float64 { return max(sample, est*gcRateDecay)
 // garbage every TLS handshake left, which the collector keeps as headroom
 // (RSS after a burst is otherwise about twice the live heap). The proxy
 // calls it at most once a minute, whatever the traffic: its pause is the
-// madvise of the freed pages, about 2 ms for 32 MiB.
+// madvise of the freed pages (docs/BENCHMARKS.md, "settled memory per
+// held connection", has its length).
 func ReturnMemory() { debug.FreeOSMemory() }
 
 // Tuner follows the live heap and the allocation rate and sets the GC

@@ -15,7 +15,7 @@ func TestDeployReferencesExistingMetrics(t *testing.T) {
 	m.WatchFleet(Fleet{})
 	known := m.Names()
 	ref := regexp.MustCompile(`edge_[a-z_]+`)
-	for _, f := range []string{"../../deploy/prometheus/alerts.yml", "../../deploy/grafana/edge-dashboard.json"} {
+	for _, f := range []string{"../../../../deploy/prometheus/alerts.yml", "../../../../deploy/grafana/edge-dashboard.json"} {
 		b, err := os.ReadFile(f)
 		if err != nil {
 			t.Fatal(err)

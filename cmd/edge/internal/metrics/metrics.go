@@ -273,7 +273,7 @@ func (m *Registry) Handler() http.Handler {
 func (m *Registry) Reloaded(result string) { m.reloads.WithLabelValues(result).Inc() }
 
 // Names returns every metric name the registry describes, series that
-// exist only after their first event included: README's metrics reference
+// exist only after their first event included: docs/METRICS.md's reference
 // and deploy/'s rules and dashboard are checked against it.
 func (m *Registry) Names() map[string]bool {
 	ch := make(chan *prometheus.Desc, 256)

@@ -42,11 +42,10 @@ type HandOverOptions struct {
 }
 
 // handOverPerConn is what the bound on a hand-over grows by for each
-// live WebSocket it moves. A hand-off's time grows with its count: one
-// connection costs each process some 20 to 40 µs of its own work on a
-// quiet host (BenchmarkHandoff), and on a loaded one it waits for CPU as
-// well (at 9,000 connections over six processes on two busy cores, a
-// hand-off that waited a round trip per connection took 5 to 8 ms each).
+// live WebSocket it moves. A hand-off's time grows with its count: each
+// connection costs each process some work of its own on a quiet host
+// (BenchmarkHandoff), and on a loaded one it waits for CPU as well
+// (docs/BENCHMARKS.md, "the hand-off of many live connections", has both).
 // A bound of drain.timeout alone failed such hand-offs for their size
 // and closed thousands of live connections that would have moved; 5 ms
 // each is over a hundred times the quiet cost, so a hand-off that runs
