@@ -30,7 +30,7 @@ import (
 // times the idle one. Run it with
 //
 //	EDGE_MEASURE_FLEET=1 EDGE_CONSUL_BIN=$(scripts/consul.sh) \
-//	  go test -count=1 -run TestFleetLoadHostileWriterCost -v ./discovery
+//	  go test -count=1 -run TestFleetLoadHostileWriterCost -v ./fleet
 //
 // (no -race: the detector multiplies both figures). docs/BENCHMARKS.md
 // has the figures.

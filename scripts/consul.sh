@@ -9,7 +9,7 @@
 # rebuilt only when missing. A cold build takes about 4 minutes on 2 cores.
 #
 # Usage: scripts/consul.sh            # build if missing, print the path
-#        EDGE_CONSUL_BIN=$(scripts/consul.sh) go test ./discovery ./health
+#        EDGE_CONSUL_BIN=$(scripts/consul.sh) go test ./discovery ./fleet ./health
 set -eu
 
 version=1.15.4

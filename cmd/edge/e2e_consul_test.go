@@ -387,7 +387,7 @@ func sealKeyFile(t *testing.T, dir string) string {
 }
 
 // sealedWith seals v for the entry at path with the key in the file
-// seal, from the format discovery/sealedentry.go documents (written here
+// seal, from the format fleet/sealedentry.go documents (written here
 // from that text, so the test checks the format, not the code).
 func sealedWith(t *testing.T, seal, path string, flags uint64, v []byte) []byte {
 	t.Helper()

@@ -108,7 +108,7 @@ func hasSeries(m, prefix, suffix string) bool {
 }
 
 // openSealed opens the sealed value v of the entry at path with the key
-// in the file seal, from the format discovery/sealedentry.go documents,
+// in the file seal, from the format fleet/sealedentry.go documents,
 // and returns the raw keys.
 func openSealed(t *testing.T, seal, path string, flags uint64, v []byte) [][]byte {
 	t.Helper()
