@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/edgelb/edge/balance"
 	"github.com/edgelb/edge/cmd/edge/internal/poolset"
@@ -11,11 +10,6 @@ import (
 	"github.com/edgelb/edge/fleet"
 	"golang.org/x/sync/errgroup"
 )
-
-// cookieKeyLoadWait bounds the first load of a pool's cookie keys at start:
-// long enough for a healthy agent, short enough that an edge whose Consul
-// is down starts anyway (with a key of its own until Consul answers).
-const cookieKeyLoadWait = 5 * time.Second
 
 // poolKeys feeds the pool of one name, whichever *balance.Pool serves it
 // after reloads.
@@ -35,7 +29,7 @@ func (p poolKeys) SetCookieKeys(keys [][]byte) error {
 }
 
 // newCookieKeys makes the Consul KV key followers of cfg's cookie pools
-// with a consul_key and loads each once, bounded by cookieKeyLoadWait.
+// with a consul_key and loads each once, bounded by fleet.StartWait (with a key of its own until Consul answers).
 func (e *edge) newCookieKeys(cfg *conf.Config) error {
 	e.cookieKeys = map[string]*fleet.CookieKeys{}
 	for i := range cfg.Pools {
@@ -50,7 +44,7 @@ func (e *edge) newCookieKeys(cfg *conf.Config) error {
 		if err != nil {
 			return err
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), cookieKeyLoadWait)
+		ctx, cancel := context.WithTimeout(context.Background(), fleet.StartWait)
 		if err := ck.Load(ctx); err != nil {
 			e.log.Warn("cookie keys not loaded from consul yet: cookies signed until then are this edge's own", "pool", pc.Name, "err", err)
 		}
