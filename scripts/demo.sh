@@ -9,6 +9,54 @@ root=$(pwd)
 work="$root/.cache/demo"
 mkdir -p "$work" bin
 
+# fail stops the demo with a message and the end of a log.
+fail() {
+	echo "demo: $1; the end of its log ($2):" >&2
+	tail -20 "$2" | sed 's/^/    /' >&2
+	exit 1
+}
+
+# port_taken succeeds when another program holds the port on this machine:
+# it accepts a TCP connection on 127.0.0.1, or, where ss(8) can tell, has
+# it bound for TCP or UDP on any address (Consul's Serf ports are both).
+port_taken() {
+	if (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; then
+		return 0
+	fi
+	command -v ss >/dev/null && [ -n "$(ss -Hlntu "sport = :$1" 2>/dev/null)" ]
+}
+
+# Every port the demo listens on, all on 127.0.0.1. Consul's are off its
+# standard ones (8300-8302, 8500, 8502, 8503, 8600), so that the demo runs
+# beside an agent a machine already has; its DNS and gRPC ports are turned
+# off. They are checked before anything starts: a program started on a
+# taken port would fail, or the demo would talk to someone else's server.
+ports=(
+	"8443 edge's wss listener"
+	"8080 edge's ws listener"
+	"9901 edge's admin listener"
+	"9001 backend-1"
+	"9002 backend-2"
+	"9003 backend-3"
+	"18500 the demo's Consul agent (HTTP API)"
+	"18300 the demo's Consul agent (server RPC)"
+	"18301 the demo's Consul agent (Serf LAN)"
+	"18302 the demo's Consul agent (Serf WAN)"
+)
+taken=0
+for p in "${ports[@]}"; do
+	port=${p%% *}
+	if port_taken "$port"; then
+		echo "demo: port $port, for ${p#* }, is already in use on this machine." >&2
+		command -v ss >/dev/null && ss -Hlntup "sport = :$port" 2>/dev/null | sed 's/^/    /' >&2
+		taken=$((taken + 1))
+	fi
+done
+if [ "$taken" -gt 0 ]; then
+	echo "demo: the demo's ports are fixed: stop the program that holds them (ss -ltnup or lsof -nP -i shows which; an earlier demo stops with Ctrl-C) and run scripts/demo.sh again." >&2
+	exit 1
+fi
+
 command -v openssl >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssl >/dev/null; }
 
 echo "building edge, edge-backend and wsclient..."
@@ -34,28 +82,66 @@ cleanup() {
 }
 trap cleanup INT TERM EXIT
 
+# wait_for waits until a command it started is ready, checking every 0.2 s
+# at most tries times; it stops the demo with the command's log when the
+# command exits first or is not ready in time.
+#   wait_for WHAT PID LOG TRIES CHECK...
+wait_for() {
+	local what=$1 pid=$2 log=$3 tries=$4
+	shift 4
+	for _ in $(seq 1 "$tries"); do
+		kill -0 "$pid" 2>/dev/null || fail "$what exited" "$log"
+		"$@" && return 0
+		sleep 0.2
+	done
+	fail "$what was not ready within $((tries / 5)) s" "$log"
+}
+
 consul_addr=127.0.0.1:18500
+# The agent's node name is this run's, so that the demo goes on only
+# against the agent it started, never one that answers on its port.
+consul_node="edge-demo-$$"
+# consul_ready: the demo's agent answers and has elected itself leader.
+# (Captured rather than piped into grep -q, whose early exit would fail
+# curl's write under pipefail.)
+consul_ready() {
+	local self leader
+	self=$(curl -sf "http://$consul_addr/v1/agent/self") &&
+		grep -q "\"NodeName\": *\"$consul_node\"" <<<"$self" &&
+		leader=$(curl -sf "http://$consul_addr/v1/status/leader") &&
+		[[ $leader == *:* ]]
+}
 discovery=false
 if consul=$(scripts/consul.sh 2>"$work/consul-build.log"); then
 	discovery=true
 	rm -rf "$work/consul-data"
-	"$consul" agent -dev -bind 127.0.0.1 -client 127.0.0.1 -http-port 18500 -grpc-port -1 \
-		-dns-port -1 -serf-lan-port 18301 -serf-wan-port 18302 -server-port 18300 \
+	# Consul 1.15's dev mode binds gRPC on 8502 and gRPC-TLS on 8503 unless
+	# told otherwise; the demo needs neither.
+	"$consul" agent -dev -node "$consul_node" -bind 127.0.0.1 -client 127.0.0.1 \
+		-http-port 18500 -grpc-port -1 -grpc-tls-port -1 -dns-port -1 \
+		-serf-lan-port 18301 -serf-wan-port 18302 -server-port 18300 \
 		-data-dir "$work/consul-data" >"$work/consul.log" 2>&1 &
 	pids+=($!)
-	for _ in $(seq 1 100); do
-		curl -sf "http://$consul_addr/v1/status/leader" | grep -q . && break
-		sleep 0.1
-	done
+	wait_for "the demo's Consul agent" $! "$work/consul.log" 150 consul_ready
 else
 	echo "(Consul could not be built, see $work/consul-build.log: the demo runs with static backends)"
 fi
 
+# backend_ready LOG: the backend listens and, with discovery, has
+# registered itself in the demo's Consul agent.
+backend_ready() {
+	if $discovery; then
+		grep -q '"msg":"registered in consul"' "$1"
+	else
+		grep -q '"msg":"listening"' "$1"
+	fi
+}
 for i in 1 2 3; do
 	args=(-listen "127.0.0.1:900$i" -id "backend-$i")
 	$discovery && args+=(-consul "$consul_addr" -service demo)
-	bin/edge-backend "${args[@]}" 2>>"$work/backends.log" &
+	bin/edge-backend "${args[@]}" 2>"$work/backend-$i.log" &
 	pids+=($!)
+	wait_for "backend-$i" $! "$work/backend-$i.log" 50 backend_ready "$work/backend-$i.log"
 done
 
 if $discovery; then
@@ -97,28 +183,13 @@ $reg
 YAML
 
 bin/edge -config "$work/edge.yaml" 2>"$work/edge.log" &
-edge_pid=$!
-pids+=($edge_pid)
-# Wait until edge is ready and can reach a backend (discovery and the first
-# health probes take a moment); say why and stop if it cannot.
-up=false
-for _ in $(seq 1 150); do
-	if ! kill -0 "$edge_pid" 2>/dev/null; then
-		echo "edge exited; its log ($work/edge.log):" >&2
-		tail -20 "$work/edge.log" >&2
-		exit 1
-	fi
-	if curl -sf http://127.0.0.1:9901/readyz >/dev/null && bin/wsclient -insecure wss://127.0.0.1:8443/ >/dev/null 2>&1; then
-		up=true
-		break
-	fi
-	sleep 0.2
-done
-if ! $up; then
-	echo "edge did not answer a WebSocket on wss://127.0.0.1:8443/ within 30 s; its log ($work/edge.log):" >&2
-	tail -20 "$work/edge.log" >&2
-	exit 1
-fi
+pids+=($!)
+# edge_answers: edge is ready and reaches a backend (discovery and the
+# first health probes take a moment).
+edge_answers() {
+	curl -sf http://127.0.0.1:9901/readyz >/dev/null && bin/wsclient -insecure wss://127.0.0.1:8443/ >/dev/null 2>&1
+}
+wait_for "edge (answering a WebSocket on wss://127.0.0.1:8443/)" $! "$work/edge.log" 150 edge_answers
 
 cat <<TXT
 
