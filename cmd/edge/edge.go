@@ -2,30 +2,23 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
-	"net"
-	"net/http"
-	"os"
 	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/edgelb/edge/balance"
 	"github.com/edgelb/edge/cmd/edge/internal/admin"
 	"github.com/edgelb/edge/cmd/edge/internal/gcpace"
 	"github.com/edgelb/edge/cmd/edge/internal/metrics"
 	"github.com/edgelb/edge/cmd/edge/internal/poolset"
-	"github.com/edgelb/edge/cmd/edge/internal/sdnotify"
 	"github.com/edgelb/edge/cmd/edge/internal/sockets"
 	"github.com/edgelb/edge/cmd/edge/internal/upgrade"
 	"github.com/edgelb/edge/conf"
 	"github.com/edgelb/edge/fleet"
 	"github.com/edgelb/edge/proxy"
-	edgetls "github.com/edgelb/edge/tls"
 	"golang.org/x/sync/errgroup"
 )
 
@@ -50,11 +43,8 @@ type edge struct {
 	cookieKeys map[string]*fleet.CookieKeys
 	// fleet publishes this edge's load and shares fleet-scope limits; nil
 	// without consul.fleet.prefix.
-	fleet  *fleet.Member
-	notify *sdnotify.Notifier // the service manager (systemd), if any
-	gcTune bool               // serve runs the GC tuner (cmd/edge/internal/gcpace)
-	up     *upgrade.Upgrader  // nil: no upgrades (tests building an edge in-process)
-	usr2   <-chan os.Signal
+	fleet *fleet.Member
+	up    *upgrade.Upgrader // nil: no upgrades (tests building an edge in-process)
 
 	// fleetActions follows the operator's actions of fleet scope under
 	// consul.fleet.prefix; nil without one. Fixed at start.
@@ -63,16 +53,6 @@ type edge struct {
 	// Drain progress for /status: when it began (unix nanoseconds, 0
 	// before) and how many connections were live then.
 	drainStart, drainFrom atomic.Int64
-}
-
-// listener is one public port with its own HTTP server and TLS terminator.
-type listener struct {
-	cfg  conf.Listener
-	ln   net.Listener
-	srv  *http.Server
-	term *edgetls.Terminator // nil for plain ws://
-	// conns counts the listener's open client sockets.
-	conns proxy.ListenerConns
 }
 
 // newEdge builds every component of cfg; up, when not nil, supplies the
@@ -169,154 +149,24 @@ func (e *edge) allPools() []*balance.Pool {
 	return append(out, e.dyn.pools()...)
 }
 
-// carriedTicketKeys is the ticket-key state the process that started
-// this one carried for the listener (n names it), or nil.
-func (e *edge) carriedTicketKeys(n string) []byte {
-	b, err := e.up.Carried(n)
-	if err != nil {
-		e.log.Warn("session ticket keys of the previous process not read; fresh keys start", "err", err)
-	}
-	return b
-}
-
-// listenReusePort binds a public listener (sockets.Listen: SO_REUSEPORT,
-// keep-alive and TCP_DEFER_ACCEPT on the listening socket).
-func listenReusePort(addr string) (net.Listener, error) { return sockets.Listen(addr) }
-
-func (e *edge) buildListener(cfg *conf.Config, lc conf.Listener) (*listener, error) {
-	l := &listener{cfg: lc}
-	lo := proxy.ListenerOptions{
-		Name:           lc.Name,
-		TLS:            lc.TLS != nil,
-		TrustedProxies: lc.TrustedProxies,
-		Forwarded:      lc.ForwardedHeader,
-		StrictSNIHost:  lc.StrictSNIHost,
-		// Per read of a plain request body; http.Server's ReadTimeout and
-		// WriteTimeout would also bound hijacked WebSockets.
-		ReadBodyTimeout: lc.ReadBodyTimeout.Std(),
-	}
-	if lc.TLS != nil {
-		opts := tlsOptions(cfg, lc)
-		if st := lc.TLS.SessionTickets; st.ConsulKey != "" && st.Enabled {
-			src, err := newConsulTicketKeys(e.dyn.client, st)
-			if err != nil {
-				return nil, fmt.Errorf("listener %s: %w", lc.Name, err)
-			}
-			opts.Tickets.Source = src
-		}
-		if p := lc.TLS.OCSP.ConsulPrefix; p != "" {
-			opts.OCSP.Share = fleet.NewStaples(e.dyn.client, p)
-		}
-		opts.Logger = e.log.With("listener", lc.Name)
-		opts.Observer = e.metrics.TLSObserver(lc.Name)
-		carry := "tickets:" + lc.Name
-		opts.Tickets.Carried = e.carriedTicketKeys(carry)
-		term, err := edgetls.New(opts)
-		clear(opts.Tickets.Carried)
-		if err != nil {
-			return nil, fmt.Errorf("listener %s: %w", lc.Name, err)
-		}
-		l.term = term
-		// Generated ticket keys go with an upgrade, so the sessions of
-		// this process resume on the next (edgetls.Terminator.TicketState).
-		e.up.Carry(carry, term.TicketState)
-		lo.ClientCertHeader = lc.TLS.ClientCertHeader
-	}
-	ln, err := e.up.Listen(lc.Address, listenReusePort)
-	if err != nil {
-		return nil, fmt.Errorf("listener %s: %w", lc.Name, err)
-	}
-	if lc.ProxyProtocol.Enabled {
-		ln = proxy.ListenProxyProtocol(ln, lc.ProxyProtocol.Trusted, lc.ProxyProtocol.Timeout.Std())
-	}
-	var connCtx func(context.Context, net.Conn) context.Context
-	if l.term != nil {
-		// The splice owns the TLS 1.3 records of WebSockets once the
-		// handshake is done: proxy.ListenTLS sets it all up.
-		tlsCfg := l.term.TLSConfig()
-		if os.Getenv("SSLKEYLOGFILE") != "" {
-			// crypto/tls does not read it, and its one key log hook is
-			// the record layer's (proxy.ListenTLS): say so, not nothing.
-			e.log.Warn("SSLKEYLOGFILE is ignored: the TLS key log hook carries edge's record layer", "listener", lc.Name)
-		}
-		e.metrics.CountHandshakes(lc.Name, tlsCfg)
-		tln, cc, err := proxy.ListenTLS(ln, tlsCfg, e.accept, &l.conns)
-		if err != nil {
-			ln.Close()
-			return nil, fmt.Errorf("listener %s: %w", lc.Name, err)
-		}
-		ln, connCtx = tln, cc
-	} else {
-		ln = proxy.WrapListenerCount(ln, e.accept, &l.conns)
-	}
-	l.ln = ln
-	// net/http bounds the TLS handshake by the smallest of its read
-	// timeouts, so the handshake gets min(tls_handshake_timeout,
-	// read_header_timeout); a stalled handshake or slow headers close that
-	// connection only.
-	rht := lc.ReadHeaderTimeout.Std()
-	if l.term != nil && lc.TLSHandshakeTimeout.Std() > 0 && lc.TLSHandshakeTimeout.Std() < rht {
-		rht = lc.TLSHandshakeTimeout.Std()
-	}
-	l.srv = &http.Server{
-		Handler:           e.proxy.Handler(lo),
-		ReadHeaderTimeout: rht,
-		MaxHeaderBytes:    lc.MaxHeaderBytes,
-		IdleTimeout:       2 * time.Minute,
-		ErrorLog:          e.metrics.HTTPErrorLog(lc.Name, e.log.With("listener", lc.Name)),
-		// OPTIONS * goes to the proxy, which answers it within its answer
-		// timeout; net/http's own handler would write with no deadline.
-		DisableGeneralOptionsHandler: true,
-	}
-	l.srv.ConnContext = connCtx
-	return l, nil
-}
-
-// serve runs the listener's HTTP server until it is shut down.
-func (l *listener) serve() error {
-	err := l.srv.Serve(l.ln)
-	// ErrClosed: the listener closed before Shutdown, when the sockets
-	// were handed to a new process (stopAccepting).
-	if errors.Is(err, http.ErrServerClosed) || errors.Is(err, net.ErrClosed) {
-		return nil
-	}
-	return fmt.Errorf("listener %s: %w", l.cfg.Name, err)
-}
-
-func (e *edge) closeListeners() {
-	for _, l := range e.listeners {
-		_ = l.ln.Close()
-	}
-}
-
-// serve runs every component until ctx ends, then drains.
-func (e *edge) serve(ctx context.Context, hup <-chan os.Signal) error {
-	bg, stopBG := context.WithCancel(context.Background())
-	defer stopBG()
-	g, gctx := errgroup.WithContext(bg)
-	// The admin listener stops on its own when the listeners are handed
-	// over: the new process answers from then on.
-	adminCtx, stopAdmin := context.WithCancel(gctx)
-	defer stopAdmin()
-	if e.gcTune {
-		// Until the drain is over: pacing matters during a drain too.
-		g.Go(func() error { gcpace.New().Run(gctx); return nil })
-	}
+// start runs every component on g until ctx ends, the admin listener until
+// adminCtx does (a hand-over ends it first), and leaves /readyz true.
+func (e *edge) start(ctx, adminCtx context.Context, g *errgroup.Group) {
 	// The readiness runtime before the listeners: the first WebSockets
 	// take it too. It stops once the drain closed the proxy.
-	g.Go(func() error { return e.proxy.Run(gctx) })
+	g.Go(func() error { return e.proxy.Run(ctx) })
 	<-e.proxy.Started()
 	for _, l := range e.listeners {
 		if l.term != nil {
-			g.Go(func() error { return l.term.Run(gctx) })
+			g.Go(func() error { return l.term.Run(ctx) })
 		}
 		g.Go(l.serve)
 	}
-	e.startDynamic(gctx, g)
-	e.runCookieKeys(gctx, g)
-	e.runFleetActions(gctx, g)
+	e.startDynamic(ctx, g)
+	e.runCookieKeys(ctx, g)
+	e.runFleetActions(ctx, g)
 	if e.fleet != nil {
-		g.Go(func() error { return e.fleet.Run(gctx) })
+		g.Go(func() error { return e.fleet.Run(ctx) })
 	}
 	// Ready before the admin listener answers: a process an upgrade
 	// started shares that socket with its parent, and must not answer
@@ -324,72 +174,6 @@ func (e *edge) serve(ctx context.Context, hup <-chan os.Signal) error {
 	// starts, admin connections wait in the queue (bound at start).
 	e.admin.SetReady(true)
 	g.Go(func() error { return e.admin.Run(adminCtx) })
-	e.becomeReady(gctx, g)
-	if !e.admin.Loopback() {
-		e.log.Warn("admin listener is not on loopback: /metrics, /status and the admin API are open to whoever reaches it",
-			"admin", e.admin.Addr().String(), "pprof", e.config().Admin.Pprof)
-	}
-
-	var failed error
-	handedOff := false
-loop:
-	for {
-		select {
-		case <-ctx.Done():
-			break loop
-		case <-gctx.Done():
-			failed = context.Cause(gctx)
-			break loop
-		case <-hup:
-			e.sdNotify(e.notify.Reloading())
-			status := e.reload()
-			e.sdNotify(e.notify.Ready(status))
-		case <-e.usr2:
-			g.Go(func() error { _ = e.upgrade("", "SIGUSR2"); return nil })
-		case <-e.up.HandedOff():
-			handedOff = true
-			break loop
-		}
-	}
-	if handedOff {
-		e.handOver(stopAdmin)
-	} else {
-		e.drain()
-	}
-	stopBG()
-	if err := g.Wait(); err != nil && failed == nil && !errors.Is(err, context.Canceled) {
-		failed = err
-	}
-	if errors.Is(failed, context.Canceled) {
-		failed = nil
-	}
-	return failed
-}
-
-// drain is the graceful stop: readiness off, listeners closed, WebSockets
-// sent 1001 spread over the window, the rest closed at the deadline.
-// http.Server.Shutdown does not know hijacked connections (traefik#3630),
-// hence proxy.Drain.
-func (e *edge) drain() {
-	e.mu.Lock()
-	d := e.cfg.Drain
-	e.mu.Unlock()
-	e.admin.SetReady(false)
-	// No upgrade from here on; one under way is called off.
-	e.up.Stop()
-	e.drainFrom.Store(int64(e.proxy.Active()))
-	e.drainStart.Store(time.Now().UnixNano())
-	e.admin.SetDraining()
-	e.sdNotify(e.notify.Stopping())
-	e.log.Info("draining", "connections", e.proxy.Active(), "delay", d.Delay.String(), "window", d.Window.String(), "timeout", d.Timeout.String())
-	if d.Delay > 0 {
-		// Keep accepting while whatever is in front of edge notices /readyz.
-		time.Sleep(d.Delay.Std())
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), d.Timeout.Std())
-	defer cancel()
-	e.shutdownAndDrain(ctx, d.Window.Std())
-	e.log.Info("drained", "left", e.proxy.Active())
 }
 
 // reload re-reads the file and swaps routes, pools and certificates. A file
@@ -457,13 +241,6 @@ func (e *edge) reload() string {
 	e.metrics.Reloaded(result)
 	e.log.Info("configuration reloaded", "result", result)
 	return "serving; last reload " + result
-}
-
-// sdNotify logs a failure to reach the service manager; it never stops edge.
-func (e *edge) sdNotify(err error) {
-	if err != nil {
-		e.log.Warn("service manager notification failed", "err", err)
-	}
 }
 
 // status is the admin /status document (admin.BuildStatus over e).

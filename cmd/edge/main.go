@@ -123,11 +123,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "edge:", err)
 		return 1
 	}
-	e.notify = notify
-	e.usr2 = usr2
 	// See cmd/edge/internal/gcpace. GOGC in the environment still wins.
-	e.gcTune = os.Getenv("GOGC") == ""
-	if err := e.serve(ctx, hup); err != nil && !errors.Is(err, context.Canceled) {
+	p := &process{e: e, notify: notify, hup: hup, usr2: usr2, gcTune: os.Getenv("GOGC") == ""}
+	if err := p.serve(ctx); err != nil && !errors.Is(err, context.Canceled) {
 		log.Error("stopped", "err", err)
 		return 1
 	}

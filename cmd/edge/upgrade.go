@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"strconv"
 	"sync"
 	"time"
 
@@ -17,7 +16,6 @@ import (
 	"github.com/edgelb/edge/conf"
 	"github.com/edgelb/edge/fleet"
 	"github.com/edgelb/edge/proxy"
-	"golang.org/x/sync/errgroup"
 )
 
 // newUpgrader takes the sockets a parent handed over, if any, and starts
@@ -71,25 +69,6 @@ func (e *edge) upgrade(binary, via string) error {
 		e.metrics.ProcessUpgraded("ok")
 	}
 	return err
-}
-
-// handOver is the old process's end of a successful upgrade: the admin
-// listener stops, then upgrade.Upgrader.HandOver stops the public
-// listeners, lets the HTTP phase of accepted connections finish (so none
-// of them gets the drain's 503) and moves live WebSockets to the new
-// process (proxy.Server.Handoff); those that cannot move get a 1012 spread
-// over drain.window, and a hand-off that fails leaves the rest to a drain
-// (1001). HandOver bounds it by drain.timeout, grown with the count of
-// live WebSockets.
-func (e *edge) handOver(stopAdmin context.CancelFunc) {
-	d := e.config().Drain
-	e.drainFrom.Store(int64(e.proxy.Active()))
-	e.drainStart.Store(time.Now().UnixNano())
-	stopAdmin()
-	e.log.Info("handed over: draining", "connections", e.proxy.Active(), "window", d.Window.String(), "timeout", d.Timeout.String())
-	e.up.HandOver(context.Background(), handOverServer{Server: e.proxy, e: e}, upgrade.HandOverOptions{
-		Window: d.Window.Std(), Timeout: d.Timeout.Std(), HandedOff: e.metrics.HandedOff, Log: e.log,
-	})
 }
 
 // handOverServer is the proxy's connections and the edge's public
@@ -173,35 +152,3 @@ func (a apiUpgrader) Upgrade(binary string) error {
 
 // Binary implements admin.Upgrader.
 func (a apiUpgrader) Binary() string { return a.e.up.Binary() }
-
-// becomeReady ends the start, /readyz being true already: the service
-// manager hears READY=1 (and MAINPID= from a process an upgrade started, which
-// becomes the unit's main process), and a parent waiting on this process
-// is told, which makes it stop accepting. An upgraded process then adopts
-// the connections its parent hands over.
-func (e *edge) becomeReady(ctx context.Context, g *errgroup.Group) {
-	handoff, err := e.up.InheritedHandoff()
-	if err != nil {
-		e.log.Error("connection hand-off socket", "err", err)
-	}
-	e.log.Info("edge started", "version", versionString(), "pid", os.Getpid(), "parent", e.up.HasParent(), "listeners", len(e.listeners), "admin", e.admin.Addr().String(), "metrics", e.admin.MetricsAddress())
-	if e.up.HasParent() {
-		e.sdNotify(e.notify.ReadyAsMain(os.Getpid(), "serving; upgraded from pid "+strconv.Itoa(os.Getppid())))
-	} else {
-		e.sdNotify(e.notify.Ready("serving"))
-	}
-	if err := e.up.Ready(); err != nil {
-		e.log.Error("upgrade", "err", err)
-	}
-	if handoff != nil {
-		g.Go(func() error { return e.adopt(ctx, handoff) })
-	}
-	// A SIGUSR2 that came while this process was starting is refused, not
-	// kept for later.
-	select {
-	case <-e.usr2:
-		e.log.Warn("upgrade refused", "via", "SIGUSR2", "err", "the signal came before this process was serving")
-		e.metrics.ProcessUpgraded("refused")
-	default:
-	}
-}
