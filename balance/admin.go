@@ -41,9 +41,8 @@ var AdminStates = []AdminState{AdminReady, AdminDrain, AdminDisabled}
 // not a member of the pool.
 var ErrUnknownBackend = errors.New("no such backend")
 
-// override is what an operator set on one member ID. It lives in the Pool,
-// keyed by ID, so it survives discovery updates, including the member
-// leaving and coming back (a new *Backend).
+// override is the setting in force on one member ID, the local and
+// fleet layers taken together (effective).
 type override struct {
 	state  AdminState
 	weight int64 // 0: the declared weight
@@ -72,74 +71,60 @@ func (b *Backend) applyOverride(o override, declared int64) {
 	b.admin.Store(int32(o.state))
 }
 
-// SetAdminState sets the operator state of the member id and returns its
-// backend. The state outlives membership updates and reloads that keep the
-// pool; AdminReady removes it. Pick honours it on the next call.
+// SetAdminState sets the local operator state of the member id and
+// returns its backend. The state outlives membership updates and reloads
+// that keep the pool; AdminReady removes it, leaving a fleet's setting in
+// force. Pick honours it on the next call.
 func (p *Pool) SetAdminState(id string, s AdminState) (*Backend, error) {
-	if s < AdminReady || s > AdminDisabled {
-		return nil, fmt.Errorf("balance: pool %q: backend %q: admin state %d unknown", p.name, id, int32(s))
-	}
-	return p.setOverride(id, func(o *override) { o.state = s })
+	return p.setLocal(id, func(o *Override) { o.State = s })
 }
 
-// SetAdminWeight overrides the weight of the member id (1..MaxWeight) until
-// it is cleared with 0, whatever discovery later declares.
+// SetAdminWeight sets the local operator's weight of the member id
+// (1..MaxWeight) until it is cleared with 0, whatever discovery later
+// declares.
 func (p *Pool) SetAdminWeight(id string, w int) (*Backend, error) {
-	if w < 0 || w > MaxWeight {
-		return nil, fmt.Errorf("balance: pool %q: backend %q: weight %d out of range 0..%d", p.name, id, w, MaxWeight)
-	}
-	return p.setOverride(id, func(o *override) { o.weight = int64(w) })
+	return p.setLocal(id, func(o *Override) { o.Weight = w })
 }
 
-func (p *Pool) setOverride(id string, f func(o *override)) (*Backend, error) {
+// setLocal edits the local layer's setting on id, a member now.
+func (p *Pool) setLocal(id string, f func(o *Override)) (*Backend, error) {
 	p.mu.Lock()
-	defer p.mu.Unlock()
-	b := p.snap.Load().ByID(id)
-	if b == nil {
+	if p.snap.Load().ByID(id) == nil {
+		p.mu.Unlock()
 		return nil, fmt.Errorf("balance: pool %q: backend %q: %w", p.name, id, ErrUnknownBackend)
 	}
-	o := p.overrides[id]
+	o := p.layers[Local].Get(id)
+	p.mu.Unlock()
 	f(&o)
-	if o == (override{}) {
-		delete(p.overrides, id)
-	} else {
-		p.overrides[id] = o
+	if err := o.check(); err != nil {
+		return nil, fmt.Errorf("balance: pool %q: backend %q: %w", p.name, id, err)
 	}
-	b.applyOverride(o, b.declared.Load())
-	return b, nil
+	if _, err := p.layers[Local].Set(id, o); err != nil {
+		return nil, err
+	}
+	if b := p.snap.Load().ByID(id); b != nil {
+		return b, nil
+	}
+	return nil, fmt.Errorf("balance: pool %q: backend %q: %w", p.name, id, ErrUnknownBackend)
 }
 
-// Override is an operator's setting on one member ID as a whole: its state
-// and its weight (0: the declared one). The zero Override is none.
-type Override struct {
-	State  AdminState
-	Weight int
-}
+// Layer returns the pool's layer of scope s: its own local layer, or the
+// fleet layer it was built with (PoolOptions.Fleet).
+func (p *Pool) Layer(s Scope) *Layer { return p.layers[s] }
 
-// SetOverride replaces the operator's setting on id with o, whether or not
-// id is a member now: a member that joins later under that ID starts with
-// it, in the snapshot that adds it (a fleet's action, read before
-// discovery answered, is never missed by a Pick). The zero Override
-// removes it. It returns the member's backend, or nil when id is not a
-// member; the caller bounds how many IDs it sets that are not.
-func (p *Pool) SetOverride(id string, o Override) (*Backend, error) {
-	switch {
-	case o.State < AdminReady || o.State > AdminDisabled:
-		return nil, fmt.Errorf("balance: pool %q: backend %q: admin state %d unknown", p.name, id, int32(o.State))
-	case o.Weight < 0 || o.Weight > MaxWeight:
-		return nil, fmt.Errorf("balance: pool %q: backend %q: weight %d out of range 0..%d", p.name, id, o.Weight, MaxWeight)
-	}
+// reapply makes the layers' setting on id live on its member, if any, and
+// returns it.
+func (p *Pool) reapply(id string) *Backend {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	ov := override{state: o.State, weight: int64(o.Weight)}
-	if ov == (override{}) {
-		delete(p.overrides, id)
-	} else {
-		p.overrides[id] = ov
-	}
 	b := p.snap.Load().ByID(id)
 	if b != nil {
-		b.applyOverride(ov, b.declared.Load())
+		b.applyOverride(p.override(id), b.declared.Load())
 	}
-	return b, nil
+	return b
+}
+
+// override is the setting in force on id. Callers hold mu.
+func (p *Pool) override(id string) override {
+	return effective(p.layers[Local].Get(id), p.layers[Fleet].Get(id))
 }

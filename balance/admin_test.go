@@ -126,14 +126,15 @@ func TestAdminWeightSteersPicks(t *testing.T) {
 // addrN is the i-th of a range of client addresses.
 func addrN(i int) netip.Addr { return netip.AddrFrom4([4]byte{198, 51, byte(i >> 8), byte(i)}) }
 
-// TestSetOverrideBeforeJoin: an override set on an ID that is not a member
+// TestFleetLayerBeforeJoin: a fleet setting on an ID that is not a member
 // yet is live in the snapshot that adds it, and the zero Override clears
-// it like the separate setters do.
-func TestSetOverrideBeforeJoin(t *testing.T) {
-	p := newPool(t, balance.PoolOptions{}, members(2)...)
-	b, err := p.SetOverride("b02", balance.Override{State: balance.AdminDrain, Weight: 9})
-	if err != nil || b != nil {
-		t.Fatalf("SetOverride on a non-member: %v, %v; want nil, nil", b, err)
+// it; the layer refuses what no operator may set.
+func TestFleetLayerBeforeJoin(t *testing.T) {
+	fleet := balance.NewLayer()
+	p := newPool(t, balance.PoolOptions{Fleet: fleet}, members(2)...)
+	bs, err := fleet.Set("b02", balance.Override{State: balance.AdminDrain, Weight: 9})
+	if err != nil || len(bs) != 0 {
+		t.Fatalf("Set on a non-member: %v, %v; want no backend, nil", bs, err)
 	}
 	if err := p.Update(members(3)); err != nil {
 		t.Fatal(err)
@@ -148,15 +149,81 @@ func TestSetOverrideBeforeJoin(t *testing.T) {
 			t.Fatalf("pick %d: %v, %v; the drained joiner must not be picked", i, res.Backend, err)
 		}
 	}
-	if _, err := p.SetOverride("b02", balance.Override{}); err != nil {
+	if _, err := fleet.Set("b02", balance.Override{}); err != nil {
 		t.Fatal(err)
 	}
 	if joined.AdminState() != balance.AdminReady || joined.WeightOverridden() || !joined.Available() {
 		t.Fatalf("cleared: state %v overridden %v available %v", joined.AdminState(), joined.WeightOverridden(), joined.Available())
 	}
 	for _, o := range []balance.Override{{State: balance.AdminState(7)}, {Weight: -1}, {Weight: balance.MaxWeight + 1}} {
-		if _, err := p.SetOverride("b00", o); err == nil {
-			t.Errorf("SetOverride(%+v) accepted", o)
+		if _, err := fleet.Set("b00", o); err == nil {
+			t.Errorf("Set(%+v) accepted", o)
 		}
+	}
+}
+
+// TestLocalDrainSurvivesFleetClear: the local operator's drain and the
+// fleet's live in layers of their own, so clearing the fleet's action on
+// a backend leaves the local drain in force, and the other way round;
+// where both set the weight, the local one is in force.
+func TestLocalDrainSurvivesFleetClear(t *testing.T) {
+	fleet := balance.NewLayer()
+	p := newPool(t, balance.PoolOptions{Fleet: fleet}, members(2)...)
+	b := byID(t, p, "b00")
+	if _, err := p.SetAdminState("b00", balance.AdminDrain); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fleet.Set("b00", balance.Override{State: balance.AdminDisabled, Weight: 5}); err != nil {
+		t.Fatal(err)
+	}
+	if b.AdminState() != balance.AdminDrain || b.Weight() != 5 {
+		t.Fatalf("both set: state %v weight %d; want the local drain and the fleet's weight 5", b.AdminState(), b.Weight())
+	}
+	if _, err := fleet.Set("b00", balance.Override{}); err != nil {
+		t.Fatal(err)
+	}
+	if b.AdminState() != balance.AdminDrain || b.Available() {
+		t.Fatalf("fleet cleared: state %v available %v; want the local drain kept", b.AdminState(), b.Available())
+	}
+	if _, err := fleet.Set("b00", balance.Override{State: balance.AdminDrain}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.SetAdminState("b00", balance.AdminReady); err != nil {
+		t.Fatal(err)
+	}
+	if b.AdminState() != balance.AdminDrain || b.Available() {
+		t.Fatalf("local cleared: state %v available %v; want the fleet's drain kept", b.AdminState(), b.Available())
+	}
+	if _, err := p.SetAdminWeight("b00", 3); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fleet.Set("b00", balance.Override{State: balance.AdminDrain, Weight: 7}); err != nil {
+		t.Fatal(err)
+	}
+	if b.Weight() != 3 {
+		t.Fatalf("weight %d; want the local 3 over the fleet's 7", b.Weight())
+	}
+}
+
+// TestFleetLayerAnyOrder: a pool built by a reload after the fleet's
+// setting, and one built before it, both start their members with it, and
+// a pool the reload replaced no longer follows the layer.
+func TestFleetLayerAnyOrder(t *testing.T) {
+	fleet := balance.NewLayer()
+	before := newPool(t, balance.PoolOptions{Name: "chat", Fleet: fleet}, members(2)...)
+	if _, err := fleet.Set("b01", balance.Override{State: balance.AdminDisabled}); err != nil {
+		t.Fatal(err)
+	}
+	after := newPool(t, balance.PoolOptions{Name: "chat", Fleet: fleet}, members(2)...)
+	for name, p := range map[string]*balance.Pool{"built before": before, "built after": after} {
+		if b := byID(t, p, "b01"); b.AdminState() != balance.AdminDisabled || b.Available() {
+			t.Errorf("%s the setting: b01 %v available %v; want disabled", name, b.AdminState(), b.Available())
+		}
+		if p.Layer(balance.Fleet) != fleet {
+			t.Errorf("%s: the pool's fleet layer is not the one it was built with", name)
+		}
+	}
+	if bs, _ := fleet.Set("b01", balance.Override{}); len(bs) != 2 {
+		t.Errorf("clearing reached %d pools' members, want both live pools'", len(bs))
 	}
 }

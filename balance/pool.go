@@ -183,6 +183,10 @@ type PoolOptions struct {
 	OnEject func(EjectEvent)
 	// Cookie holds the sticky-cookie signing keys (Mode Cookie).
 	Cookie CookieOptions
+	// Fleet is the layer of the fleet's settings on the pools of this
+	// name (Layer), shared by every pool built with it across reloads;
+	// nil gives the pool an empty one of its own.
+	Fleet *Layer
 	Now    func() time.Time // defaults to time.Now; used for ejection
 	// StartUnhealthy makes every new backend unavailable until something
 	// (the active health checker) calls SetHealthy(true): with active
@@ -232,8 +236,9 @@ type Pool struct {
 	keys    [][]byte   // guarded by mu
 	keyGen  uint64     // guarded by mu; bumped when keys change
 	retired map[retiredKey]*Backend
-	// overrides are the operator's settings by member ID; guarded by mu.
-	overrides map[string]override
+	// layers are the operators' settings by member ID, one per scope,
+	// from construction (Layer); read under mu.
+	layers [numScopes]*Layer
 
 	snap atomic.Pointer[Snapshot]
 }
@@ -334,7 +339,13 @@ func NewPool(opts PoolOptions) (*Pool, error) {
 		keys:        keys,
 		keyGen:      1,
 		retired:     map[retiredKey]*Backend{},
-		overrides:   map[string]override{},
+	}
+	p.layers[Local], p.layers[Fleet] = NewLayer(), opts.Fleet
+	if p.layers[Fleet] == nil {
+		p.layers[Fleet] = NewLayer()
+	}
+	for _, l := range p.layers {
+		l.join(p)
 	}
 	p.cfg.pool = p
 	p.snap.Store(&Snapshot{byCookie: map[string]cookieEntry{}})
@@ -521,7 +532,7 @@ func (p *Pool) UpdateLeft(members []Member) (left []*Backend, err error) {
 				b = newBackend(m.id, m.addr, p.cfg)
 			}
 		}
-		b.applyOverride(p.overrides[m.id], m.w)
+		b.applyOverride(p.override(m.id), m.w)
 		b.noteJoined(m.since)
 		kept[b] = true
 		backends = append(backends, b)

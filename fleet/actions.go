@@ -65,16 +65,17 @@ type ActionsOptions struct {
 // Prefix/admin/, and follows them with one blocking query on the folder,
 // so every edge applies an action within the round trip of a blocking
 // query's answer, and an edge that starts applies them before it serves
-// (Load). An entry is applied through balance.Pool.SetOverride, and a new
-// drain also sends the backend's live connections 1012 spread over its
+// (Load). An entry is written to the fleet layer of its pool's name
+// (Layer, balance.Layer), which every pool of that name is built with, and
+// a new drain also sends the backend's live connections 1012 spread over its
 // window, exactly like the admin API's local drain.
 //
 // Whatever is read is bounded and checked (DecodeAction,
 // ParseActionKey, MaxActions): a refused entry is logged once and
 // changes nothing (an entry that was valid keeps its last valid value), and
-// an entry naming a pool or backend this edge does not have is not applied
-// until a member of that ID joins (Joining), so a writer of the prefix can
-// set the state and weight of registered backends but never reach another.
+// an entry naming a pool or backend this edge does not have takes effect
+// when a member of that ID joins, so a writer of the prefix can set the
+// state and weight of registered backends but never reach another.
 type Actions struct {
 	opts ActionsOptions
 	dir  string
@@ -88,15 +89,16 @@ type Actions struct {
 	// read back: an answer older than that (read before the write, applied
 	// after it) does not undo what Act applied. Guarded by mu.
 	written map[string]uint64
-	status  ActionsStatus // guarded by mu
-	saved   []byte        // guarded by mu; the state file's last contents
+	// layers are the fleet layers of the pools, by pool name (Layer).
+	layers map[string]*balance.Layer // guarded by mu
+	status ActionsStatus             // guarded by mu
+	saved  []byte                    // guarded by mu; the state file's last contents
 }
 
-// applied is an action as this edge applied it, to which pool, and how
-// many live connections its drain asked to close.
+// applied is an action as this edge applied it, and how many live
+// connections its drain asked to close.
 type applied struct {
 	a       Action
-	pool    *balance.Pool
 	closing int
 }
 
@@ -149,6 +151,7 @@ func NewActions(o ActionsOptions) (*Actions, error) {
 		opts: o, dir: fleetActionsDir(o.Prefix),
 		desired: map[string]Action{}, applied: map[string]applied{},
 		refused: map[string]uint64{}, missing: map[string]bool{}, written: map[string]uint64{},
+		layers: map[string]*balance.Layer{},
 		status: ActionsStatus{Prefix: o.Prefix, Actions: []ActionDoc{}},
 	}, nil
 }
@@ -452,14 +455,6 @@ func (f *Actions) decode(p *api.KVPair, refused map[string]uint64, log bool) (Ac
 	return Action{}, err
 }
 
-// Reapply applies the actions again to the pools as they are now: a reload
-// that rebuilt a pool, or a pool that appeared (declared in the registry).
-func (f *Actions) Reapply() {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.reconcileLocked()
-}
-
 // reconcileLocked makes every pool agree with the desired set: new and
 // changed actions are applied, removed ones cleared. Callers hold mu.
 func (f *Actions) reconcileLocked() {
@@ -469,116 +464,82 @@ func (f *Actions) reconcileLocked() {
 		}
 	}
 	for k, a := range f.desired {
-		f.applyLocked(k, a, nil)
+		f.applyLocked(k, a)
 	}
 	f.statusLocked()
 }
 
-// applyLocked applies one action to its pool, whether or not the pool has
-// the backend yet: balance keeps the override of an absent ID and gives it
-// to a member that joins under it in the snapshot that adds it, so a
-// backend drained by the fleet that a reload or discovery adds is never
-// pickable, not even for a moment. The overrides of absent IDs are bounded
-// by the desired set (MaxActions). It returns how many live
-// connections a new drain asked to close. Callers hold mu.
-func (f *Actions) applyLocked(key string, a Action, joining map[string]bool) int {
-	pool := f.opts.Target.Pool(a.Pool)
-	var b *balance.Backend
-	if pool != nil {
-		b = pool.Snapshot().ByID(a.Backend)
-	}
-	if b == nil && !joining[a.Backend] {
-		if !f.missing[key] {
-			f.missing[key] = true
-			f.opts.Logger.Warn("fleet action names no backend of this edge; applied if one joins under that id",
-				"pool", a.Pool, "backend", a.Backend, "pool_exists", pool != nil)
-		}
-		if pool == nil {
-			return 0
-		}
-	} else {
-		delete(f.missing, key)
-	}
+// applyLocked applies one action to the fleet layer of its pool's name,
+// whether or not a pool of that name has the backend yet: balance gives
+// the setting to a member that joins under that ID in the snapshot that
+// adds it, and to a pool a reload builds, so a backend drained by the
+// fleet is never pickable, not even for a moment. The layers hold at most
+// the desired set (MaxActions). It returns how many live connections a
+// new drain asked to close. Callers hold mu.
+func (f *Actions) applyLocked(key string, a Action) int {
 	prev, had := f.applied[key]
-	if had && prev.pool == pool && prev.a.Same(a) {
+	if had && prev.a.Same(a) {
 		// Applied already: by the blocking query's answer, when it came
 		// before the writer's own call.
 		return prev.closing
 	}
-	if _, err := pool.SetOverride(a.Backend, balance.Override{State: a.State, Weight: a.Weight}); err != nil {
+	bs, err := f.layerLocked(a.Pool).Set(a.Backend, balance.Override{State: a.State, Weight: a.Weight})
+	if err != nil {
 		f.opts.Logger.Error("fleet action not applied", "pool", a.Pool, "backend", a.Backend, "err", err)
 		return 0
 	}
-	n := 0
-	newDrain := a.State == balance.AdminDrain && (!had || prev.a.State != balance.AdminDrain || !prev.a.DrainAt.Equal(a.DrainAt))
-	if newDrain && b != nil {
-		// RFC 6455 §7.4.1 / IANA: 1012 "service restart", as the local
-		// drain sends, spread over the action's window.
-		n = f.opts.Target.DrainConns(b, a.Window)
+	if len(bs) == 0 && !f.missing[key] {
+		f.missing[key] = true
+		f.opts.Logger.Warn("fleet action names no backend of this edge; applied if one joins under that id",
+			"pool", a.Pool, "backend", a.Backend, "pool_exists", f.opts.Target.Pool(a.Pool) != nil)
+	} else if len(bs) > 0 {
+		delete(f.missing, key)
 	}
-	f.applied[key] = applied{a: a, pool: pool, closing: n}
+	n := 0
+	if a.State == balance.AdminDrain && (!had || prev.a.State != balance.AdminDrain || !prev.a.DrainAt.Equal(a.DrainAt)) {
+		// A new drain. RFC 6455 §7.4.1 / IANA: 1012 "service restart",
+		// as the local drain sends, spread over the action's window.
+		for _, b := range bs {
+			n += f.opts.Target.DrainConns(b, a.Window)
+		}
+	}
+	f.applied[key] = applied{a: a, closing: n}
 	f.opts.Logger.Info("fleet action applied", "pool", a.Pool, "backend", a.Backend, "state", a.State.String(),
 		"weight", a.Weight, "window", a.Window.String(), "by", a.By, "at", a.At, "closing", n)
 	return n
 }
 
-// Prime sets on pool, a pool built by a reload that does not serve yet,
-// the override of every action on a backend of a pool of its name, so the
-// members it is then given start with the fleet's actions: the actions are
-// recorded as applied when the pool is live (Reapply).
-func (f *Actions) Prime(pool *balance.Pool) {
+// Layer is the fleet layer of the pools named pool: every pool of that
+// name is built with it (balance.PoolOptions.Fleet), so it starts with the
+// fleet's actions on its members and follows every later one.
+func (f *Actions) Layer(pool string) *balance.Layer {
 	if f == nil {
-		return
+		return nil
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	for _, a := range f.desired {
-		if a.Pool != pool.Name() {
-			continue
-		}
-		if _, err := pool.SetOverride(a.Backend, balance.Override{State: a.State, Weight: a.Weight}); err != nil {
-			f.opts.Logger.Error("fleet action not applied", "pool", a.Pool, "backend", a.Backend, "err", err)
-		}
+	return f.layerLocked(pool)
+}
+
+// layerLocked is Layer. Callers hold mu.
+func (f *Actions) layerLocked(pool string) *balance.Layer {
+	l := f.layers[pool]
+	if l == nil {
+		l = balance.NewLayer()
+		f.layers[pool] = l
 	}
+	return l
 }
 
 // clearLocked removes an action this edge applied. Callers hold mu.
 func (f *Actions) clearLocked(key string, ap applied) {
 	delete(f.applied, key)
 	delete(f.missing, key)
-	if pool := f.opts.Target.Pool(ap.a.Pool); pool != nil {
-		if _, err := pool.SetOverride(ap.a.Backend, balance.Override{}); err != nil {
-			f.opts.Logger.Error("fleet action not cleared", "pool", ap.a.Pool, "backend", ap.a.Backend, "err", err)
-			return
-		}
+	if _, err := f.layerLocked(ap.a.Pool).Set(ap.a.Backend, balance.Override{}); err != nil {
+		f.opts.Logger.Error("fleet action not cleared", "pool", ap.a.Pool, "backend", ap.a.Backend, "err", err)
+		return
 	}
 	f.opts.Logger.Info("fleet action cleared", "pool", ap.a.Pool, "backend", ap.a.Backend)
-}
-
-// Joining applies the actions on pool's backends among ids before they
-// join it: the caller calls it right before pool.Update with members of
-// those IDs, so the snapshot that adds a drained backend already has it
-// drained.
-func (f *Actions) Joining(pool *balance.Pool, ids []string) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	var joining map[string]bool
-	for k, a := range f.desired {
-		if a.Pool != pool.Name() || f.opts.Target.Pool(a.Pool) != pool {
-			continue
-		}
-		if ap, ok := f.applied[k]; ok && ap.pool == pool && ap.a.Same(a) {
-			continue
-		}
-		if joining == nil {
-			joining = make(map[string]bool, len(ids))
-			for _, id := range ids {
-				joining[id] = true
-			}
-		}
-		f.applyLocked(k, a, joining)
-	}
-	f.statusLocked()
 }
 
 // Act changes the fleet's action on a backend this edge has: change gets
@@ -680,15 +641,16 @@ func (f *Actions) applyWritten(key string, a Action, index uint64) int {
 		return 0
 	}
 	f.desired[key] = a
-	return f.applyLocked(key, a, nil)
+	return f.applyLocked(key, a)
 }
 
 // statusLocked rebuilds the list of actions in status. Callers hold mu.
 func (f *Actions) statusLocked() {
 	docs := make([]ActionDoc, 0, len(f.desired))
 	for k, a := range f.desired {
-		ap, ok := f.applied[k]
-		ok = ok && ap.pool.Snapshot().ByID(a.Backend) != nil
+		_, ok := f.applied[k]
+		pool := f.opts.Target.Pool(a.Pool)
+		ok = ok && pool != nil && pool.Snapshot().ByID(a.Backend) != nil
 		d := ActionDoc{Pool: a.Pool, Backend: a.Backend, State: a.State.String(), Weight: a.Weight,
 			Window: a.Window.Seconds(), At: a.At, By: a.By, Applied: ok}
 		docs = append(docs, d)

@@ -21,24 +21,34 @@ import (
 // drains it was asked for.
 type fleetTarget struct {
 	mu     sync.Mutex
+	ids    []string
 	pools  map[string]*balance.Pool
 	drains []string // "pool/backend window"
 }
 
+// newFleetTarget is an edge whose pool app has members ids, built once
+// the edge's Actions exist (build), as cmd/edge builds its pools.
 func newFleetTarget(t *testing.T, ids ...string) *fleetTarget {
+	return &fleetTarget{ids: ids, pools: map[string]*balance.Pool{}}
+}
+
+// build makes pool app with the fleet layer of f, and its members.
+func (f *fleetTarget) build(t *testing.T, a *Actions) {
 	t.Helper()
-	p, err := balance.NewPool(balance.PoolOptions{Name: "app"})
+	p, err := balance.NewPool(balance.PoolOptions{Name: "app", Fleet: a.Layer("app")})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var ms []balance.Member
-	for _, id := range ids {
+	for _, id := range f.ids {
 		ms = append(ms, balance.Member{ID: id, Addr: "127.0.0.1:1"})
 	}
 	if err := p.Update(ms); err != nil {
 		t.Fatal(err)
 	}
-	return &fleetTarget{pools: map[string]*balance.Pool{"app": p}}
+	f.mu.Lock()
+	f.pools["app"] = p
+	f.mu.Unlock()
 }
 
 func (f *fleetTarget) Pool(name string) *balance.Pool {
@@ -89,6 +99,7 @@ func newTestFleetActions(t *testing.T, c *api.Client, edge string, target *fleet
 		t.Fatal(err)
 	}
 	e.f = f
+	target.build(t, f)
 	return e
 }
 
@@ -195,7 +206,7 @@ func awaitState(t *testing.T, id, want string, edges ...*testFleetActions) {
 
 // TestFleetActionsJoiningBackend: an action on a backend this edge does
 // not have yet is held, said so once, and in force in the very snapshot
-// that adds the backend (Joining before Update).
+// that adds the backend (the pool holds the fleet's layer).
 func TestFleetActionsJoiningBackend(t *testing.T) {
 	agent := consultest.Start(t)
 	writer := newTestFleetActions(t, boundedClient(t, agent.Addr), "w", newFleetTarget(t, "b1", "b3"))
@@ -213,7 +224,6 @@ func TestFleetActionsJoiningBackend(t *testing.T) {
 		t.Errorf("log lacks the missing backend:\n%s", e.log)
 	}
 	p := e.target.Pool("app")
-	e.f.Joining(p, []string{"b1", "b3"})
 	if err := p.Update([]balance.Member{{ID: "b1", Addr: "127.0.0.1:1"}, {ID: "b3", Addr: "127.0.0.1:3"}}); err != nil {
 		t.Fatal(err)
 	}
@@ -361,7 +371,7 @@ func TestFleetActionsBoundedAnswer(t *testing.T) {
 // TestFleetActionsReachMembersBeforeTheyJoin: an action on a backend this
 // edge does not have yet is set on its pool, so the snapshot that adds a
 // member of that ID (a reload, discovery) already has it drained; and a
-// pool a reload builds gets the actions (Prime) before its members.
+// pool a reload builds, with its name's fleet layer, starts with them.
 func TestFleetActionsReachMembersBeforeTheyJoin(t *testing.T) {
 	agent := consultest.Start(t)
 	v, err := EncodeAction(Action{Pool: "app", Backend: "b2", State: balance.AdminDrain,
@@ -386,23 +396,47 @@ func TestFleetActionsReachMembersBeforeTheyJoin(t *testing.T) {
 	if got := e.target.state("b2"); got != "drain/1" {
 		t.Errorf("b2 in the snapshot that adds it is %s, want drain/1", got)
 	}
-	e.f.Reapply()
 	if st := e.f.Status(); len(st.Actions) != 1 || !st.Actions[0].Applied {
 		t.Errorf("status after b2 joined: %+v, want the action applied", st.Actions)
 	}
 
-	rebuilt, err := balance.NewPool(balance.PoolOptions{Name: "app"})
+	rebuilt, err := balance.NewPool(balance.PoolOptions{Name: "app", Fleet: e.f.Layer("app")})
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.f.Prime(rebuilt)
 	if err := rebuilt.Update([]balance.Member{{ID: "b2", Addr: "127.0.0.1:2"}}); err != nil {
 		t.Fatal(err)
 	}
 	if b := rebuilt.Snapshot().ByID("b2"); b == nil || b.AdminState() != balance.AdminDrain {
-		t.Errorf("b2 in a pool primed before its members: %v, want drained", b)
+		t.Errorf("b2 in a pool built with the fleet's layer: %v, want drained", b)
 	}
 	if got := e.target.drained(); len(got) != 0 {
 		t.Errorf("drains %v: a backend without connections here has none to close", got)
+	}
+}
+
+// TestLocalDrainSurvivesFleetEnable: the local operator's drain of a
+// backend and the fleet's are settings of their own, so enabling the
+// backend at fleet scope clears the fleet's drain and leaves this edge's
+// own drain in force.
+func TestLocalDrainSurvivesFleetEnable(t *testing.T) {
+	agent := consultest.Start(t)
+	e := newTestFleetActions(t, boundedClient(t, agent.Addr), "e", newFleetTarget(t, "b1", "b2"))
+	pool := e.target.Pool("app")
+	if _, err := pool.SetAdminState("b1", balance.AdminDrain); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, _, err := e.f.Act(ctx, "app", "b1", func(x *Action) { x.State = balance.AdminDrain; x.Window = time.Second }); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := e.f.Act(ctx, "app", "b1", func(x *Action) { x.State = balance.AdminReady }); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.target.state("b1"); got != "drain/1" {
+		t.Fatalf("b1 after the fleet's enable is %s, want drain/1: the local drain stays", got)
+	}
+	if b := pool.Snapshot().ByID("b1"); b.Available() {
+		t.Errorf("b1 pickable after the fleet's enable; the local drain must keep it out")
 	}
 }

@@ -87,9 +87,10 @@
 // (too large, too many, broken) is refused alone and the valid ones stay in
 // force; an edge that starts reads them (Load) before it serves, or, while
 // Consul does not answer, the last set it read (StateDir), and a
-// backend that joins later gets its action in the snapshot that adds it
-// (Joining). An entry is applied through balance.Pool.SetOverride, and a
-// new drain sends the backend's live connections 1012 over its window,
+// backend that joins later gets its action in the snapshot that adds it.
+// An entry is written to the fleet layer of its pool's name (Layer, a
+// balance.Layer every pool of that name is built with, apart from the
+// local operator's), and a new drain sends the backend's live connections 1012 over its window,
 // like the local drain. What is read is bounded (MaxActionBytes an
 // entry, its answer cut at that size before it is decoded, MaxActions
 // entries fetched, keys naming this edge's

@@ -183,7 +183,7 @@ func (d *dynamic) newWatcher(ent *poolset.Pool, stateDir string) (*discovery.Wat
 	spec, target := ent.Spec, ent.Bal
 	return discovery.NewWatcher(discovery.WatcherOptions{
 		Pool:       spec.Name,
-		Target:     d.e.fleetTarget(target),
+		Target:     target,
 		Client:     d.client,
 		Service:    spec.Consul.Service,
 		Tag:        spec.Consul.Tag,

@@ -71,6 +71,11 @@ func newEdge(cfg *conf.Config, path string, log *slog.Logger, up *upgrade.Upgrad
 		}
 		e.dyn.client = client
 	}
+	// The fleet's actions before the pools: each pool is built with its
+	// name's fleet layer, so a backend the fleet drained is never pickable.
+	if err := e.newFleetActions(cfg); err != nil {
+		return nil, err
+	}
 	pools, err := e.poolBuilder().Build(cfg, e.pools)
 	if err == nil {
 		_, err = poolset.Apply(pools) // new pools: nobody left them yet
@@ -109,10 +114,6 @@ func newEdge(cfg *conf.Config, path string, log *slog.Logger, up *upgrade.Upgrad
 		return nil, fmt.Errorf("routes: %w", err)
 	}
 	if e.admin, err = e.newAdmin(cfg); err != nil {
-		return nil, err
-	}
-	if err := e.newFleetActions(cfg); err != nil {
-		e.admin.Close()
 		return nil, err
 	}
 	for i := range cfg.Listeners {
@@ -202,12 +203,8 @@ func (e *edge) reload() string {
 		e.mu.Unlock()
 		return refuse(err)
 	}
-	// Routes now point at the new entries; make their members live, each
-	// already with the fleet's actions (a backend the fleet drained that
-	// this reload adds is never pickable, not even for a moment).
-	for _, ent := range pools {
-		e.fleetActions.Prime(ent.Bal)
-	}
+	// Routes now point at the new entries; make their members live (each
+	// pool has the fleet's layer since it was built).
 	gone, applyErr := poolset.Apply(pools)
 	e.pools = pools
 	e.admin.SetSettings(api)
@@ -215,7 +212,6 @@ func (e *edge) reload() string {
 	e.cfg = cfg
 	e.mu.Unlock()
 	e.reapplyCookieKeys(cfg, pools)
-	e.reapplyFleetActions()
 	for _, d := range gone {
 		e.backendsLeft(d)
 	}

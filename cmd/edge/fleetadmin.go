@@ -8,18 +8,13 @@ import (
 	"github.com/edgelb/edge/balance"
 	"github.com/edgelb/edge/cmd/edge/internal/admin"
 	"github.com/edgelb/edge/conf"
-	"github.com/edgelb/edge/discovery"
 	"github.com/edgelb/edge/fleet"
 	"golang.org/x/sync/errgroup"
 )
 
-// fleetActionLoadWait bounds the first read of the fleet's actions at
-// start: long enough for a healthy agent, short enough that an edge whose
-// Consul is down starts anyway (and applies them once Consul answers).
-const fleetActionLoadWait = 5 * time.Second
-
 // newFleetActions follows the fleet's operator actions when the file names
-// a fleet prefix, and applies them once, bounded by fleetActionLoadWait,
+// a fleet prefix, and reads them once, before the pools are built (each is
+// built with its name's fleet layer, fleet.Actions.Layer) and bounded by fleet.StartWait,
 // before edge serves: what the fleet drained stays drained across this
 // edge's restart.
 func (e *edge) newFleetActions(cfg *conf.Config) error {
@@ -41,7 +36,7 @@ func (e *edge) newFleetActions(cfg *conf.Config) error {
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), fleetActionLoadWait)
+	ctx, cancel := context.WithTimeout(context.Background(), fleet.StartWait)
 	defer cancel()
 	if err := fa.Load(ctx); err != nil {
 		e.log.Warn("fleet actions not read from consul yet: applied once it answers", "prefix", p, "err", err)
@@ -55,13 +50,6 @@ func (e *edge) newFleetActions(cfg *conf.Config) error {
 func (e *edge) runFleetActions(ctx context.Context, g *errgroup.Group) {
 	if e.fleetActions != nil {
 		g.Go(func() error { return e.fleetActions.Run(ctx) })
-	}
-}
-
-// reapplyFleetActions gives pools a reload rebuilt the fleet's actions.
-func (e *edge) reapplyFleetActions() {
-	if e.fleetActions != nil {
-		e.fleetActions.Reapply()
 	}
 }
 
@@ -96,36 +84,6 @@ func (f fleetPools) DrainConns(b *balance.Backend, window time.Duration) int {
 }
 
 var _ fleet.ActionTarget = fleetPools{}
-
-// fleetTarget is what a discovery watcher of pool feeds: the pool itself,
-// or, with fleet actions, the pool with the actions on joining backends
-// applied before the snapshot that adds them.
-func (e *edge) fleetTarget(pool *balance.Pool) discovery.Target {
-	if e.fleetActions == nil {
-		return pool
-	}
-	return joinTarget{pool: pool, fa: e.fleetActions}
-}
-
-// joinTarget applies the fleet's actions on members about to join.
-type joinTarget struct {
-	pool *balance.Pool
-	fa   *fleet.Actions
-}
-
-// Update implements discovery.Target.
-func (j joinTarget) Update(members []balance.Member) error {
-	ids := make([]string, 0, len(members))
-	for _, m := range members {
-		id := m.ID
-		if id == "" {
-			id = m.Addr // balance's rule for a member without an ID
-		}
-		ids = append(ids, id)
-	}
-	j.fa.Joining(j.pool, ids)
-	return j.pool.Update(members)
-}
 
 // fleetAdmin is the admin API's store of fleet scope.
 type fleetAdmin struct{ e *edge }

@@ -62,7 +62,12 @@ func (e *edge) logEjection(ev balance.EjectEvent) {
 		"reason", ev.Reason, "until", ev.Until.UTC().Format(time.RFC3339), "ejected", ev.Ejected, "max_ejected", ev.Max)
 }
 
-// poolBuilder builds the pools of a file, logging to edge's log.
+// poolBuilder builds the pools of a file, logging to edge's log, each
+// with its name's fleet layer when edge has fleet actions.
 func (e *edge) poolBuilder() poolset.Builder {
-	return poolset.Builder{Log: e.log, OnEject: e.logEjection}
+	b := poolset.Builder{Log: e.log, OnEject: e.logEjection}
+	if e.fleetActions != nil {
+		b.Fleet = e.fleetActions.Layer
+	}
+	return b
 }

@@ -211,6 +211,9 @@ type Builder struct {
 	Log *slog.Logger
 	// OnEject is every new pool's balance.PoolOptions.OnEject.
 	OnEject func(balance.EjectEvent)
+	// Fleet, when set, is the fleet layer of the pools of a name
+	// (balance.PoolOptions.Fleet), given to every new pool of that name.
+	Fleet func(pool string) *balance.Layer
 }
 
 // New builds the running parts of spec. With old, the pool that
@@ -243,6 +246,9 @@ func (b Builder) New(spec *Spec, old *Pool) (*Pool, error) {
 		}
 		opts := spec.Balance
 		opts.OnEject = b.OnEject
+		if b.Fleet != nil {
+			opts.Fleet = b.Fleet(spec.Name)
+		}
 		bal, err := balance.NewPool(opts)
 		if err != nil {
 			return nil, err
