@@ -187,7 +187,7 @@ type PoolOptions struct {
 	// name (Layer), shared by every pool built with it across reloads;
 	// nil gives the pool an empty one of its own.
 	Fleet *Layer
-	Now    func() time.Time // defaults to time.Now; used for ejection
+	Now   func() time.Time // defaults to time.Now; used for ejection
 	// StartUnhealthy makes every new backend unavailable until something
 	// (the active health checker) calls SetHealthy(true): with active
 	// checks configured, a backend is never sent clients before it has
