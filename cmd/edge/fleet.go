@@ -5,7 +5,9 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"time"
 
+	"github.com/edgelb/edge/balance"
 	"github.com/edgelb/edge/cmd/edge/internal/metrics"
 	"github.com/edgelb/edge/conf"
 	"github.com/edgelb/edge/discovery"
@@ -44,8 +46,31 @@ func (e *edge) newFleet(cfg *conf.Config) error {
 	return nil
 }
 
-// fleetHost is the edge as its fleet member sees it.
+// fleetHost is the edge as the fleet sees it: its pools and their limits
+// of fleet scope (fleet.Host), a pool by name and the proxy's drain of a
+// backend's connections (fleet.ActionTarget).
 type fleetHost struct{ e *edge }
+
+var (
+	_ fleet.Host         = fleetHost{}
+	_ fleet.ActionTarget = fleetHost{}
+)
+
+// Pool implements fleet.ActionTarget.
+func (h fleetHost) Pool(name string) *balance.Pool {
+	for _, p := range h.e.allPools() {
+		if p.Name() == name {
+			return p
+		}
+	}
+	return nil
+}
+
+// DrainConns implements fleet.ActionTarget: the local drain's 1012 spread
+// over the window.
+func (h fleetHost) DrainConns(b *balance.Backend, window time.Duration) int {
+	return proxyConns{h.e.proxy}.DrainConns(b, window)
+}
 
 // Pools implements fleet.Host: the file's pools with their fleet-scope
 // limits, and the pools the registry declared (which have none).

@@ -30,7 +30,7 @@ func (e *edge) newFleetActions(cfg *conf.Config) error {
 		return err
 	}
 	fa, err := fleet.NewActions(fleet.ActionsOptions{
-		Client: client, Prefix: p, Edge: fleetEdgeID(cfg), Target: fleetPools{e}, Logger: e.log,
+		Client: client, Prefix: p, Edge: fleetEdgeID(cfg), Target: fleetHost{e}, Logger: e.log,
 		StateDir: cfg.StateDir,
 	})
 	if err != nil {
@@ -62,28 +62,6 @@ func (e *edge) fleetStatus() *fleet.ActionsStatus {
 	s := e.fleetActions.Status()
 	return &s
 }
-
-// fleetPools is edge's side of the fleet's actions: its pools, and the
-// proxy's drain.
-type fleetPools struct{ e *edge }
-
-// Pool implements fleet.ActionTarget.
-func (f fleetPools) Pool(name string) *balance.Pool {
-	for _, p := range f.e.allPools() {
-		if p.Name() == name {
-			return p
-		}
-	}
-	return nil
-}
-
-// DrainConns implements fleet.ActionTarget: the local drain's
-// 1012 spread over the window.
-func (f fleetPools) DrainConns(b *balance.Backend, window time.Duration) int {
-	return proxyConns{f.e.proxy}.DrainConns(b, window)
-}
-
-var _ fleet.ActionTarget = fleetPools{}
 
 // fleetAdmin is the admin API's store of fleet scope.
 type fleetAdmin struct{ e *edge }
