@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/edgelb/edge/balance"
+	"github.com/edgelb/edge/proxy/internal/handoff"
 	"github.com/edgelb/edge/proxy/internal/wsession"
 )
 
@@ -62,7 +63,7 @@ type driver interface {
 	closeNow()
 	// freeze holds the connection still for a move to another process
 	// (handoff_linux.go), or says why it cannot move now.
-	freeze() (*frozen, moveResult)
+	freeze() (*frozen, handoff.Result)
 }
 
 func newWSConn(s *Server, x *exchange, client net.Conn, bc *backendConn) *wsConn {
@@ -181,12 +182,21 @@ func (c *wsConn) deadline(side CloseSide) time.Time {
 	return time.Time{}
 }
 
-// finish releases everything the connection held and writes its log line.
-func (c *wsConn) finish() {
+// finish releases everything the connection held and writes its log
+// line: the one end of a connection here. One that moved to another
+// process (Handoff; its descriptors closed without a write) writes no
+// access line, close code or fault here, since the process it moved to
+// writes them when it ends there; the Observer sees it close as
+// ReasonMoved, so every ConnOpened keeps its ConnClosed.
+func (c *wsConn) finish(moved bool) {
 	c.s.reg.remove(c)
 	c.be.Release()
 	x := c.x
 	x.release()
+	if moved {
+		c.s.obs.ConnClosed(x.routeName(), c.be.ID(), string(ReasonMoved), c.s.now().Sub(x.start), c.in.Load(), c.out.Load())
+		return
+	}
 	reason := c.sess.Reason()
 	x.reason = string(reason)
 	x.in, x.out = c.in.Load(), c.out.Load()

@@ -253,18 +253,45 @@ func (s *Server) Connections(b *balance.Backend) []ConnInfo {
 	return out
 }
 
+// handOver is Handoff around its sender, move: new requests are refused
+// from the start, like Drain's; move is given every live connection and
+// returns how many moved and those left, which get a 1012 spread over
+// window (restartClose); then it waits until every connection ended, or
+// ctx did (what is left is then closed as Drain does at its deadline).
+func (s *Server) handOver(ctx context.Context, window time.Duration, move func([]*wsConn) (int, []*wsConn, error)) (moved, closed int, err error) {
+	s.draining.Store(true)
+	s.reg.mu.Lock()
+	s.reg.draining, s.reg.window = true, window
+	s.reg.code, s.reg.why = CloseServiceRestart, ReasonRestart
+	s.reg.mu.Unlock()
+	moved, left, err := move(s.reg.appendAll(nil))
+	closed = s.restartClose(left, window)
+	if s.reg.wait(ctx) != nil {
+		for _, c := range s.reg.appendAll(nil) {
+			c.closeBoth(ReasonShutdown)
+		}
+		s.reg.wait(context.Background())
+	}
+	return moved, closed, err
+}
+
 // restartClose schedules a 1012 for each of conns, the i-th of K at
 // i*window/K: evenly spread, so reconnects come at K/window per second.
 func (s *Server) restartClose(conns []*wsConn, window time.Duration) int {
 	s.reg.mu.Lock()
 	defer s.reg.mu.Unlock()
-	s.handoffPlan = s.handoffPlan[:0]
+	h := s.testHandoff
+	if h != nil {
+		h.plan = h.plan[:0]
+	}
 	for i, c := range conns {
 		d := time.Duration(0)
 		if k := len(conns); k > 0 {
 			d = window * time.Duration(i) / time.Duration(k)
 		}
-		s.handoffPlan = append(s.handoffPlan, d)
+		if h != nil {
+			h.plan = append(h.plan, d)
+		}
 		if !s.reg.has(c) {
 			continue
 		}

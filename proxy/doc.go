@@ -49,7 +49,8 @@
 //	              pollers, the sweeper, the record-layer connection, Frozen
 //	              (Server.Run starts and stops it)
 //	handoff_linux.go  Handoff and Adopt: live connections moved to another
-//	              edge process; internal/handoff is their wire
+//	              edge process; handoff_state_linux.go their state record
+//	              both ways; internal/handoff is their wire and sender
 //	conns.go      live-connection registry, Drain, CloseBackend, CloseConnsOn, Connections
 //	closereason.go close reasons, close sides and codes (declared in
 //	              wsession), refusals: the lists metrics are zero-initialised from
@@ -262,10 +263,11 @@
 //
 // handoff_linux.go. Server.Handoff moves live WebSockets to another edge
 // process over a Unix stream socket; Server.Adopt, in that process,
-// resumes them. Handoff keeps up to 64 messages (64 KiB) in flight and
-// reads their answers in order, so a hand-off costs each process's own
-// work per connection rather than a round trip; Adopt answers each
-// message as soon as it has read and checked it, as every release did.
+// resumes them. Handoff's sender (handoff.Move) keeps up to 64 messages
+// (64 KiB) in flight and reads their answers in order, so a hand-off
+// costs each process's own work per connection rather than a round trip;
+// Adopt answers each message as soon as it has read and checked it, as
+// every release did.
 // Besides its context, a hand-off ends when the peer answers nothing for
 // 10 s: a bound on progress, so many connections or a slow host do not
 // fail it. The wire is internal/handoff: per connection one message,

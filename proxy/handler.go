@@ -88,7 +88,8 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	if !x.admit(w) {
+	if no := x.admit(false); no.status != 0 {
+		x.refuse(w, no)
 		return
 	}
 	if ws {
@@ -100,36 +101,59 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	x.logAccess()
 }
 
-// admit applies the limits narrowest first, so that a request refused by
-// one never spends a token of a wider one: one client bursting must not
+// refusal is why admit turned a request away: the answer's status, the
+// access line's reason and the Retry-After. The zero refusal admits.
+type refusal struct {
+	status             int
+	reason, retryAfter string
+}
+
+// admit counts x against its client's, its pool's and the Server's
+// limits: the one admission of a connection, whether a request's or one
+// Adopt took from another process (adopted). On success x.release undoes
+// it exactly once.
+//
+// A request meets the limits narrowest first, so that one refused by one
+// never spends a token of a wider one: one client bursting must not
 // leave other clients refused by the pool-wide rate. The per-client
 // limiter goes first; the concurrency caps (pool, then global) are given
 // back on refusal; the pool-wide admission bucket, whose token cannot be
-// given back, is last. On success x.release undoes them exactly once.
-func (x *exchange) admit(w http.ResponseWriter) bool {
+// given back, is last.
+//
+// An adopted connection was admitted by the process it comes from and
+// is live: it is counted the same way but never refused, and spends no
+// token of a rate, the client's or the pool's, as it is no new
+// connection.
+func (x *exchange) admit(adopted bool) refusal {
 	s, p, ip := x.s, x.pool, x.id.client
-	if ok, after := p.limiter.Admit(ip); !ok {
+	if adopted {
+		p.limiter.Hold(ip)
+	} else if ok, after := p.limiter.Admit(ip); !ok {
 		if after > 0 {
 			// A rate limit: the client may come back after the bucket refills.
-			return x.refuse(w, http.StatusTooManyRequests, "rate_limit", strconv.FormatInt(int64(math.Ceil(after.Seconds())), 10))
+			return refusal{http.StatusTooManyRequests, "rate_limit", strconv.FormatInt(int64(math.Ceil(after.Seconds())), 10)}
 		}
-		return x.refuse(w, http.StatusServiceUnavailable, "client_max_conns", retryAfterBusy)
+		return refusal{http.StatusServiceUnavailable, "client_max_conns", retryAfterBusy}
 	}
 	x.admitted = true
 	n, total := p.use.Add(1), s.inflight.Add(1)
+	var no refusal
 	switch {
+	case adopted:
+		return no
 	case p.maxConns > 0 && n > p.maxConns:
-		x.release()
-		return x.refuse(w, http.StatusServiceUnavailable, "pool_max_conns", retryAfterBusy)
+		no = refusal{http.StatusServiceUnavailable, "pool_max_conns", retryAfterBusy}
 	case s.maxConns > 0 && total > s.maxConns:
-		x.release()
-		return x.refuse(w, http.StatusServiceUnavailable, "max_conns", retryAfterBusy)
+		no = refusal{http.StatusServiceUnavailable, "max_conns", retryAfterBusy}
+	default:
+		if ok, after := p.admission.Take(); !ok {
+			no = refusal{http.StatusServiceUnavailable, "pool_rate_limit", spreadRetryAfter(after)}
+		}
 	}
-	if ok, after := p.admission.Take(); !ok {
+	if no.status != 0 {
 		x.release()
-		return x.refuse(w, http.StatusServiceUnavailable, "pool_rate_limit", spreadRetryAfter(after))
 	}
-	return true
+	return no
 }
 
 // release gives back what admit took, exactly once, however many paths
@@ -146,10 +170,9 @@ func (x *exchange) release() {
 }
 
 // refuse answers a request admit turned away, with its Retry-After.
-func (x *exchange) refuse(w http.ResponseWriter, status int, reason, retryAfter string) bool {
-	w.Header().Set("Retry-After", retryAfter)
-	x.reject(w, status, reason)
-	return false
+func (x *exchange) refuse(w http.ResponseWriter, no refusal) {
+	w.Header().Set("Retry-After", no.retryAfter)
+	x.reject(w, no.status, no.reason)
 }
 
 // statusClientClosed is the access log's status of a request whose client

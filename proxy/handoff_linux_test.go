@@ -215,7 +215,7 @@ func handoffKeepsEchoing(t *testing.T, n int, tlsOn bool) *pair {
 	// (the race detector, other tests) a run can outlast the production
 	// bound on retries many times over: the test asks that each one
 	// moves once it is quiet, within the hand-off's 20 s context.
-	pr.a.srv.testMoveRetryFor = 15 * time.Second
+	pr.a.srv.testHandoff = &handoffHooks{sender: handoff.Options{RetryFor: 15 * time.Second}}
 	moved, closed, adopted := pr.handoff(t, time.Second)
 	if moved != n || closed != 0 || adopted != n {
 		t.Fatalf("moved %d closed %d adopted %d, want %d 0 %d", moved, closed, adopted, n, n)
@@ -391,6 +391,7 @@ func TestHandoffUnmovableGet1012(t *testing.T) {
 				// its close comes within the hand-off's window instead.
 				pr.a.srv.CloseConnsOn(pr.poolA.Balancer.Snapshot().ByID("b1"), CloseServiceRestart, time.Hour, ReasonAdminDrain)
 			}
+			pr.a.srv.testHandoff = &handoffHooks{} // records the plan
 			codes := make(chan int, k)
 			for _, c := range cs {
 				go func() {
@@ -415,7 +416,7 @@ func TestHandoffUnmovableGet1012(t *testing.T) {
 				}
 			}
 			pr.a.srv.reg.mu.Lock()
-			plan := append([]time.Duration(nil), pr.a.srv.handoffPlan...)
+			plan := append([]time.Duration(nil), pr.a.srv.testHandoff.plan...)
 			pr.a.srv.reg.mu.Unlock()
 			if len(plan) != k {
 				t.Fatalf("plan of %d closes, want %d", len(plan), k)
@@ -646,7 +647,7 @@ func nodeAcrossHandoff(t *testing.T, tlsOn bool) {
 		t.Fatalf("wsecho.js: %q %v\n%s", out.Text(), out.Err(), stderr.String())
 	}
 	testkit.WaitFor(t, "every connection in A", func() bool { return pr.a.srv.Active() == n })
-	pr.a.srv.testMoveRetryFor = 15 * time.Second // busy clients, as in handoffKeepsEchoing
+	pr.a.srv.testHandoff = &handoffHooks{sender: handoff.Options{RetryFor: 15 * time.Second}} // busy clients, as in handoffKeepsEchoing
 	if moved, closed, adopted := pr.handoff(t, time.Second); moved != n || closed != 0 || adopted != n {
 		t.Fatalf("moved %d closed %d adopted %d, want %d 0 %d", moved, closed, adopted, n, n)
 	}
@@ -762,4 +763,49 @@ func TestAdoptSharesStandIns(t *testing.T) {
 	if a, b := sh.listener("public"), sh.listener("public"); a != b || a.Name != "public" || sh.listener("admin") == a {
 		t.Fatal("listener options not shared by name")
 	}
+}
+
+// TestAdoptCountsOverLimits: an adopted connection is admitted by the
+// one admission, which counts it against B's client, pool and server
+// limits but never refuses it and spends no token of a rate: B takes
+// all three connections of one client although its pool allows two per
+// client, two in all and one new connection a minute. B then refuses
+// that client's next connection (it holds three), and once the adopted
+// ones end, their counts are given back and the next one is admitted.
+func TestAdoptCountsOverLimits(t *testing.T) {
+	const n = 3
+	be := startBackend(t, "b1")
+	pr := startPair(t, be.Addr(), nil, edgeConfig{})
+	pr.poolB.MaxConns = 2
+	pr.poolB.Limiter = balance.NewLimiter(balance.LimiterOptions{MaxConnsPerIP: 2})
+	pr.poolB.Admission = balance.NewBucket(1.0/60, 1, nil)
+	if err := pr.b.srv.SetRoutes([]Route{{Default: true, Pool: pr.poolB}}); err != nil {
+		t.Fatal(err)
+	}
+	var cs []*websocket.Conn
+	for range n {
+		c, _ := pr.a.dialWS(t, "/", nil)
+		testkit.Ask(t, c, "before")
+		cs = append(cs, c)
+	}
+	if moved, closed, adopted := pr.handoff(t, time.Second); moved != n || closed != 0 || adopted != n {
+		t.Fatalf("moved %d closed %d adopted %d, want %d 0 %d", moved, closed, adopted, n, n)
+	}
+	for i, c := range cs {
+		if got := testkit.Ask(t, c, "after"); got != "after" {
+			t.Fatalf("client %d after the hand-off: %q", i, got)
+		}
+	}
+	if _, resp, err := pr.b.dialer().Dial(pr.b.url("/"), nil); err == nil || resp == nil || resp.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("a fourth connection of the client: %v, want 503", err)
+	}
+	lines := accessLines(t, pr.logB)
+	if got := lines[len(lines)-1]["reason"]; got != "client_max_conns" {
+		t.Fatalf("the fourth connection refused for %q, want client_max_conns", got)
+	}
+	for _, c := range cs {
+		c.Close()
+	}
+	testkit.WaitFor(t, "B holding none", func() bool { return pr.b.srv.Active() == 0 })
+	pr.b.dialWS(t, "/", nil)
 }

@@ -301,11 +301,11 @@ func TestHandoffPipelinedBroken(t *testing.T) {
 func TestHandoffPeerStalls(t *testing.T) {
 	const n, batch = 16, 8
 	r := startRelayed(t, n)
-	r.a.srv.testHandoffStall = 200 * time.Millisecond
+	r.a.srv.testHandoff = &handoffHooks{sender: handoff.Options{Stall: 200 * time.Millisecond}}
 	moved, closed, err := r.run(t, batch, func(int) peerAct { return peerHang })
 	// A connection busy in the first round (its runner still held after
 	// the echo) is not sent before the stall, and gets its 1012 in A.
-	if !errors.Is(err, errHandoffStalled) || moved == 0 || moved+closed != n {
+	if !errors.Is(err, handoff.ErrStalled) || moved == 0 || moved+closed != n {
 		t.Fatalf("moved %d closed %d (%v), want %d in all, moved ones, and the stall", moved, closed, err, n)
 	}
 	r.observedMoved(t, moved)
@@ -370,11 +370,11 @@ func TestHandoffThousands(t *testing.T) {
 func TestHandoffLatePeerKeepsGivenUp(t *testing.T) {
 	const n = 8
 	r := startRelayed(t, n)
-	r.a.srv.testHandoffStall = 200 * time.Millisecond
+	r.a.srv.testHandoff = &handoffHooks{sender: handoff.Options{Stall: 200 * time.Millisecond}}
 	ua, ub := unixPair(t)
 	moved, closed, err := r.a.srv.Handoff(context.Background(), ua, 100*time.Millisecond)
 	// One busy in the first round is not sent, and gets its 1012 in A.
-	if !errors.Is(err, errHandoffStalled) || moved == 0 || moved+closed != n {
+	if !errors.Is(err, handoff.ErrStalled) || moved == 0 || moved+closed != n {
 		t.Fatalf("moved %d closed %d (%v), want %d in all, moved ones, and the stall", moved, closed, err, n)
 	}
 	ua.Close() // the old process is gone
@@ -423,7 +423,7 @@ func TestHandoffUnknownAnswer(t *testing.T) {
 // the peer holds unanswered are given up as moved.
 func TestHandoffRefusedAtStall(t *testing.T) {
 	refusedAtDeadline(t, func(_ context.CancelFunc, ra *net.UnixConn) {
-		// What handoffClock sets when the stall bound passes.
+		// What the sender sets when the stall bound passes.
 		ra.SetDeadline(aLongTimeAgo)
 	})
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/edgelb/edge/balance"
 	"github.com/edgelb/edge/internal/hostname"
+	"github.com/edgelb/edge/proxy/internal/handoff"
 	"github.com/edgelb/edge/proxy/internal/ready"
 )
 
@@ -56,20 +57,22 @@ type Server struct {
 	// and TLS WebSockets it left there (tlsrecord_linux.go).
 	recOwned, recKept atomic.Int64
 
-	// handoffPlan is when Handoff's 1012s go, in order (for tests);
-	// guarded by reg.mu.
-	handoffPlan []time.Duration
-	// testMoveRetryFor, when set by a test, replaces Handoff's bound on
-	// retrying busy connections (moveRetryFor).
-	testMoveRetryFor time.Duration
-	// testHandoffStall, when set by a test, replaces Handoff's bound on
-	// waiting for the peer's next answer (handoffStall).
-	testHandoffStall time.Duration
+	// testHandoff, set by a test before Handoff, changes its sender's
+	// bounds and records its plan; nil outside tests.
+	testHandoff *handoffHooks
 	// testRestAfter, when set by a test, replaces how long a record-layer
 	// client must be quiet before the sweeper drops its ciphers
 	// (restAfter, Sweep; not restIfStill's), in nanoseconds. Atomic: the
 	// sweeper reads it.
 	testRestAfter atomic.Int64
+}
+
+// handoffHooks is what a test sets on Handoff (Server.testHandoff).
+type handoffHooks struct {
+	// sender's non-zero fields replace handoff.Move's defaults.
+	sender handoff.Options
+	// plan is when Handoff's 1012s go, in order; guarded by reg.mu.
+	plan []time.Duration
 }
 
 // New returns a Server for the routes in opts.

@@ -55,7 +55,7 @@ func (c *wsConn) startGoroutines(head, clientBuffered, backendBuffered []byte) {
 	if !c.s.reg.add(c) {
 		c.closeBoth(ReasonShutdown)
 		g.cancel()
-		c.finish()
+		c.finish(false)
 		return
 	}
 	go g.run(head, clientBuffered, backendBuffered)
@@ -64,7 +64,7 @@ func (c *wsConn) startGoroutines(head, clientBuffered, backendBuffered []byte) {
 // run writes the 101, forwards what both sides had already sent, then
 // splices until both directions end.
 func (g *goDriver) run(head, clientBuffered, backendBuffered []byte) {
-	defer g.c.finish()
+	defer g.c.finish(false)
 	defer g.cancel()
 	stop := context.AfterFunc(g.ctx, func() { g.c.closeBoth(ReasonShutdown) })
 	defer stop()

@@ -420,7 +420,7 @@ func (r *readyState) finishReady() {
 	if r.fin != nil {
 		r.fin.Stop()
 	}
-	r.c.finish()
+	r.c.finish(false)
 }
 
 // noteTimeouts lowers the runtime's sweep period to a quarter of the
