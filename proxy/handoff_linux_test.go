@@ -8,7 +8,6 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
-	"github.com/edgelb/edge/internal/testkit"
 	"io"
 	"log/slog"
 	"net"
@@ -19,6 +18,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/edgelb/edge/internal/testkit"
 
 	"github.com/edgelb/edge/balance"
 	"github.com/edgelb/edge/internal/interop"
@@ -49,26 +50,6 @@ func accessLines(t *testing.T, log *testkit.Buffer) []map[string]any {
 	return out
 }
 
-// unixPair returns both ends of a SOCK_STREAM Unix socketpair.
-func unixPair(t testing.TB) (*net.UnixConn, *net.UnixConn) {
-	t.Helper()
-	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	conn := func(fd int) *net.UnixConn {
-		f := os.NewFile(uintptr(fd), "handoff")
-		defer f.Close()
-		c, err := net.FileConn(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close() })
-		return c.(*net.UnixConn)
-	}
-	return conn(fds[0]), conn(fds[1])
-}
-
 // pair is A and B over the same backend, each with its own pool "chat"
 // (member "b1"), as two processes with the same configuration have.
 type pair struct {
@@ -91,7 +72,7 @@ func startPair(t *testing.T, backendAddr string, tune func(p *Pool), cfgA edgeCo
 	pr.a = startEdge(t, cfgA)
 	pr.b = startEdge(t, edgeConfig{opts: Options{Routes: []Route{{Default: true, Pool: pr.poolB}},
 		AccessLog: slog.New(slog.NewJSONHandler(pr.logB, nil))}})
-	pr.ua, pr.ub = unixPair(t)
+	pr.ua, pr.ub = testkit.UnixPair(t)
 	return pr
 }
 

@@ -163,8 +163,8 @@ func startRelayed(t *testing.T, n int) *relayed {
 // relay's done.
 func (r *relayed) relay(t *testing.T, batch int, decide func(i int) peerAct) (ra, rb *net.UnixConn, done <-chan struct{}) {
 	t.Helper()
-	ra, rb = unixPair(t)  // A to the relay
-	fb, ub := unixPair(t) // the relay to B
+	ra, rb = testkit.UnixPair(t)  // A to the relay
+	fb, ub := testkit.UnixPair(t) // the relay to B
 	go func() {
 		n, err := r.b.srv.Adopt(context.Background(), ub)
 		if err != nil {
@@ -371,7 +371,7 @@ func TestHandoffLatePeerKeepsGivenUp(t *testing.T) {
 	const n = 8
 	r := startRelayed(t, n)
 	r.a.srv.testHandoff = &handoffHooks{sender: handoff.Options{Stall: 200 * time.Millisecond}}
-	ua, ub := unixPair(t)
+	ua, ub := testkit.UnixPair(t)
 	moved, closed, err := r.a.srv.Handoff(context.Background(), ua, 100*time.Millisecond)
 	// One busy in the first round is not sent, and gets its 1012 in A.
 	if !errors.Is(err, handoff.ErrStalled) || moved == 0 || moved+closed != n {

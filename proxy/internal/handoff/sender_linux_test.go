@@ -8,32 +8,12 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
+	"github.com/edgelb/edge/internal/testkit"
 )
 
 // The sender's tests run Move against a peer of the test's own over a
 // Unix socketpair, with fake connections: each message carries a pipe's
 // two descriptors through SCM_RIGHTS, as a connection's would.
-
-// socketPair returns both ends of a SOCK_STREAM Unix socketpair.
-func socketPair(t *testing.T) (*net.UnixConn, *net.UnixConn) {
-	t.Helper()
-	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	conn := func(fd int) *net.UnixConn {
-		f := os.NewFile(uintptr(fd), "handoff")
-		defer f.Close()
-		c, err := net.FileConn(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close() })
-		return c.(*net.UnixConn)
-	}
-	return conn(fds[0]), conn(fds[1])
-}
 
 // fixture is what the fake connections of one test share: the
 // descriptors their messages carry, the message, and how many items are
@@ -168,7 +148,7 @@ func settled(t *testing.T, cs []*fakeConn, forgotten func(c *fakeConn) bool) {
 func TestMoveWindow(t *testing.T) {
 	const n, window = 20, 4
 	f := newFixture(t)
-	a, b := socketPair(t)
+	a, b := testkit.UnixPair(t)
 	done := peer(t, b, window, adoptAll)
 	cs := f.conns(n)
 	moved, left, err := Move(context.Background(), a, cs, Options{Window: window})
@@ -189,7 +169,7 @@ func TestMoveWindow(t *testing.T) {
 func TestMoveWindowBytes(t *testing.T) {
 	const n = 12
 	f := newFixture(t)
-	a, b := socketPair(t)
+	a, b := testkit.UnixPair(t)
 	peer(t, b, 1, adoptAll)
 	cs := f.conns(n)
 	moved, _, err := Move(context.Background(), a, cs, Options{WindowBytes: 3 * len(f.msg)})
@@ -206,7 +186,7 @@ func TestMoveWindowBytes(t *testing.T) {
 func TestMoveRefused(t *testing.T) {
 	const n = 10
 	f := newFixture(t)
-	a, b := socketPair(t)
+	a, b := testkit.UnixPair(t)
 	peer(t, b, 5, func(i int) (byte, act) {
 		if i%3 == 1 {
 			return AckRefused, reply
@@ -230,7 +210,7 @@ func TestMoveRefused(t *testing.T) {
 // while RetryFor lasts, and stays, never frozen, once it is over.
 func TestMoveRetry(t *testing.T) {
 	f := newFixture(t)
-	a, b := socketPair(t)
+	a, b := testkit.UnixPair(t)
 	peer(t, b, 1, adoptAll)
 	cs := f.conns(3)
 	cs[1].busy = 2
@@ -251,7 +231,7 @@ func TestMoveRetry(t *testing.T) {
 // ended meanwhile neither moves nor stays.
 func TestMoveNeverAndGone(t *testing.T) {
 	f := newFixture(t)
-	a, b := socketPair(t)
+	a, b := testkit.UnixPair(t)
 	peer(t, b, 1, adoptAll)
 	cs := f.conns(3)
 	cs[0].res, cs[2].res = Never, Gone
@@ -268,7 +248,7 @@ func TestMoveNeverAndGone(t *testing.T) {
 func TestMoveStall(t *testing.T) {
 	const n = 6
 	f := newFixture(t)
-	a, b := socketPair(t)
+	a, b := testkit.UnixPair(t)
 	peer(t, b, 1, func(int) (byte, act) { return 0, silent })
 	cs := f.conns(n)
 	moved, left, err := Move(context.Background(), a, cs, Options{Stall: 50 * time.Millisecond})
@@ -287,7 +267,7 @@ func TestMoveStall(t *testing.T) {
 func TestMoveContextEnds(t *testing.T) {
 	const n = 4
 	f := newFixture(t)
-	a, b := socketPair(t)
+	a, b := testkit.UnixPair(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	peer(t, b, 1, func(i int) (byte, act) {
 		if i == n-1 {
@@ -311,7 +291,7 @@ func TestMoveContextEnds(t *testing.T) {
 func TestMoveBroken(t *testing.T) {
 	const n, took = 10, 3
 	f := newFixture(t)
-	a, b := socketPair(t)
+	a, b := testkit.UnixPair(t)
 	done := peer(t, b, 5, func(i int) (byte, act) {
 		if i < took {
 			return AckAdopted, reply
@@ -339,7 +319,7 @@ func TestMoveBroken(t *testing.T) {
 func TestMoveUnknownAnswer(t *testing.T) {
 	const n = 6
 	f := newFixture(t)
-	a, b := socketPair(t)
+	a, b := testkit.UnixPair(t)
 	peer(t, b, n, func(i int) (byte, act) {
 		if i == 2 {
 			return 0x7f, reply
