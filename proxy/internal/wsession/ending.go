@@ -132,6 +132,9 @@ func (s *Session) Tick(now, queuedSince int64) Action {
 	if idle {
 		return s.Finish(ReasonIdleTimeout, true, now)
 	}
+	if a, ok := s.expire(now); ok {
+		return a
+	}
 	if wt := s.cfg.WriteTimeout; wt > 0 && queuedSince != 0 && now-queuedSince >= int64(wt) {
 		return s.Finish(ReasonWriteTimeout, true, now)
 	}
@@ -173,6 +176,7 @@ func (s *Session) Deadline(side Side) int64 {
 		return 1
 	}
 	earliest(s.pingDeadline())
+	earliest(s.expiryDeadline())
 	return dl
 }
 
@@ -202,7 +206,46 @@ func (s *Session) NextTick(queuedSince int64) int64 {
 		earliest(queuedSince + int64(wt))
 	}
 	earliest(s.pingDeadline())
+	earliest(s.expiryDeadline())
 	return next
+}
+
+// SetExpiry makes the connection close at, unix nanos (0: never), with
+// the Config's ExpiryCode: the end of the token it was opened with, plus
+// the pool's grace and its share of the spread. Call it before a driver
+// runs the session.
+func (s *Session) SetExpiry(at int64) { s.expiry = at }
+
+// Expiry is what SetExpiry set (0: none).
+func (s *Session) Expiry() int64 { return s.expiry }
+
+// expire is the expiry's part of Tick: at the expiry a close with
+// ExpiryCode is requested at the next frame boundary, like a drain's; a
+// connection still open FinTimeout later (a backend frame that never
+// ends, so no boundary comes) is ended.
+func (s *Session) expire(now int64) (Action, bool) {
+	if s.expiry == 0 || now < s.expiry {
+		return Action{}, false
+	}
+	if s.Request(s.cfg.ExpiryCode, s.cfg.ExpiryReason) {
+		return Action{Kind: Close, Code: s.cfg.ExpiryCode}, true
+	}
+	if now >= s.expiry+int64(FinTimeout) && !s.closeOut.Load() {
+		return s.Finish(s.cfg.ExpiryReason, true, now), true
+	}
+	return Action{}, false
+}
+
+// expiryDeadline is the expiry's next moment for NextTick and Deadline:
+// the expiry itself, then the bound on reaching a frame boundary.
+func (s *Session) expiryDeadline() int64 {
+	switch {
+	case s.expiry == 0 || s.closeOut.Load():
+		return 0
+	case s.Requested():
+		return s.expiry + int64(FinTimeout)
+	}
+	return s.expiry
 }
 
 // Discard accounts for n client bytes read and dropped while lingering:

@@ -53,6 +53,12 @@ type Config struct {
 
 	// Rate limits what the client sends per second (rate.go).
 	Rate Rate
+
+	// ExpiryCode and ExpiryReason are the close a connection gets when
+	// its Expiry passes (the token it was opened with expired): the code
+	// goes to the client between two frames, the reason is recorded.
+	ExpiryCode   int
+	ExpiryReason Reason
 }
 
 // FrameAware reports whether c asks for frame-aware mode: client frames
@@ -86,6 +92,10 @@ type Session struct {
 	ctl          [4]byte
 
 	closeCode atomic.Int32 // requested close code; 0: none
+	// expiry is when the connection must close with the Config's
+	// ExpiryCode, unix nanos (0: never): set by SetExpiry before the
+	// drivers start, read only after.
+	expiry int64
 	// backendEOF: the backend's stream ended, so no ping can go out any
 	// more and the heartbeat stops (both drivers alike: the goroutine
 	// splice has no backend reader left to keep it).
