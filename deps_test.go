@@ -83,7 +83,10 @@ var importRules = []importRule{
 	// The record layer is pure: stdlib crypto and x/crypto (whose
 	// chacha20 reaches x/sys/cpu) only.
 	{pkg: "tls/record", noStdNet: true, noNet: true, external: []string{"golang.org/x/crypto/", "golang.org/x/sys/cpu"}},
-	{pkg: "proxy", ours: []string{"balance", "internal/hostname", "internal/wswire", "proxy/internal/wsession", "proxy/internal/handoff", "proxy/internal/ready", "tls/record"}},
+	// Tokens: JWS/JWT verification, JWK Sets and their sources, marks and
+	// revocations; the standard library alone.
+	{pkg: "auth", external: []string{}},
+	{pkg: "proxy", ours: []string{"auth", "balance", "internal/hostname", "internal/wswire", "proxy/internal/wsession", "proxy/internal/handoff", "proxy/internal/ready", "tls/record"}},
 	{pkg: "proxy/internal/handoff"},
 	// The readiness runtime: sockets, pollers, the sweeper and the
 	// client's record layer; nothing of HTTP, the proxy or metrics.
@@ -93,7 +96,7 @@ var importRules = []importRule{
 	{pkg: "discovery", ours: []string{"balance", "internal/consul", "internal/hostname", "internal/trust"}},
 	// The fleet: Consul KV through the shared mechanics, the pools it
 	// sets shares and actions on; nothing of the registry, HTTP front or file.
-	{pkg: "fleet", ours: []string{"balance", "internal/consul", "internal/trust"}},
+	{pkg: "fleet", ours: []string{"auth", "balance", "internal/consul", "internal/trust"}},
 	// Consul mechanics the registry and the fleet share: the bounded
 	// client, blocking-query index, backoff, bounded KV reads, state files.
 	{pkg: "internal/consul", ours: []string{"internal/trust"}},
@@ -111,15 +114,19 @@ var importRules = []importRule{
 	// their status types; nothing of cmd/edge, the file or the admin.
 	// The service manager's datagrams: a socket, the clock, nothing more.
 	{pkg: "cmd/edge/internal/sdnotify", noStdNet: true, external: []string{"golang.org/x/sys/"}},
-	{pkg: "cmd/edge/internal/metrics", prometheus: true, ours: []string{"balance", "discovery", "fleet", "health", "proxy", "tls",
+	{pkg: "cmd/edge/internal/metrics", prometheus: true, ours: []string{"auth", "balance", "discovery", "fleet", "health", "proxy", "tls",
 		"internal/consul", "internal/hostname", "internal/trust", "internal/wswire", "proxy/internal/handoff", "proxy/internal/ready", "proxy/internal/wsession", "tls/record"}},
 	// The process upgrade: exec, pipes and descriptors; nothing of
 	// HTTP, the proxy, the file or metrics (cmd/edge counts).
 	{pkg: "cmd/edge/internal/upgrade", noStdNet: true},
 	// The running pools of the file and what a reload keeps: the file's
 	// pools mapped onto the components' options; nothing of metrics.
-	{pkg: "cmd/edge/internal/poolset", ours: []string{"balance", "conf", "fleet", "health", "proxy",
+	{pkg: "cmd/edge/internal/poolset", ours: []string{"auth", "balance", "conf", "fleet", "health", "proxy",
 		"internal/consul", "internal/hostname", "internal/trust", "internal/wswire", "proxy/internal/handoff", "proxy/internal/ready", "proxy/internal/wsession", "tls/record"}},
+	// The token component: the file's providers and their key sources,
+	// each pool's policy for the proxy, the revocations in force.
+	{pkg: "cmd/edge/internal/tokens", ours: []string{"auth", "balance", "cmd/edge/internal/admin", "conf", "proxy",
+		"internal/hostname", "internal/trust", "internal/wswire", "proxy/internal/handoff", "proxy/internal/ready", "proxy/internal/wsession", "tls/record"}},
 	// The binary wires everything (and builds the metrics registry); the
 	// others are small programs and test support.
 	{pkg: "cmd/edge", anyOurs: true, prometheus: true},

@@ -71,6 +71,9 @@ type Config struct {
 	// Consul is the connection to the Consul agent used by discovery and
 	// self-registration.
 	Consul Consul `yaml:"consul"`
+	// Auth is the issuers of tokens edge verifies for pools with a token
+	// policy, and the revocations the file states.
+	Auth Auth `yaml:"auth"`
 
 	src      *source  // where each setting came from; nil for a Config built in code
 	warnings []*Error // from the last Validate
@@ -413,6 +416,8 @@ type Pool struct {
 	// BackendLeave says what happens to the live WebSockets of a backend
 	// that leaves the pool.
 	BackendLeave BackendLeave `yaml:"backend_leave"`
+	// Auth is the pool's token policy: required, optional or off.
+	Auth PoolAuth `yaml:"auth"`
 }
 
 // BackendLeave is what happens to the live connections of a backend that

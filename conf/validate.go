@@ -116,6 +116,7 @@ func (c *Config) validate() (errs, warns []*Error) {
 		}
 	}
 	v.consul()
+	v.auth(&c.Auth)
 	return v.errs, v.warns
 }
 
@@ -424,6 +425,7 @@ func (v *validator) pool(path string, p *Pool) {
 	v.health(path+".health", p.Health)
 	v.webSocket(path+".websocket", p.WebSocket)
 	v.backendLeave(path+".backend_leave", p.BackendLeave)
+	v.poolAuth(path+".auth", p)
 }
 
 // backends checks a pool's static members: either they or consul.service,

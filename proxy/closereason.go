@@ -62,7 +62,7 @@ const reasonKeep = wsession.ReasonKeep
 // CloseReasons lists every CloseReason, for metrics that must exist at
 // zero before the first connection ends.
 func CloseReasons() []CloseReason {
-	return append(wsession.Reasons(), ReasonShutdown, ReasonDrain, ReasonBackendGone, ReasonAdminDrain, ReasonMoved, ReasonRestart)
+	return append(wsession.Reasons(), ReasonShutdown, ReasonDrain, ReasonBackendGone, ReasonAdminDrain, ReasonMoved, ReasonRestart, ReasonTokenExpired, ReasonTokenRevoked)
 }
 
 // CloseSide says who closed a WebSocket first: the side whose close frame
@@ -162,6 +162,13 @@ func Rejections() []Rejection {
 		{http.StatusServiceUnavailable, "pool_max_conns", true},
 		{http.StatusServiceUnavailable, "max_conns", true},
 		{http.StatusServiceUnavailable, "pool_rate_limit", true},
+		// Tokens (auth.go), checked before admission.
+		{http.StatusUnauthorized, reasonTokenMissing, true},
+		{http.StatusUnauthorized, reasonTokenInvalid, true},
+		{http.StatusUnauthorized, reasonTokenRevoked, true},
+		{http.StatusUnauthorized, reasonTokenLifetime, true},
+		{http.StatusForbidden, reasonTokenForbidden, true},
+		{http.StatusTooManyRequests, reasonSubjectConns, true},
 		// Backends.
 		{http.StatusServiceUnavailable, "dial_failed", true},
 		{http.StatusBadGateway, "dial_failed", true},

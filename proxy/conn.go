@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/edgelb/edge/auth"
 	"github.com/edgelb/edge/balance"
 	"github.com/edgelb/edge/proxy/internal/handoff"
 	"github.com/edgelb/edge/proxy/internal/wsession"
@@ -34,6 +35,10 @@ type wsConn struct {
 	in, out atomic.Int64
 
 	d driver // nil until start picks one
+
+	// who is the mark of the token the connection was opened with (nil:
+	// none), what a revocation is matched against (SetRevoked).
+	who *auth.Mark
 }
 
 // driver is the splice that runs a connection. It reads the sockets its
@@ -193,6 +198,7 @@ func (c *wsConn) finish(moved bool) {
 	c.be.Release()
 	x := c.x
 	x.release()
+	c.s.giveSubject(c.pool, c.who)
 	if moved {
 		c.s.obs.ConnClosed(x.routeName(), c.be.ID(), string(ReasonMoved), c.s.now().Sub(x.start), c.in.Load(), c.out.Load())
 		return
@@ -208,7 +214,7 @@ func (c *wsConn) finish(moved bool) {
 	}
 	c.logFault()
 	// The access line goes first: whoever waits for ConnClosed then finds it.
-	x.logAccess()
+	x.logAccessAs(c.who)
 	if x.deflate == deflateCounted {
 		c.s.obs.Inflated(x.routeName(), int64(x.zWire), int64(x.zInflated))
 	}

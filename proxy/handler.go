@@ -2,7 +2,9 @@ package proxy
 
 import (
 	"crypto/tls"
+
 	"errors"
+	"github.com/edgelb/edge/auth"
 	"math"
 	"net/http"
 	"strconv"
@@ -88,17 +90,30 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	var tok bearerResult
+	if a := rt.pool.auth; a != nil {
+		if tok = s.checkToken(r, a, rt.pool.name, x.start); tok.status != 0 {
+			x.refuseToken(w, tok)
+			return
+		}
+	}
 	if no := x.admit(false); no.status != 0 {
 		x.refuse(w, no)
 		return
 	}
 	if ws {
-		s.serveWebSocket(w, x)
+		if !s.holdSubject(x, tok) {
+			x.release()
+			w.Header().Set("Retry-After", retryAfterBusy)
+			x.reject(w, http.StatusTooManyRequests, reasonSubjectConns)
+			return
+		}
+		s.serveWebSocket(w, x, tok)
 		return
 	}
 	defer x.release()
 	s.servePlain(w, x)
-	x.logAccess()
+	x.logAccessAs(tok.mark)
 }
 
 // refusal is why admit turned a request away: the answer's status, the
@@ -182,7 +197,13 @@ const statusClientClosed = 499
 // serveWebSocket runs the upgrade: backend handshake first, hijack second.
 // After the hijack no HTTP error is ever written to the client: failures
 // just close the connection.
-func (s *Server) serveWebSocket(w http.ResponseWriter, x *exchange) {
+func (s *Server) serveWebSocket(w http.ResponseWriter, x *exchange, tok bearerResult) {
+	started := false
+	defer func() {
+		if !started {
+			s.giveSubject(x.pool, tok.mark)
+		}
+	}()
 	bc, err := s.dialUpgrade(x.r.Context(), x)
 	if err != nil {
 		x.release()
@@ -246,7 +267,12 @@ func (s *Server) serveWebSocket(w http.ResponseWriter, x *exchange) {
 	}
 
 	c := newWSConn(s, x, client, bc)
-	head := s.switchingResponse(x, bc)
+	if tok.mark != nil {
+		c.who = tok.mark
+		c.sess.SetExpiry(s.expiryAt(tok.expires, x.pool.auth))
+	}
+	head := s.switchingResponse(x, bc, tok.protocol)
+	started = true
 	// The request is not needed any more: an idle connection should not pin it.
 	x.r = nil
 	x.detach()
@@ -256,11 +282,15 @@ func (s *Server) serveWebSocket(w http.ResponseWriter, x *exchange) {
 // switchingResponse renders the 101 for the client: the backend's headers
 // (hop-by-hop fields normalised) plus the sticky cookie when balance asks
 // for one (traefik#3343: the cookie must be on the 101 itself).
-func (s *Server) switchingResponse(x *exchange, bc *backendConn) []byte {
+func (s *Server) switchingResponse(x *exchange, bc *backendConn, tokenProtocol string) []byte {
 	b := make([]byte, 0, 512)
 	b = append(b, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"...)
 	h := bc.resp.Header
 	removeHopByHop(h)
+	if tokenProtocol != "" && len(h["Sec-Websocket-Protocol"]) == 0 {
+		// The token's entry was all the client offered (stripProtocol).
+		h["Sec-Websocket-Protocol"] = []string{tokenProtocol}
+	}
 	b = appendHeader(b, h, "")
 	if bc.setCookie {
 		b = append(b, "Set-Cookie: "...)
@@ -268,4 +298,35 @@ func (s *Server) switchingResponse(x *exchange, bc *backendConn) []byte {
 		b = append(b, "\r\n"...)
 	}
 	return append(b, "\r\n"...)
+}
+
+// refuseToken answers a request whose token checkToken refused: 401 with
+// the challenge of RFC 6750 §3 (no error detail: what failed is for the
+// access log and the metrics, not for whoever holds a bad token), or 403.
+func (x *exchange) refuseToken(w http.ResponseWriter, tok bearerResult) {
+	if tok.status == http.StatusUnauthorized {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="edge"`)
+	}
+	x.status, x.reason = tok.status, tok.reason
+	x.s.obs.Rejected(x.routeName(), tok.status, tok.reason)
+	x.answer(w, func() { http.Error(w, http.StatusText(tok.status), tok.status) })
+	x.logAccessAs(tok.mark)
+}
+
+// holdSubject counts a WebSocket against its subject's limit in its pool
+// (Auth.MaxConnsPerSubject), or reports false when it is over.
+func (s *Server) holdSubject(x *exchange, tok bearerResult) bool {
+	a := x.pool.auth
+	if tok.mark == nil || a == nil || a.MaxConnsPerSubject <= 0 || tok.mark.Subject == 0 {
+		return true
+	}
+	return s.subjects.take(x.pool.name, tok.mark.Subject, a.MaxConnsPerSubject)
+}
+
+// giveSubject gives back what holdSubject took.
+func (s *Server) giveSubject(p *pool, who *auth.Mark) {
+	if who == nil || p.auth == nil || p.auth.MaxConnsPerSubject <= 0 || who.Subject == 0 {
+		return
+	}
+	s.subjects.give(p.name, who.Subject)
 }

@@ -49,6 +49,17 @@ type Observer interface {
 	// byte rate: action RateClose (it gets a close 1008) or RateSlow (its
 	// reading pauses until the bucket refills; once per pause).
 	RateLimited(pool, action string)
+	// TokenChecked is called once for every request of a pool with a
+	// token policy that carried a token or needed one: outcome is "ok",
+	// one of auth.Outcomes for a token that did not verify, or one of
+	// TokenOutcomes for one refused after it verified (or was missing).
+	TokenChecked(pool, outcome string)
+}
+
+// TokenOutcomes lists the outcomes of Observer.TokenChecked besides "ok"
+// and auth.Outcomes: missing, revoked, valid too long, not allowed.
+func TokenOutcomes() []string {
+	return []string{reasonTokenMissing, reasonTokenRevoked, reasonTokenLifetime, reasonTokenForbidden}
 }
 
 // Actions of Observer.RateLimited.
@@ -114,3 +125,6 @@ func (NopObserver) Inflated(string, int64, int64) {}
 
 // RateLimited implements Observer.
 func (NopObserver) RateLimited(string, string) {}
+
+// TokenChecked implements Observer.
+func (NopObserver) TokenChecked(string, string) {}

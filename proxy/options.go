@@ -151,6 +151,8 @@ type Pool struct {
 	// client_max_window_bits in both handshakes: the windows, hence the
 	// compression memory, of backends and clients; 0 means no cap.
 	DeflateMaxWindowBits int
+	// Auth is the pool's token policy (auth.go); nil: none.
+	Auth *Auth
 
 	// Per-connection rates of what the client sends, each a token bucket
 	// (GCRA, 16 bytes a connection, nothing allocated per message):

@@ -54,6 +54,9 @@ type pool struct {
 	deflate     wswire.DeflateMode
 	deflateBits int // 0: no window cap
 
+	// auth is the token policy, its defaults settled; nil: off.
+	auth *compiledAuth
+
 	// timeouts are the pool's timers the readiness runtime's sweep period
 	// follows (Server.noteTimeouts); 0 where off.
 	timeouts [6]time.Duration
@@ -81,6 +84,7 @@ func compilePool(p *Pool) *pool {
 		cookiePath:     orDefault(p.Cookie.Path, "/"),
 		cookieSameSite: p.Cookie.SameSite,
 		deflateBits:    max(p.DeflateMaxWindowBits, 0),
+		auth:           compileAuth(p.Auth),
 	}
 	c.writeTimeout = orDefault(p.WriteTimeout, c.handshakeTimeout)
 	if p.Cookie.MaxAge > 0 {
@@ -97,6 +101,9 @@ func compilePool(p *Pool) *pool {
 			Bytes: max(p.RateBytes, 0), ByteBurst: max(p.RateByteBurst, 0), Slow: p.RateSlow},
 		IdleTimeout:  max(p.IdleTimeout, 0),
 		WriteTimeout: c.writeTimeout,
+	}
+	if c.auth != nil {
+		c.ws.ExpiryCode, c.ws.ExpiryReason = c.auth.closeCode, ReasonTokenExpired
 	}
 	switch pol := p.Deflate; {
 	case pol == DeflateStrip:

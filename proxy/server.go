@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/edgelb/edge/auth"
 	"github.com/edgelb/edge/balance"
 	"github.com/edgelb/edge/internal/hostname"
 	"github.com/edgelb/edge/proxy/internal/handoff"
@@ -46,7 +47,14 @@ type Server struct {
 
 	reg      registry
 	draining atomic.Bool
-	hc       hostClients
+
+	// Tokens (auth.go): the revocations in force, the counter that
+	// places each expiry in its pool's spread, and the live connections
+	// per subject of pools with a per-subject limit.
+	revoked   revokedSet
+	expirySeq atomic.Uint64
+	subjects  subjects
+	hc        hostClients
 
 	// The readiness runtime (Linux): pollers and the sweeper, from Run
 	// until Run's context ended and the Server closed.
@@ -258,12 +266,17 @@ func (x *exchange) kind() string {
 
 // logAccess writes the access line; docs/METRICS.md ("Log fields") lists them.
 // Durations are seconds as floats, like Prometheus's base unit.
-func (x *exchange) logAccess() {
+func (x *exchange) logAccess() { x.logAccessAs(nil) }
+
+// logAccessAs writes the access line of a request or connection made
+// with a token: its subject goes in as SubjectHash in hex ("sub"), never
+// the subject itself (personal data) and never the token.
+func (x *exchange) logAccessAs(who *auth.Mark) {
 	client := ""
 	if x.id.client.IsValid() {
 		client = x.id.client.String()
 	}
-	attrs := [22]slog.Attr{
+	attrs := [23]slog.Attr{
 		slog.String("listener", x.lo.Name),
 		slog.String("kind", x.kind()),
 		slog.String("request_id", x.requestID()),
@@ -296,6 +309,10 @@ func (x *exchange) logAccess() {
 			attrs[n+1] = slog.Uint64("deflate_inflated_in", x.zInflated)
 			n += 2
 		}
+	}
+	if who != nil && who.Subject != 0 {
+		attrs[n] = slog.String("sub", fmt.Sprintf("%016x", who.Subject))
+		n++
 	}
 	x.s.access.LogAttrs(context.Background(), slog.LevelInfo, "access", attrs[:n]...)
 }

@@ -52,6 +52,7 @@ func newPool(t testing.TB, name string, mode balance.Mode, addrs map[string]stri
 // recorder is an Observer that records events for assertions.
 type recorder struct {
 	mu      sync.Mutex
+	tokens  []string // TokenChecked outcomes
 	closed  []string // reasons
 	dialErr []string // backend ids
 	rejects []int
@@ -116,6 +117,11 @@ func (r *recorder) CloseSent(string, int) {}
 func (r *recorder) Deflate(_, outcome string) {
 	r.mu.Lock()
 	r.deflate = append(r.deflate, outcome)
+	r.mu.Unlock()
+}
+func (r *recorder) TokenChecked(_, outcome string) {
+	r.mu.Lock()
+	r.tokens = append(r.tokens, outcome)
 	r.mu.Unlock()
 }
 func (r *recorder) RateLimited(_, action string) {

@@ -19,13 +19,14 @@ command -v npm >/dev/null || need+=(npm)
 command -v systemd-analyze >/dev/null || need+=(systemd)
 /usr/bin/python3 -c 'import websockets' 2>/dev/null || need+=(python3-websockets)
 /usr/bin/python3 -c 'import aiohttp' 2>/dev/null || need+=(python3-aiohttp)
+/usr/bin/python3 -c 'import jwt' 2>/dev/null || need+=(python3-jwt)
 command -v promtool >/dev/null || need+=(prometheus)
 if [ ${#need[@]} -gt 0 ]; then
 	echo "== installing ${need[*]} (Debian packages; a minute or two)"
 	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
-if [ ! -d internal/interop/js/node_modules/ws ] || [ ! -d internal/interop/js/node_modules/playwright-core ]; then
-	echo "== installing npm clients (ws, playwright-core) into internal/interop/js"
+if [ ! -d internal/interop/js/node_modules/ws ] || [ ! -d internal/interop/js/node_modules/playwright-core ] || [ ! -d internal/interop/js/node_modules/jose ]; then
+	echo "== installing npm clients (ws, playwright-core, jose) into internal/interop/js"
 	npm ci --prefix internal/interop/js --no-audit --no-fund --loglevel=error
 fi
 export EDGE_REQUIRE_INTEROP=1

@@ -55,6 +55,7 @@ func (e *edge) newAdmin(cfg *conf.Config) (*admin.Server, error) {
 	if e.up != nil {
 		opts.Endpoints = admin.UpgradeEndpoints(apiUpgrader{e})
 	}
+	opts.Endpoints = append(opts.Endpoints, e.tokens.Endpoints(cfg.Consul.Fleet.Prefix != "")...)
 	if cfg.Consul.Fleet.Prefix != "" {
 		opts.Fleet = fleetAdmin{e}
 	}
@@ -106,6 +107,9 @@ func (s edgeStatus) StatusParts() admin.StatusParts {
 	}
 	if ck := e.cookieKeyStatus(); len(ck) > 0 {
 		p.CookieKeys = ck
+	}
+	if st := e.tokens.Status(); len(st.Providers) > 0 || st.Revocations["local"]+st.Revocations["fleet"]+st.Revocations["file"] > 0 {
+		p.Auth = st
 	}
 	if fa := e.fleetStatus(); fa != nil {
 		p.FleetActions = fa

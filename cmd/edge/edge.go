@@ -15,6 +15,7 @@ import (
 	"github.com/edgelb/edge/cmd/edge/internal/metrics"
 	"github.com/edgelb/edge/cmd/edge/internal/poolset"
 	"github.com/edgelb/edge/cmd/edge/internal/sockets"
+	"github.com/edgelb/edge/cmd/edge/internal/tokens"
 	"github.com/edgelb/edge/cmd/edge/internal/upgrade"
 	"github.com/edgelb/edge/conf"
 	"github.com/edgelb/edge/fleet"
@@ -50,6 +51,12 @@ type edge struct {
 	// consul.fleet.prefix; nil without one. Fixed at start.
 	fleetActions *fleet.Actions
 
+	// tokens is the token component (the providers' keys, each pool's
+	// policy, the revocations in force); fleetRevocations follows the
+	// fleet's revocations under consul.fleet.prefix, nil without one.
+	tokens           *tokens.Tokens
+	fleetRevocations *fleet.Revocations
+
 	// Drain progress for /status: when it began (unix nanoseconds, 0
 	// before) and how many connections were live then.
 	drainStart, drainFrom atomic.Int64
@@ -74,6 +81,11 @@ func newEdge(cfg *conf.Config, path string, log *slog.Logger, up *upgrade.Upgrad
 	// The fleet's actions before the pools: each pool is built with its
 	// name's fleet layer, so a backend the fleet drained is never pickable.
 	if err := e.newFleetActions(cfg); err != nil {
+		return nil, err
+	}
+	// The tokens before the pools too: each pool's policy holds the
+	// verifier of its providers.
+	if err := e.newTokens(cfg); err != nil {
 		return nil, err
 	}
 	pools, err := e.poolBuilder().Build(cfg, e.pools)
@@ -113,6 +125,7 @@ func newEdge(cfg *conf.Config, path string, log *slog.Logger, up *upgrade.Upgrad
 	if err != nil {
 		return nil, fmt.Errorf("routes: %w", err)
 	}
+	e.tokens.SetTarget(e.proxy)
 	if e.admin, err = e.newAdmin(cfg); err != nil {
 		return nil, err
 	}
@@ -166,6 +179,7 @@ func (e *edge) start(ctx, adminCtx context.Context, g *errgroup.Group) {
 	e.startDynamic(ctx, g)
 	e.runCookieKeys(ctx, g)
 	e.runFleetActions(ctx, g)
+	e.runTokens(ctx, g)
 	if e.fleet != nil {
 		g.Go(func() error { return e.fleet.Run(ctx) })
 	}
@@ -192,6 +206,9 @@ func (e *edge) reload() string {
 	}
 	api, err := adminSettings(cfg)
 	if err != nil {
+		return refuse(err)
+	}
+	if err := e.tokens.Reload(context.Background(), &cfg.Auth); err != nil {
 		return refuse(err)
 	}
 	e.mu.Lock()

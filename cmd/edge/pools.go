@@ -69,5 +69,8 @@ func (e *edge) poolBuilder() poolset.Builder {
 	if e.fleetActions != nil {
 		b.Fleet = e.fleetActions.Layer
 	}
+	if e.tokens != nil {
+		b.Auth = e.tokens.PoolAuth
+	}
 	return b
 }

@@ -37,9 +37,11 @@ type StatusParts struct {
 	// FleetTotals sums every edge's published record per pool and
 	// backend.
 	FleetTotals any
-	Listeners   []ListenerStatus
-	Routes      []RouteStatus
-	Drain       DrainStatus
+	// Auth is the token providers' keys and the revocations in force.
+	Auth      any
+	Listeners []ListenerStatus
+	Routes    []RouteStatus
+	Drain     DrainStatus
 	// Upgrade is the process upgrade's state; "" without upgrades.
 	Upgrade string
 }
@@ -101,6 +103,7 @@ type StatusDoc struct {
 	Drain        DrainStatus      `json:"drain"`
 	Upgrade      string           `json:"upgrade,omitempty"`
 	FleetTotals  any              `json:"fleet_totals,omitempty"`
+	Auth         any              `json:"auth,omitempty"`
 }
 
 // BuildStatus is the /status document of src, read now.
@@ -109,7 +112,7 @@ func BuildStatus(src StatusSource) StatusDoc {
 	doc := StatusDoc{
 		Version: p.Version, PID: p.PID, Revision: p.Revision, GoVersion: p.GoVersion, Active: p.Active,
 		TLS: p.TLS, Discovery: p.Discovery, CookieKeys: p.CookieKeys, FleetActions: p.FleetActions, Fleet: p.Fleet,
-		Listeners: p.Listeners, Routes: p.Routes, Drain: p.Drain, Upgrade: p.Upgrade, FleetTotals: p.FleetTotals,
+		Listeners: p.Listeners, Routes: p.Routes, Drain: p.Drain, Upgrade: p.Upgrade, FleetTotals: p.FleetTotals, Auth: p.Auth,
 	}
 	if doc.Listeners == nil {
 		doc.Listeners = []ListenerStatus{}

@@ -78,6 +78,10 @@ type Registry struct {
 	// fleetActions reports the fleet's actions once WatchFleetActions
 	// gave it their status.
 	fleetActions *fleetActionsCollector
+	// tokens counts token checks (TokenChecked); auth reports the token
+	// component at scrape time (WatchAuth).
+	tokens *prometheus.CounterVec
+	auth   *authCollector
 	// upgrade counts process upgrades and their hand-offs (upgrades.go).
 	upgrade *upgradeMetrics
 
@@ -116,6 +120,11 @@ func New(opts Options) *Registry {
 	f(newPoolCollector(pools))
 	m.fleetActions = &fleetActionsCollector{}
 	f(m.fleetActions)
+	m.tokens = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "edge_auth_verifications_total",
+		Help: "Token checks of pools with a token policy, by outcome (ok, why a token did not verify, or why a valid one was refused)."}, []string{"pool", "outcome"})
+	f(m.tokens)
+	m.auth = &authCollector{now: func() float64 { return float64(time.Now().UnixNano()) / 1e9 }}
+	f(m.auth)
 	m.wsMetrics = newWSMetrics(m.reg)
 	m.upgrade = newUpgradeMetrics(m.reg)
 	return m
@@ -198,6 +207,7 @@ func (m *Registry) ForgetPool(pool string) {
 	m.discErrors.DeleteLabelValues(pool)
 	m.probes.DeletePartialMatch(prometheus.Labels{"pool": pool})
 	m.opened.DeletePartialMatch(prometheus.Labels{"pool": pool})
+	m.tokens.DeletePartialMatch(prometheus.Labels{"pool": pool})
 	m.dialFail.DeletePartialMatch(prometheus.Labels{"pool": pool})
 	m.forgetPoolSeries(pool)
 }

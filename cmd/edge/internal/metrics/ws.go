@@ -196,6 +196,9 @@ func (m *Registry) initPool(p string, codes map[proxy.CloseSide][]string) {
 	for _, r := range proxy.CloseReasons() {
 		m.closed.WithLabelValues(p, string(r)).Add(0)
 	}
+	for _, o := range tokenOutcomes() {
+		m.tokens.WithLabelValues(p, o).Add(0)
+	}
 	for _, r := range proxy.Rejections() {
 		m.rejected.WithLabelValues(p, strconv.Itoa(r.Status), r.Reason).Add(0)
 	}

@@ -31,6 +31,8 @@ type Spec struct {
 	// Logger and Observer are set where the checker starts.
 	Health *health.Options
 	Leave  conf.BackendLeave // what becomes of a departed backend's connections
+	// Auth is the pool's token policy, mapped by Builder.Auth.
+	Auth   conf.PoolAuth
 	Consul conf.PoolConsul
 	// cookieKV is the Consul KV entry of the cookie keys, or "".
 	CookieKV string
@@ -83,6 +85,7 @@ func SpecOf(pc *conf.Pool) (*Spec, error) {
 		Proxy:    proxyPoolOf(pc),
 		Health:   healthOf(pc),
 		Leave:    pc.BackendLeave,
+		Auth:     pc.Auth,
 		Consul:   pc.Consul,
 		CookieKV: pc.Cookie.ConsulKey,
 		Static:   pc.Consul.Service == "",
@@ -214,6 +217,9 @@ type Builder struct {
 	// Fleet, when set, is the fleet layer of the pools of a name
 	// (balance.PoolOptions.Fleet), given to every new pool of that name.
 	Fleet func(pool string) *balance.Layer
+	// Auth maps a pool's token policy onto the proxy's (with the
+	// verifier of the providers it names); nil: every pool's is off.
+	Auth func(conf.PoolAuth) (*proxy.Auth, error)
 }
 
 // New builds the running parts of spec. With old, the pool that
@@ -265,6 +271,13 @@ func (b Builder) New(spec *Spec, old *Pool) (*Pool, error) {
 	}
 	px := spec.Proxy
 	px.Balancer, px.Limiter, px.Admission = ent.Bal, ent.Limiter, ent.Admit
+	if b.Auth != nil {
+		a, err := b.Auth(spec.Auth)
+		if err != nil {
+			return nil, fmt.Errorf("auth: %w", err)
+		}
+		px.Auth = a
+	}
 	ent.Proxy = &px
 	return ent, nil
 }
