@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"encoding/base64"
 	"math"
 	"net/http"
 	"net/url"
@@ -279,13 +280,29 @@ func tokenIn(r *http.Request, src TokenSource) string {
 	case TokenProtocol:
 		for _, p := range protocols(r.Header) {
 			if t, ok := strings.CutPrefix(p, src.Name); ok && t != "" {
-				return t
+				return protocolToken(t)
 			}
 		}
 	case TokenQuery:
 		return r.URL.Query().Get(src.Name)
 	}
 	return ""
+}
+
+// protocolToken is the token a subprotocol entry carries: the JWT itself
+// (its characters are all allowed in a subprotocol), or the JWT encoded
+// once more in base64url as the Kubernetes convention has it
+// (base64url.bearer.authorization.k8s.io.<base64url of the token>),
+// which has no '.' where a JWT has two.
+func protocolToken(t string) string {
+	if strings.Contains(t, ".") {
+		return t
+	}
+	b, err := base64.RawURLEncoding.DecodeString(strings.TrimRight(t, "="))
+	if err != nil {
+		return t
+	}
+	return string(b)
 }
 
 func headerName(src TokenSource) string {

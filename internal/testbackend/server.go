@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gorilla/websocket"
@@ -28,6 +29,50 @@ type Server struct {
 	mu   sync.Mutex
 	ws   map[*websocket.Conn]struct{}
 	done chan struct{}
+
+	accepts atomic.Int64
+	heads   []string // guarded by mu: every request's line and header, as received
+}
+
+// countingListener counts the connections the backend accepts: what a
+// test asserts was never dialled.
+type countingListener struct {
+	net.Listener
+	n *atomic.Int64
+}
+
+func (l countingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err == nil {
+		l.n.Add(1)
+	}
+	return c, err
+}
+
+// Accepts is the number of TCP connections the backend accepted.
+func (s *Server) Accepts() int64 { return s.accepts.Load() }
+
+// Heads returns every request the backend received: its request line
+// and header lines, as text (a test greps them for what must never reach
+// a backend).
+func (s *Server) Heads() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.heads...)
+}
+
+// maxHeads bounds the requests Heads keeps.
+const maxHeads = 10000
+
+func (s *Server) record(r *http.Request) {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s %s %s\r\n", r.Method, r.RequestURI, r.Proto)
+	_ = r.Header.Write(&b)
+	s.mu.Lock()
+	if len(s.heads) < maxHeads {
+		s.heads = append(s.heads, b.String())
+	}
+	s.mu.Unlock()
 }
 
 // Start listens on a free loopback port and serves until Close.
@@ -62,18 +107,21 @@ func ListenWith(id, addr string, log *slog.Logger, o Options) (*Server, error) {
 		log:  log,
 		ws:   map[*websocket.Conn]struct{}{},
 		done: make(chan struct{}),
+		// Subprotocols: the first of the client's offer among these is
+		// answered, as an application picks its protocol.
 		// Small buffers: the benchmark holds thousands of idle connections.
 		up: websocket.Upgrader{
 			ReadBufferSize:    1024,
 			WriteBufferSize:   1024,
 			CheckOrigin:       func(*http.Request) bool { return true },
 			EnableCompression: o.Deflate,
+			Subprotocols:      []string{"chat", "edge.test"},
 		},
 	}
 	s.srv = &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		defer close(s.done)
-		if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := s.srv.Serve(countingListener{ln, &s.accepts}); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("serve", "err", err)
 		}
 	}()
@@ -117,6 +165,7 @@ func headers(r *http.Request) []byte {
 
 // ServeHTTP answers plain HTTP and upgrades WebSocket requests.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	s.record(r)
 	if !websocket.IsWebSocketUpgrade(r) {
 		switch r.URL.Path {
 		case "/whoami":
