@@ -485,8 +485,8 @@ func (s *Server) SetRevoked(r *auth.Revoked) int {
 	s.revoked.Store(r)
 	n := 0
 	s.reg.each(func(c *wsConn) {
-		if c.who != nil && c.pool.auth != nil && r.Revoked(*c.who) {
-			c.requestClose(c.pool.auth.closeCode, ReasonTokenRevoked)
+		if c.who != nil && r.Revoked(*c.who) {
+			c.requestClose(c.pool.ws.ExpiryCode, ReasonTokenRevoked)
 			n++
 		}
 	})

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/edgelb/edge/auth"
 	"github.com/edgelb/edge/balance"
 	"github.com/edgelb/edge/proxy/internal/handoff"
 	"github.com/edgelb/edge/proxy/internal/wsession"
@@ -32,6 +33,9 @@ func (c *wsConn) handoffState() *handoff.State {
 	if x.lo != nil {
 		st.Listener = x.lo.Name
 	}
+	if w := c.who; w != nil {
+		st.Token = &handoff.Token{Subject: w.Subject, ID: w.ID, IssuedAt: w.IssuedAt, Expiry: c.sess.Expiry()}
+	}
 	return st
 }
 
@@ -53,6 +57,13 @@ func (s *Server) resumed(st *handoff.State, lo *ListenerOptions, pool *pool, be 
 		x.deflate = deflateCounted
 	} else if neg {
 		x.deflate = deflatePassed
+	}
+	if t := st.Token; t != nil {
+		// The token's end and its mark move with the connection: an
+		// upgrade neither lengthens its life nor hides it from a
+		// revocation.
+		c.who = &auth.Mark{Subject: t.Subject, ID: t.ID, IssuedAt: t.IssuedAt}
+		c.sess.SetExpiry(t.Expiry)
 	}
 	c.sess.Touch(st.Last)
 	c.in.Store(st.In)

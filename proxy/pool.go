@@ -102,8 +102,11 @@ func compilePool(p *Pool) *pool {
 		IdleTimeout:  max(p.IdleTimeout, 0),
 		WriteTimeout: c.writeTimeout,
 	}
+	// Set without a token policy too: a connection adopted from another
+	// process keeps its token's end in a pool that has none now.
+	c.ws.ExpiryCode, c.ws.ExpiryReason = ClosePolicyViolation, ReasonTokenExpired
 	if c.auth != nil {
-		c.ws.ExpiryCode, c.ws.ExpiryReason = c.auth.closeCode, ReasonTokenExpired
+		c.ws.ExpiryCode = c.auth.closeCode
 	}
 	switch pol := p.Deflate; {
 	case pol == DeflateStrip:

@@ -371,24 +371,31 @@ func holdConns(t *testing.T, url string, n int, auth string) func() []heldClose 
 
 // TestTokenLifetimeIsTheConnections: connections whose tokens expire
 // together are closed with the pool's close code, spread over the
-// window after exp; a subject revoked through the admin API loses its
-// live connections and its next upgrade, and a restart keeps the
-// revocation.
+// window after exp, even when a live upgrade moved them to a new process
+// in between; a subject revoked through the admin API loses its live
+// connections (moved ones too) and its next upgrade, and the next
+// process keeps the revocation.
 func TestTokenLifetimeIsTheConnections(t *testing.T) {
 	m := newMinter(t)
 	k1 := m.key("ec", "k1")
 	ks := newKeyServer(t, m.run("jwks", "k1:"+k1))
 	bs := backends(t, "b1")
 	s := newSetup(t, bs, "least_conn", authConfig(ks.srv.URL+"/jwks", ks.caFile))
-	startEdge(t, s.cfg)
+	startUpgradable(t, s)
 	now := time.Now()
-	exp := now.Add(4 * time.Second).Unix()
+	exp := now.Add(10 * time.Second).Unix()
 	short := m.token(k1, "k1", map[string]any{"iss": authIssuer, "sub": "carl", "aud": "chat", "scope": "chat", "iat": now.Unix(), "exp": exp})
 	bob := m.token(k1, "k1", map[string]any{"iss": authIssuer, "sub": "bob", "aud": "chat", "scope": "chat", "iat": now.Unix(), "exp": now.Add(time.Hour).Unix()})
 
 	const n = 40
 	expiring := holdConns(t, "wss://"+s.wss+"/ws", n, "Bearer "+short)
 	revoked := holdConns(t, "wss://"+s.wss+"/ws", 3, "Bearer "+bob)
+	if code, body := postUpgrade(t, s, ""); code != 200 {
+		t.Fatalf("upgrade: %d %s", code, body)
+	}
+	if time.Now().Unix() >= exp {
+		t.Fatal("the upgrade took until the tokens' expiry: the test proves nothing")
+	}
 
 	closes := expiring()
 	if len(closes) != n {
@@ -417,6 +424,12 @@ func TestTokenLifetimeIsTheConnections(t *testing.T) {
 	}
 	if r := nodeCheck(t, "wss://"+s.wss+"/ws", []map[string]any{{"name": "bob", "headers": map[string]string{"Authorization": "Bearer " + bob}}})["bob"]; r.Status != http.StatusUnauthorized {
 		t.Fatalf("revoked subject's upgrade: %+v, want 401", r)
+	}
+	if code, body := postUpgrade(t, s, ""); code != 200 {
+		t.Fatalf("second upgrade: %d %s", code, body)
+	}
+	if r := nodeCheck(t, "wss://"+s.wss+"/ws", []map[string]any{{"name": "bob", "headers": map[string]string{"Authorization": "Bearer " + bob}}})["bob"]; r.Status != http.StatusUnauthorized {
+		t.Fatalf("revoked subject's upgrade after a restart: %+v, want 401 (the revocation kept in state_dir)", r)
 	}
 }
 

@@ -15,9 +15,16 @@ const Version = 1
 // already read.
 const FlagTLS13 = 1 << 0
 
+// FlagToken says the body ends with the token section: the mark of the
+// token the connection was opened with and the moment it must close. A
+// process that does not know the flag refuses the record, and the
+// connection is closed (1012) rather than carried on without its
+// token's end.
+const FlagToken = 1 << 1
+
 // knownFlags are the flags this package reads; a record with any other
 // is refused.
-const knownFlags = FlagTLS13
+const knownFlags = FlagTLS13 | FlagToken
 
 // HeaderSize is the size of a message header.
 const HeaderSize = 10
@@ -51,6 +58,16 @@ type State struct {
 	Session     []byte     // wsession.Session.MarshalBinary
 	// TLS13, when not nil, is the TLS 1.3 section (FlagTLS13).
 	TLS13 *TLS13
+	// Token, when not nil, is the token section (FlagToken).
+	Token *Token
+}
+
+// Token is what a connection keeps of its token (auth.Mark) and when it
+// closes (wsession's expiry, unix nanos; 0: never).
+type Token struct {
+	Subject, ID uint64
+	IssuedAt    int64
+	Expiry      int64
 }
 
 // TLS13 is the record-layer state of a TLS 1.3 connection.
@@ -85,6 +102,12 @@ func Encode(s *State) ([]byte, error) {
 	if t := s.TLS13; t != nil {
 		b[5] |= FlagTLS13
 		b = appendBlob(appendBlob(b, t.Record), t.Pending)
+	}
+	if t := s.Token; t != nil {
+		b[5] |= FlagToken
+		for _, v := range []uint64{t.Subject, t.ID, uint64(t.IssuedAt), uint64(t.Expiry)} {
+			b = binary.BigEndian.AppendUint64(b, v)
+		}
 	}
 	body := len(b) - HeaderSize
 	if body > MaxBody {
@@ -153,6 +176,9 @@ func Decode(msg []byte) (*State, error) {
 	s.Session = r.blob()
 	if h.Flags&FlagTLS13 != 0 {
 		s.TLS13 = &TLS13{Record: r.blob(), Pending: r.blob()}
+	}
+	if h.Flags&FlagToken != 0 {
+		s.Token = &Token{Subject: r.u64(), ID: r.u64(), IssuedAt: int64(r.u64()), Expiry: int64(r.u64())}
 	}
 	if err := s.check(&r); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrMalformed, err)

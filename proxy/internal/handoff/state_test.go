@@ -25,6 +25,11 @@ func TestStateRoundTrip(t *testing.T) {
 		s := sample()
 		s.TLS, s.TLS13 = "TLS 1.3", &TLS13{Record: []byte("keys"), Pending: []byte("tail")}
 		return s
+	}(), func() *State {
+		s := sample()
+		s.TLS, s.TLS13 = "TLS 1.3", &TLS13{Record: []byte("keys"), Pending: []byte("tail")}
+		s.Token = &Token{Subject: 1 << 63, ID: 7, IssuedAt: 1_800_000_000, Expiry: 1_800_000_600_000_000_000}
+		return s
 	}()} {
 		b, err := Encode(s)
 		if err != nil {
