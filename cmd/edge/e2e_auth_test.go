@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -17,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edgelb/edge/internal/consultest"
 	"github.com/edgelb/edge/internal/interop"
 	"github.com/edgelb/edge/internal/testkit"
 )
@@ -433,3 +435,79 @@ func TestTokenLifetimeIsTheConnections(t *testing.T) {
 	}
 }
 
+
+// TestRevocationAcrossTheFleet: a subject revoked through one of three
+// edges (one Consul agent) loses its live connections on all three, each
+// closed with the pool's code, and its upgrades everywhere; an edge
+// restarted afterwards refuses it, with Consul up and with Consul down
+// (from its state_dir).
+func TestRevocationAcrossTheFleet(t *testing.T) {
+	agent := consultest.Start(t)
+	m := newMinter(t)
+	k1 := m.key("ec", "k1")
+	ks := newKeyServer(t, m.run("jwks", "k1:"+k1))
+	bs := backends(t, "b1", "b2")
+	extra := authConfig(ks.srv.URL+"/jwks", ks.caFile) + fmt.Sprintf("consul: {address: %q, fleet: {prefix: edge}}\n", agent.Addr)
+	var edges []*setup
+	var procs []*proc
+	for range 3 {
+		s := newSetup(t, bs, "least_conn", extra)
+		procs = append(procs, startEdge(t, s.cfg))
+		edges = append(edges, s)
+	}
+	now := time.Now()
+	eve := m.token(k1, "k1", map[string]any{"iss": authIssuer, "sub": "eve", "aud": "chat", "scope": "chat", "iat": now.Unix(), "exp": now.Add(time.Hour).Unix()})
+	const per = 10
+	var waits []func() []heldClose
+	for _, s := range edges {
+		waits = append(waits, holdConns(t, "wss://"+s.wss+"/ws", per, "Bearer "+eve))
+	}
+
+	t0 := time.Now()
+	a := edges[0]
+	if code, doc := a.apiCall(t, "POST", "/api/v1/revocations", `{"sub":"eve"}`, map[string]string{"Authorization": "Bearer " + a.token(t)}); code != 200 || doc["scope"] != "fleet" {
+		t.Fatalf("revoke through edge A: %d %v, want 200 of scope fleet", code, doc)
+	}
+	var lat []time.Duration
+	for i, w := range waits {
+		closes := w()
+		if len(closes) != per {
+			t.Fatalf("edge %c: %d of %d closed", 'A'+i, len(closes), per)
+		}
+		for _, c := range closes {
+			if c.code != 4001 {
+				t.Fatalf("edge %c: closed with %d, want 4001", 'A'+i, c.code)
+			}
+			lat = append(lat, c.at.Sub(t0))
+		}
+	}
+	slices.Sort(lat)
+	t.Logf("revocation to close, %d connections on 3 edges: median %s, p99 %s, max %s",
+		len(lat), lat[len(lat)/2], lat[len(lat)*99/100], lat[len(lat)-1])
+
+	refused := func(s *setup) bool {
+		r := nodeCheck(t, "wss://"+s.wss+"/ws", []map[string]any{{"name": "eve", "headers": map[string]string{"Authorization": "Bearer " + eve}}})["eve"]
+		return r.Status == http.StatusUnauthorized
+	}
+	for i, s := range edges {
+		if !refused(s) {
+			t.Fatalf("edge %c accepts the revoked subject", 'A'+i)
+		}
+	}
+	restart := func(i int) {
+		p := procs[i]
+		_ = p.cmd.Process.Kill()
+		err := <-p.done
+		p.done <- err
+		procs[i] = startEdge(t, edges[i].cfg)
+	}
+	restart(2)
+	if !refused(edges[2]) {
+		t.Fatal("edge C accepts the revoked subject after a restart")
+	}
+	agent.Stop()
+	restart(1)
+	if !refused(edges[1]) {
+		t.Fatal("edge B accepts the revoked subject after a restart without Consul")
+	}
+}
