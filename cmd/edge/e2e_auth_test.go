@@ -435,7 +435,6 @@ func TestTokenLifetimeIsTheConnections(t *testing.T) {
 	}
 }
 
-
 // TestRevocationAcrossTheFleet: a subject revoked through one of three
 // edges (one Consul agent) loses its live connections on all three, each
 // closed with the pool's code, and its upgrades everywhere; an edge

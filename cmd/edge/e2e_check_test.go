@@ -309,3 +309,40 @@ func TestCheckNamesStateFilesNotEdges(t *testing.T) {
 		t.Errorf("edge -check warns of edge's own file %s:\n%s", mine, out)
 	}
 }
+
+// TestCheckTokenProviders: -check reads each provider's key file, asks
+// its key server, and refuses a pool that would hand its token to a
+// backend's access log; each problem is named with its place in the file.
+func TestCheckTokenProviders(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "jwks.json")
+	if err := os.WriteFile(bad, []byte(`{"keys":[{"kty":"RSA","n":"AQAB","e":"AQAB"}]}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	body := fmt.Sprintf(`listeners: [{name: ws, address: %q}]
+auth:
+  providers:
+    - {name: local, issuer: "https://a.test", algorithms: [RS256], jwks_file: %q}
+    - {name: remote, issuer: "https://b.test", algorithms: [ES256], jwks_url: "http://127.0.0.1:1/jwks"}
+`, testkit.ClosedPort(t), bad)
+	cfg := checkConfig(t, dir, "127.0.0.1:1", body)
+	code, out := runCheck(t, cfg)
+	if code == 0 || !strings.Contains(out, "auth.providers[0]") || !strings.Contains(out, "no usable key") {
+		t.Errorf("a key file without a usable key: exit %d\n%s", code, out)
+	}
+	if !strings.Contains(out, "warning:") || !strings.Contains(out, "auth.providers[1]") {
+		t.Errorf("a key server that does not answer is not warned about:\n%s", out)
+	}
+
+	leak := fmt.Sprintf(`listeners: [{name: ws, address: %q}]
+auth:
+  providers:
+    - {name: remote, issuer: "https://b.test", algorithms: [ES256], jwks_url: "https://127.0.0.1:1/jwks"}
+routes: [{default: true, pool: app}]
+pools: [{name: app, backends: [{address: "127.0.0.1:1"}], auth: {mode: required, forward_token: true, from: [{query: access_token}]}}]
+`, testkit.ClosedPort(t))
+	writeFile(t, cfg, leak)
+	if code, out := runCheck(t, cfg); code == 0 || !strings.Contains(out, "pools[0].auth.from[0].query") || !strings.Contains(out, "access log") {
+		t.Errorf("forward_token with a query token: exit %d\n%s", code, out)
+	}
+}

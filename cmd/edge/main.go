@@ -87,7 +87,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	// The same checks for -check and for startup: a file that -check
 	// passes does not fail at start for a reason found here.
-	warns, err := preflight(cfg)
+	warns, err := preflight(cfg, *check)
 	for _, w := range warns {
 		fmt.Fprintln(stderr, "warning:", w)
 	}

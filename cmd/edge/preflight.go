@@ -11,6 +11,7 @@ import (
 
 	"github.com/edgelb/edge/cmd/edge/internal/admin"
 	"github.com/edgelb/edge/cmd/edge/internal/sockets"
+	"github.com/edgelb/edge/cmd/edge/internal/tokens"
 	"github.com/edgelb/edge/conf"
 	"github.com/edgelb/edge/internal/trust"
 	edgetls "github.com/edgelb/edge/tls"
@@ -26,8 +27,10 @@ const resolveTimeout = 5 * time.Second
 // addresses are resolved as net.Listen will and compared. `edge -check` and
 // startup both call it, so a file -check passes does not fail at start for
 // any of these reasons. Warnings are problems startup serves around (an
-// expired certificate while its listener has another one).
-func preflight(cfg *conf.Config) (warnings []error, err error) {
+// expired certificate while its listener has another one). With fetch
+// (-check), the token providers' key servers are asked too; startup asks
+// them once, in the token component.
+func preflight(cfg *conf.Config, fetch bool) (warnings []error, err error) {
 	var errs []error
 	for i := range cfg.Listeners {
 		lc := cfg.Listeners[i]
@@ -50,6 +53,15 @@ func preflight(cfg *conf.Config) (warnings []error, err error) {
 		}
 	}
 	errs = append(errs, sameSockets(cfg)...)
+	ctx, cancel := context.WithTimeout(context.Background(), resolveTimeout)
+	defer cancel()
+	authWarn, authErrs := tokens.Check(ctx, &cfg.Auth, fetch)
+	for _, f := range authErrs {
+		errs = append(errs, cfg.ErrorAt(fmt.Sprintf("auth.providers[%d]", f.Provider), "%v", f.Err))
+	}
+	for _, f := range authWarn {
+		warnings = append(warnings, cfg.ErrorAt(fmt.Sprintf("auth.providers[%d]", f.Provider), "%v; edge starts without these keys and refuses their tokens until the key server answers", f.Err))
+	}
 	if err := stateDirTrusted(cfg.StateDir); err != nil {
 		errs = append(errs, cfg.ErrorAt("state_dir", "%v", err))
 	} else {

@@ -553,3 +553,37 @@ func (t *Tokens) Revocations() map[string][]auth.Revocation {
 	}
 	return map[string][]auth.Revocation{"file": keep(t.file), "local": keep(t.local), "fleet": keep(t.fleet)}
 }
+
+// Finding is a problem Check found with one provider.
+type Finding struct {
+	Provider int // index under auth.providers
+	Err      error
+}
+
+// Check builds and loads every provider of cfg as startup does, for
+// `edge -check`: a provider that cannot be built (a CA file that does not
+// parse, a URL keys must not come from) or whose key file does not give a
+// usable key set is an error; a key server that does not answer is a
+// warning, since edge starts without its keys and takes them when it
+// answers. Without fetch, only key files are read.
+func Check(ctx context.Context, cfg *conf.Auth, fetch bool) (warnings, errs []Finding) {
+	t := &Tokens{log: slog.New(slog.DiscardHandler), now: time.Now}
+	for i, pc := range cfg.Providers {
+		p, err := t.newProvider(pc)
+		if err != nil {
+			errs = append(errs, Finding{i, err})
+			continue
+		}
+		if pc.JWKSFile == "" && !fetch {
+			continue
+		}
+		if err := p.source.Load(ctx); err != nil {
+			if pc.JWKSFile != "" {
+				errs = append(errs, Finding{i, err})
+			} else {
+				warnings = append(warnings, Finding{i, err})
+			}
+		}
+	}
+	return warnings, errs
+}
