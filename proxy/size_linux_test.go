@@ -3,6 +3,8 @@ package proxy
 import (
 	"reflect"
 	"testing"
+
+	"github.com/edgelb/edge/auth"
 )
 
 // TestHeldSizes keeps what an idle held connection keeps on the heap
@@ -19,6 +21,9 @@ func TestHeldSizes(t *testing.T) {
 		{readyState{}, 64},
 		// The accepted conn, with the client's address as a value.
 		{edgeConn{}, 128},
+		// What a connection opened with a token keeps of it (wsConn.who;
+		// nil without a token, so a pool without tokens pays nothing).
+		{auth.Mark{}, 24},
 	} {
 		if n := reflect.TypeOf(c.v).Size(); n > c.max {
 			t.Errorf("%T is %d bytes, want at most %d", c.v, n, c.max)

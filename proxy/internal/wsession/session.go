@@ -92,14 +92,15 @@ type Session struct {
 	ctl          [4]byte
 
 	closeCode atomic.Int32 // requested close code; 0: none
+	// backendEOF: the backend's stream ended, so no ping can go out any
+	// more and the heartbeat stops (both drivers alike: the goroutine
+	// splice has no backend reader left to keep it). Beside closeCode, in
+	// the same word.
+	backendEOF atomic.Bool
 	// expiry is when the connection must close with the Config's
 	// ExpiryCode, unix nanos (0: never): set by SetExpiry before the
 	// drivers start, read only after.
 	expiry int64
-	// backendEOF: the backend's stream ended, so no ping can go out any
-	// more and the heartbeat stops (both drivers alike: the goroutine
-	// splice has no backend reader left to keep it).
-	backendEOF atomic.Bool
 	last       atomic.Int64 // unix nanos of the last byte read either way (Touch)
 
 	mu sync.Mutex
