@@ -101,7 +101,7 @@ type Session struct {
 	// ExpiryCode, unix nanos (0: never): set by SetExpiry before the
 	// drivers start, read only after.
 	expiry int64
-	last       atomic.Int64 // unix nanos of the last byte read either way (Touch)
+	last   atomic.Int64 // unix nanos of the last byte read either way (Touch)
 
 	mu sync.Mutex
 	// reason is the first reason recorded; closeBy and closeAt the first
