@@ -59,7 +59,7 @@ type pool struct {
 
 	// timeouts are the pool's timers the readiness runtime's sweep period
 	// follows (Server.noteTimeouts); 0 where off.
-	timeouts [6]time.Duration
+	timeouts [7]time.Duration
 }
 
 // compilePool applies p's defaults and settles its "off" values: the one
@@ -125,7 +125,15 @@ func compilePool(p *Pool) *pool {
 	if c.ws.Rate.Slow && c.ws.Rate.On() {
 		rate = 400 * time.Millisecond
 	}
-	c.timeouts = [...]time.Duration{c.ws.IdleTimeout, c.writeTimeout, c.ws.PingInterval, c.ws.PingTimeout, c.ws.LingerTimeout, rate}
+	// Token expiries are spread evenly over the pool's spread; a sweep
+	// once a second would close each second's share in one burst at its
+	// tick, so a quarter of 400 ms keeps the closes as even as their
+	// deadlines (the sweep costs what is due, not what is held).
+	expiry := time.Duration(0)
+	if c.auth != nil {
+		expiry = 400 * time.Millisecond
+	}
+	c.timeouts = [...]time.Duration{c.ws.IdleTimeout, c.writeTimeout, c.ws.PingInterval, c.ws.PingTimeout, c.ws.LingerTimeout, rate, expiry}
 	return c
 }
 

@@ -510,3 +510,60 @@ func TestRevocationAcrossTheFleet(t *testing.T) {
 		t.Fatal("edge B accepts the revoked subject after a restart without Consul")
 	}
 }
+
+// TestTokenExpiryStorm measures, with EDGE_TOKEN_EXPIRY_N connections of
+// Node ws (skipped without it), how edge closes connections whose tokens
+// share one exp: the closes each second after exp + grace, against
+// N/spread. A measurement for docs/BENCHMARKS.md, not a timed test: it
+// asserts only that every connection got the pool's close frame.
+func TestTokenExpiryStorm(t *testing.T) {
+	n, _ := strconv.Atoi(os.Getenv("EDGE_TOKEN_EXPIRY_N"))
+	if n == 0 {
+		t.Skip("EDGE_TOKEN_EXPIRY_N not set: a measurement, run by hand")
+	}
+	m := newMinter(t)
+	k1 := m.key("ec", "k1")
+	ks := newKeyServer(t, m.run("jwks", "k1:"+k1))
+	bs := backends(t, "b1", "b2")
+	pool := strings.Replace(authPool, "spread: 2s", "spread: 10s", 1)
+	// Two edges, half the connections each: one edge holds two
+	// descriptors a connection, and RLIMIT_NOFILE here is 20,000.
+	var edges []*setup
+	for range 2 {
+		s := newSetup(t, bs, "least_conn", pool+strings.TrimPrefix(authConfig(ks.srv.URL+"/jwks", ks.caFile), authPool))
+		startEdge(t, s.cfg)
+		edges = append(edges, s)
+	}
+	now := time.Now()
+	exp := now.Add(time.Duration(n/100+30) * time.Second).Unix()
+	tok := m.token(k1, "k1", map[string]any{"iss": authIssuer, "sub": "storm", "aud": "chat", "scope": "chat", "iat": now.Unix(), "exp": exp})
+	var waits []func() []heldClose
+	for _, s := range edges {
+		waits = append(waits, holdConns(t, "ws://"+s.ws+"/ws", n/2, "Bearer "+tok))
+	}
+	if time.Now().Unix() >= exp {
+		t.Fatal("opening took until exp")
+	}
+	var closes []heldClose
+	for i, w := range waits {
+		got := w()
+		t.Logf("edge %d: %d closes", i, len(got))
+		closes = append(closes, got...)
+	}
+	if len(closes) != n {
+		t.Fatalf("%d of %d closed", len(closes), n)
+	}
+	per := map[int64]int{}
+	for _, c := range closes {
+		if c.code != 4001 {
+			t.Fatalf("closed with %d, want 4001", c.code)
+		}
+		per[c.at.Unix()-exp]++
+	}
+	worst := 0
+	for sec := int64(-1); sec <= 12; sec++ {
+		t.Logf("second %d after exp: %d closes", sec, per[sec])
+		worst = max(worst, per[sec])
+	}
+	t.Logf("%d connections, spread 10s: at most %d closes in a second, N/spread = %d, ratio %.3f", n, worst, n/10, float64(worst)/float64(n/10))
+}
