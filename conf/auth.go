@@ -108,8 +108,11 @@ type PoolAuth struct {
 	// together evenly over this long after exp+grace. Default 30s.
 	Spread Duration `yaml:"spread" default:"30s"`
 	// MaxConnectionsPerSubject caps one subject's live WebSockets to the
-	// pool on this edge (429 past it). Default 0, none.
+	// pool (429 past it). Default 0, none.
 	MaxConnectionsPerSubject int `yaml:"max_connections_per_subject"`
+	// MaxConnectionsPerSubjectScope is local (on each edge) or fleet
+	// (over every edge following consul.fleet.prefix). Default local.
+	MaxConnectionsPerSubjectScope string `yaml:"max_connections_per_subject_scope" default:"local"`
 }
 
 // TokenFrom is one place a token may be: exactly one field set.
@@ -295,6 +298,10 @@ func (v *validator) poolAuth(path string, p *Pool) {
 	v.duration(path+".spread", a.Spread, true)
 	if n := a.MaxConnectionsPerSubject; n < 0 {
 		v.errf(path+".max_connections_per_subject", "%d must not be negative", n)
+	}
+	v.oneOf(path+".max_connections_per_subject_scope", a.MaxConnectionsPerSubjectScope, ScopeLocal, ScopeFleet)
+	if a.MaxConnectionsPerSubjectScope == ScopeFleet && v.c.Consul.Fleet.Prefix == "" {
+		v.errf(path+".max_connections_per_subject_scope", "fleet needs consul.fleet.prefix, where the edges publish their counts")
 	}
 }
 

@@ -101,13 +101,16 @@ func (m *Member) Limits() []PoolLimits { return m.shares.Limits() }
 // apply sets every fleet-scope limit's share from the fleet as last read,
 // or the fallback when that is stale.
 func (m *Member) apply() {
-	m.shares.Apply(m.load.Status(), m.load.Snapshot(), m.host.Pools())
+	st, snap, pools := m.load.Status(), m.load.Snapshot(), m.host.Pools()
+	m.shares.Apply(st, snap, pools)
+	applySubjects(st, snap, pools)
 }
 
 // collect is this edge's record now.
 func (m *Member) collect() Record {
 	r := m.host.Self()
-	r.Pools = m.shares.Loads(balancePools(m.host.Pools()), time.Now())
+	pools := m.host.Pools()
+	r.Pools = withSubjects(m.shares.Loads(balancePools(pools), time.Now()), pools)
 	return r
 }
 

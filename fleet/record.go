@@ -70,6 +70,10 @@ type PoolLoad struct {
 	// Backends is each backend's active connections on this edge, sorted
 	// by ID.
 	Backends []BackendLoad `json:"backends,omitempty"`
+	// Subjects are the pool's heavy hitters on this edge, when it has a
+	// per-subject limit of fleet scope (subjects.go). An edge that does
+	// not know the field refuses the record, as any unknown field.
+	Subjects []SubjectLoad `json:"subjects,omitempty"`
 }
 
 // BackendLoad is one backend's active connections on one edge.
@@ -189,7 +193,7 @@ func checkFleetPool(p *PoolLoad) error {
 			return fmt.Errorf("backend %q: backends not sorted or repeated", b.ID)
 		}
 	}
-	return nil
+	return checkSubjects(p.Subjects)
 }
 
 // checkFleetName refuses empty (unless optional), long and non-printable
@@ -213,7 +217,7 @@ func filterKnown(pools []PoolLoad, known func(pool, backend string) bool) []Pool
 		if !known(p.Name, "") {
 			continue
 		}
-		q := PoolLoad{Name: p.Name, Rate: p.Rate, Shared: p.Shared}
+		q := PoolLoad{Name: p.Name, Rate: p.Rate, Shared: p.Shared, Subjects: p.Subjects}
 		for _, b := range p.Backends {
 			if known(p.Name, b.ID) {
 				q.Backends = append(q.Backends, b)
@@ -233,7 +237,8 @@ func (r Record) SameLoad(o Record) bool {
 	}
 	for i := range r.Pools {
 		p, q := r.Pools[i], o.Pools[i]
-		if p.Name != q.Name || p.Rate != q.Rate || p.Shared != q.Shared || !slices.Equal(p.Backends, q.Backends) {
+		if p.Name != q.Name || p.Rate != q.Rate || p.Shared != q.Shared || !slices.Equal(p.Backends, q.Backends) ||
+			!slices.Equal(p.Subjects, q.Subjects) {
 			return false
 		}
 	}

@@ -58,6 +58,9 @@ type Pool struct {
 	MaxConnectionsPerBackend int64
 	ConnectionRate           float64
 	ConnectionBurst          int
+	// Subjects, when set, is the pool's per-subject counts for a
+	// per-subject limit of fleet scope (subjects.go).
+	Subjects SubjectSource
 }
 
 // PoolLimits is one pool's fleet-scope limits as applied, for /status.

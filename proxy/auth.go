@@ -1,10 +1,12 @@
 package proxy
 
 import (
+	"cmp"
 	"encoding/base64"
 	"math"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -438,10 +440,12 @@ func (s *Server) expiryAt(exp time.Time, a *compiledAuth) int64 {
 }
 
 // subjects counts live connections per subject for pools with a
-// per-subject limit, across reloads (by pool name, as poolCounter).
+// per-subject limit, across reloads (by pool name, as poolCounter), and
+// holds what the other edges of a fleet count (SetFleetSubjects).
 type subjects struct {
-	mu sync.Mutex
-	n  map[subjectKey]int32
+	mu    sync.Mutex
+	n     map[subjectKey]int32
+	fleet map[string]map[uint64]int64 // by pool; nil: local counts alone
 }
 
 type subjectKey struct {
@@ -455,7 +459,7 @@ func (t *subjects) take(pool string, sub uint64, max int) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	k := subjectKey{pool, sub}
-	if int(t.n[k]) >= max {
+	if int64(t.n[k])+t.fleet[pool][sub] >= int64(max) {
 		return false
 	}
 	if t.n == nil {
@@ -474,6 +478,50 @@ func (t *subjects) give(pool string, sub uint64) {
 		return
 	}
 	t.n[k]--
+}
+
+// SubjectCount is one subject's live connections to a pool on this edge,
+// the subject by its hash (auth.SubjectHash).
+type SubjectCount struct {
+	Subject uint64
+	Conns   int64
+}
+
+// HeavySubjects lists the subjects holding at least min live WebSockets
+// to pool on this edge, the heaviest first, at most max: what an edge
+// publishes for a per-subject limit of fleet scope.
+func (s *Server) HeavySubjects(pool string, min, max int) []SubjectCount {
+	t := &s.subjects
+	t.mu.Lock()
+	var out []SubjectCount
+	for k, n := range t.n {
+		if k.pool == pool && int(n) >= min {
+			out = append(out, SubjectCount{k.sub, int64(n)})
+		}
+	}
+	t.mu.Unlock()
+	slices.SortFunc(out, func(a, b SubjectCount) int { return cmp.Compare(b.Conns, a.Conns) })
+	if len(out) > max {
+		out = out[:max]
+	}
+	return out
+}
+
+// SetFleetSubjects sets what the other edges of the fleet count for each
+// subject of pool, which a per-subject limit adds to this edge's own
+// count; nil counts this edge's alone (the fleet's numbers are stale).
+func (s *Server) SetFleetSubjects(pool string, others map[uint64]int64) {
+	t := &s.subjects
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if others == nil {
+		delete(t.fleet, pool)
+		return
+	}
+	if t.fleet == nil {
+		t.fleet = map[string]map[uint64]int64{}
+	}
+	t.fleet[pool] = others
 }
 
 // SetRevoked replaces the revocations the Server enforces, and closes

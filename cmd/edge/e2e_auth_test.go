@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edgelb/edge/auth"
 	"github.com/edgelb/edge/internal/consultest"
 	"github.com/edgelb/edge/internal/interop"
 	"github.com/edgelb/edge/internal/testkit"
@@ -566,4 +567,33 @@ func TestTokenExpiryStorm(t *testing.T) {
 		worst = max(worst, per[sec])
 	}
 	t.Logf("%d connections, spread 10s: at most %d closes in a second, N/spread = %d, ratio %.3f", n, worst, n/10, float64(worst)/float64(n/10))
+}
+
+// TestSubjectLimitOfFleetScope: with max_connections_per_subject 2 of
+// fleet scope, a subject holding one connection through edge B may open
+// one more through edge A, not two: A counts what B published.
+func TestSubjectLimitOfFleetScope(t *testing.T) {
+	agent := consultest.Start(t)
+	m := newMinter(t)
+	k1 := m.key("ec", "k1")
+	ks := newKeyServer(t, m.run("jwks", "k1:"+k1))
+	bs := backends(t, "b1")
+	pool := authPool + "      max_connections_per_subject: 2\n      max_connections_per_subject_scope: fleet\n"
+	extra := pool + strings.TrimPrefix(authConfig(ks.srv.URL+"/jwks", ks.caFile), authPool) +
+		fmt.Sprintf("consul: {address: %q, fleet: {prefix: edge}}\n", agent.Addr)
+	a, b := newSetup(t, bs, "least_conn", extra), newSetup(t, bs, "least_conn", extra)
+	startEdge(t, a.cfg)
+	startEdge(t, b.cfg)
+	now := time.Now()
+	tok := m.token(k1, "k1", map[string]any{"iss": authIssuer, "sub": "heavy", "aud": "chat", "scope": "chat", "iat": now.Unix(), "exp": now.Add(time.Hour).Unix()})
+	holdConns(t, "wss://"+b.wss+"/ws", 1, "Bearer "+tok)
+	hash := fmt.Sprintf("%016x", auth.SubjectHash(authIssuer, "heavy"))
+	testkit.Await(t, 30*time.Second, "edge A to read B's count of the subject", func() (bool, string) {
+		return strings.Contains(a.statusDoc(t), hash), ""
+	})
+	holdConns(t, "wss://"+a.wss+"/ws", 1, "Bearer "+tok)
+	r := nodeCheck(t, "wss://"+a.wss+"/ws", []map[string]any{{"name": "third", "headers": map[string]string{"Authorization": "Bearer " + tok}}})["third"]
+	if r.Status != http.StatusTooManyRequests {
+		t.Fatalf("the subject's third connection over the fleet: %+v, want 429", r)
+	}
 }

@@ -79,7 +79,11 @@ func (h fleetHost) Pools() []fleet.Pool {
 	e.mu.Lock()
 	out := make([]fleet.Pool, 0, len(e.pools))
 	for _, ent := range e.pools {
-		out = append(out, ent.FleetPool())
+		fp := ent.FleetPool()
+		if a := ent.Spec.Auth; a.MaxConnectionsPerSubject > 0 && a.MaxConnectionsPerSubjectScope == conf.ScopeFleet {
+			fp.Subjects = subjectCounts{e: e, pool: fp.Name, limit: a.MaxConnectionsPerSubject}
+		}
+		out = append(out, fp)
 	}
 	e.mu.Unlock()
 	// By name, then the declared pools, as allPools lists them.
@@ -129,4 +133,35 @@ func metricShares(m *fleet.Member) []metrics.FleetShare {
 		}
 	}
 	return out
+}
+
+// subjectCounts is a pool's per-subject counts as the fleet sees them
+// (fleet.SubjectSource): this edge publishes the subjects holding at least
+// an eighth of the limit, so a subject is counted over the fleet to within
+// an eighth of the limit per edge, and Consul's writes do not grow with
+// the number of users.
+type subjectCounts struct {
+	e     *edge // its proxy is built after the fleet's member
+	pool  string
+	limit int
+}
+
+// Heavy implements fleet.SubjectSource.
+func (c subjectCounts) Heavy() []fleet.SubjectLoad {
+	if c.e.proxy == nil {
+		return nil
+	}
+	var out []fleet.SubjectLoad
+	for _, sc := range c.e.proxy.HeavySubjects(c.pool, max(1, c.limit/8), fleet.MaxSubjects) {
+		out = append(out, fleet.SubjectLoad{Subject: fleet.SubjectKey(sc.Subject), Conns: sc.Conns})
+	}
+	slices.SortFunc(out, func(a, b fleet.SubjectLoad) int { return strings.Compare(a.Subject, b.Subject) })
+	return out
+}
+
+// SetFleet implements fleet.SubjectSource.
+func (c subjectCounts) SetFleet(others map[uint64]int64) {
+	if c.e.proxy != nil {
+		c.e.proxy.SetFleetSubjects(c.pool, others)
+	}
 }
