@@ -144,6 +144,10 @@ type Provider struct {
 	Leeway time.Duration
 	// Required are claims that must be present ("exp" always is).
 	Required []string
+	// MaxLifetime is the longest a token of the provider may be valid
+	// for, from its "iat" (0: not checked here; the proxy checks it, as
+	// the bound on how long a revocation must be kept).
+	MaxLifetime time.Duration
 	// Keys is where its keys are.
 	Keys KeySource
 }
@@ -213,17 +217,6 @@ type header struct {
 	Crit json.RawMessage `json:"crit"`
 }
 
-// payload is the registered claims (RFC 7519 §4.1) as they are written.
-type payload struct {
-	Iss string          `json:"iss"`
-	Sub string          `json:"sub"`
-	Aud json.RawMessage `json:"aud"`
-	Jti string          `json:"jti"`
-	Exp *json.Number    `json:"exp"`
-	Nbf *json.Number    `json:"nbf"`
-	Iat *json.Number    `json:"iat"`
-}
-
 // Verify checks a token in the JWS compact serialization (RFC 7515
 // §7.1) at now: its provider by its issuer, the algorithm against the
 // provider's allow-list and the key's own, the signature, then the
@@ -238,22 +231,25 @@ func (v *Verifier) Verify(token string, now time.Time) (*Claims, *Provider, erro
 		return nil, nil, fmt.Errorf("%w: not three parts", ErrMalformed)
 	}
 	var h header
-	var pl payload
 	raw := map[string]json.RawMessage{}
 	if err := decodeSegment(parts[0], &h); err != nil {
 		return nil, nil, fmt.Errorf("%w: header: %v", ErrMalformed, err)
 	}
+	// The claims are read from this one map, by their exact names: a
+	// second decode into a struct would match "SUB" for "sub" (encoding/json
+	// folds case), and two readings of one token could disagree.
 	if err := decodeSegment(parts[1], &raw); err != nil {
 		return nil, nil, fmt.Errorf("%w: payload: %v", ErrMalformed, err)
 	}
-	if err := decodeSegment(parts[1], &pl); err != nil {
-		return nil, nil, fmt.Errorf("%w: payload: %v", ErrMalformed, err)
+	iss, err := stringClaim(raw, "iss")
+	if err != nil {
+		return nil, nil, err
 	}
 	sig, err := base64.RawURLEncoding.DecodeString(parts[2])
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w: signature encoding", ErrMalformed)
 	}
-	p := v.byIssuer[pl.Iss]
+	p := v.byIssuer[iss]
 	if p == nil {
 		p = v.any
 	}
@@ -271,7 +267,7 @@ func (v *Verifier) Verify(token string, now time.Time) (*Claims, *Provider, erro
 	if err := checkSignature(p, h, parts[0]+"."+parts[1], sig); err != nil {
 		return nil, p, err
 	}
-	c, err := claimsOf(&pl, raw)
+	c, err := claimsOf(raw)
 	if err != nil {
 		return nil, p, err
 	}
@@ -354,30 +350,73 @@ func verifySig(k *Key, alg string, signed, sig []byte) bool {
 	return false
 }
 
-// claimsOf reads the registered claims.
-func claimsOf(pl *payload, raw map[string]json.RawMessage) (*Claims, error) {
-	c := &Claims{Issuer: pl.Iss, Subject: pl.Sub, ID: pl.Jti, raw: raw}
+// stringClaim reads a claim that must be a string when present.
+func stringClaim(raw map[string]json.RawMessage, name string) (string, error) {
+	v, ok := raw[name]
+	if !ok {
+		return "", nil
+	}
+	var s string
+	if json.Unmarshal(v, &s) != nil {
+		return "", fmt.Errorf("%w: %s is not a string", ErrMalformed, name)
+	}
+	return s, nil
+}
+
+// claimsOf reads the registered claims (RFC 7519 §4.1) from the payload's
+// map, by their exact names.
+func claimsOf(raw map[string]json.RawMessage) (*Claims, error) {
+	c := &Claims{raw: raw}
 	var err error
-	for _, t := range []struct {
-		n   *json.Number
-		dst *time.Time
-	}{{pl.Exp, &c.Expiry}, {pl.Nbf, &c.NotBefore}, {pl.Iat, &c.IssuedAt}} {
-		if t.n == nil {
-			continue
-		}
-		if *t.dst, err = numericDate(*t.n); err != nil {
+	for _, f := range []struct {
+		name string
+		dst  *string
+	}{{"iss", &c.Issuer}, {"sub", &c.Subject}, {"jti", &c.ID}} {
+		if *f.dst, err = stringClaim(raw, f.name); err != nil {
 			return nil, err
 		}
 	}
-	if len(pl.Aud) > 0 {
-		var one string
-		if json.Unmarshal(pl.Aud, &one) == nil {
-			c.Audience = []string{one}
-		} else if json.Unmarshal(pl.Aud, &c.Audience) != nil {
-			return nil, fmt.Errorf("%w: aud is neither a string nor an array of strings", ErrMalformed)
+	for _, f := range []struct {
+		name string
+		dst  *time.Time
+	}{{"exp", &c.Expiry}, {"nbf", &c.NotBefore}, {"iat", &c.IssuedAt}} {
+		v, ok := raw[f.name]
+		if !ok {
+			continue
+		}
+		var n json.Number
+		if json.Unmarshal(v, &n) != nil {
+			return nil, fmt.Errorf("%w: %s is not a number", ErrMalformed, f.name)
+		}
+		if *f.dst, err = numericDate(n); err != nil {
+			return nil, err
 		}
 	}
+	if v, ok := c.Values("aud"); ok {
+		c.Audience = v
+	} else if _, present := raw["aud"]; present {
+		return nil, fmt.Errorf("%w: aud is neither a string nor an array of strings", ErrMalformed)
+	}
 	return c, nil
+}
+
+// Values is a claim that is a string or an array of strings, as its
+// values (false otherwise): what a rule compares, element by element,
+// never a joined string a comma inside one value could split.
+func (c *Claims) Values(name string) ([]string, bool) {
+	v, ok := c.raw[name]
+	if !ok {
+		return nil, false
+	}
+	var one string
+	if json.Unmarshal(v, &one) == nil {
+		return []string{one}, true
+	}
+	var many []string
+	if json.Unmarshal(v, &many) == nil {
+		return many, true
+	}
+	return nil, false
 }
 
 // numericDate reads a NumericDate (RFC 7519 §2: seconds, possibly

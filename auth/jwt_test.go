@@ -225,7 +225,7 @@ func TestNewVerifierRefuses(t *testing.T) {
 func TestRevoked(t *testing.T) {
 	iss := "https://id.example"
 	m := func(sub, jti string, iat int64) Mark {
-		return MarkOf(&Claims{Issuer: iss, Subject: sub, ID: jti, IssuedAt: time.Unix(iat, 0)})
+		return MarkOf(&Claims{Issuer: iss, Subject: sub, ID: jti, IssuedAt: time.Unix(iat, 0)}, nil)
 	}
 	later := now.Add(time.Hour)
 	r := CompileRevocations([]Revocation{
@@ -273,5 +273,71 @@ func BenchmarkVerify(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// TestClaimsByExactName: a claim is read under its exact name only, so a
+// token carrying "sub" and "SUB" has one subject for every reader.
+func TestClaimsByExactName(t *testing.T) {
+	s := newSigner(t)
+	v := testVerifier(t, s, ES256)
+	c, _, err := v.Verify(s.mint(t, ES256, "e1", claims(map[string]any{"SUB": "bob", "Iss": "https://evil"})), now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if hdr, _ := c.Claim("sub"); c.Subject != "alice" || hdr != "alice" {
+		t.Fatalf("Subject %q, claim sub %q: want alice for both", c.Subject, hdr)
+	}
+}
+
+// TestValuesKeepCommas: a rule compares whole values, so a group named
+// "viewers,admins" is not the group admins.
+func TestValuesKeepCommas(t *testing.T) {
+	s := newSigner(t)
+	v := testVerifier(t, s, ES256)
+	c, _, err := v.Verify(s.mint(t, ES256, "e1", claims(map[string]any{"groups": []string{"viewers,admins"}, "role": "a,b"})), now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g, _ := c.Values("groups"); len(g) != 1 || g[0] != "viewers,admins" {
+		t.Fatalf("groups %q", g)
+	}
+	if r, _ := c.Values("role"); len(r) != 1 || r[0] != "a,b" {
+		t.Fatalf("role %q", r)
+	}
+}
+
+// TestMarkUnderTheProvidersIssuer: a provider without an issuer (it
+// accepts any) marks its tokens under "", as a revocation without iss is
+// compiled for it, so revoking a subject there revokes it.
+func TestMarkUnderTheProvidersIssuer(t *testing.T) {
+	s := newSigner(t)
+	p := &Provider{Name: "any", Algorithms: []string{ES256}, Keys: StaticKeys{s.keys()}}
+	v, err := NewVerifier(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, got, err := v.Verify(s.mint(t, ES256, "e1", claims(nil)), now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := CompileRevocations([]Revocation{{Subject: "alice", Until: now.Add(time.Hour)}}, []string{""}, now)
+	if !r.Revoked(MarkOf(c, got)) {
+		t.Fatal("a subject revoked for an issuer-less provider is not revoked")
+	}
+}
+
+// TestRevocationBounded: what a store others write may say is bounded.
+func TestRevocationBounded(t *testing.T) {
+	for _, r := range []Revocation{
+		{Before: now.Add(time.Hour), Until: now.Add(time.Hour)},
+		{Subject: "a", Until: now.Add(100 * 24 * time.Hour)},
+	} {
+		if r.Bounded(now, 25*time.Hour) == nil {
+			t.Errorf("%+v accepted", r)
+		}
+	}
+	if err := (&Revocation{Subject: "a", Before: now, Until: now.Add(24 * time.Hour)}).Bounded(now, 25*time.Hour); err != nil {
+		t.Errorf("a revocation in bounds: %v", err)
 	}
 }

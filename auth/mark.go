@@ -19,14 +19,21 @@ type Mark struct {
 	IssuedAt int64
 }
 
-// MarkOf is the Mark of verified claims.
-func MarkOf(c *Claims) Mark {
+// MarkOf is the Mark of claims p verified. The hashes take the
+// provider's issuer, not the token's: a revocation names a provider's
+// issuer (or every one), and a provider without an issuer ("" accepts
+// any) is matched under "" for every token it verifies.
+func MarkOf(c *Claims, p *Provider) Mark {
 	m := Mark{}
+	iss := c.Issuer
+	if p != nil {
+		iss = p.Issuer
+	}
 	if c.Subject != "" {
-		m.Subject = SubjectHash(c.Issuer, c.Subject)
+		m.Subject = SubjectHash(iss, c.Subject)
 	}
 	if c.ID != "" {
-		m.ID = IDHash(c.Issuer, c.ID)
+		m.ID = IDHash(iss, c.ID)
 	}
 	if !c.IssuedAt.IsZero() {
 		m.IssuedAt = c.IssuedAt.Unix()

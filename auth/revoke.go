@@ -51,6 +51,20 @@ func (r *Revocation) Validate() error {
 	return nil
 }
 
+// Bounded checks r's times against now, for an entry read from a store
+// others can write: a "before" in the future would revoke tokens not yet
+// issued (every token, for good, with a far one), and an "until" past
+// now+maxUntil would outlive every token it can name.
+func (r *Revocation) Bounded(now time.Time, maxUntil time.Duration) error {
+	switch {
+	case r.Before.After(now.Add(time.Minute)):
+		return fmt.Errorf("before %s is in the future", r.Before.UTC().Format(time.RFC3339))
+	case r.Until.After(now.Add(maxUntil)):
+		return fmt.Errorf("until %s is more than %s away", r.Until.UTC().Format(time.RFC3339), maxUntil)
+	}
+	return nil
+}
+
 // Revoked is an immutable, compiled set of revocations: what the upgrade
 // path and the live connections are checked against, without a lock.
 type Revoked struct {

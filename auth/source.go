@@ -95,6 +95,16 @@ func NewSource(o SourceOptions) (*Source, error) {
 	if o.Client == nil {
 		o.Client = &http.Client{Timeout: 10 * time.Second}
 	}
+	// A redirect is followed only to where keys may come from: an https
+	// key server must not hand edge over to plain http.
+	c := *o.Client
+	c.CheckRedirect = func(req *http.Request, via []*http.Request) error {
+		if len(via) >= 5 {
+			return errors.New("more than 5 redirects")
+		}
+		return fetchableURL(req.URL.String())
+	}
+	o.Client = &c
 	if o.Refresh <= 0 {
 		o.Refresh = 5 * time.Minute
 	}

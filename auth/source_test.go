@@ -58,8 +58,8 @@ func (is *issuer) rotate(jwks []byte) {
 
 // jwksOf is the public JWK Set of s's EC key under kid.
 func jwksOf(s *signer, kid string) []byte {
-	x := s.ec.PublicKey.X.FillBytes(make([]byte, 32))
-	y := s.ec.PublicKey.Y.FillBytes(make([]byte, 32))
+	pt, _ := s.ec.PublicKey.Bytes() // 0x04 || X || Y (SEC 1 §2.3.3)
+	x, y := pt[1:33], pt[33:]
 	b, _ := json.Marshal(map[string]any{"keys": []any{map[string]string{"kty": "EC", "crv": "P-256", "kid": kid,
 		"x": b64url(x), "y": b64url(y)}}})
 	return b

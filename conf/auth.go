@@ -61,8 +61,9 @@ type AuthProvider struct {
 	// id edge does not know brings the next fetch forward (at most one
 	// every 30s); a failed fetch keeps the keys edge has.
 	Refresh Duration `yaml:"refresh" default:"5m"`
-	// MaxLifetime refuses a token still valid for longer than this, so
-	// that a revocation is never needed for longer. Default 24h.
+	// MaxLifetime refuses a token whose exp is more than this after its
+	// iat (and a token without iat), so that a revocation is never needed
+	// for longer. Default 24h.
 	MaxLifetime Duration `yaml:"max_lifetime" default:"24h"`
 }
 
@@ -338,11 +339,18 @@ func (v *validator) claimHeader(path string, h ClaimHeader) {
 	if h.Claim == "" {
 		v.errf(path+".claim", "required")
 	}
-	lower := strings.ToLower(h.Header)
+	lower := strings.ReplaceAll(strings.ToLower(h.Header), "_", "-")
 	switch {
 	case !isToken(h.Header):
 		v.errf(path+".header", "%q is not a header name", h.Header)
-	case lower == "authorization" || lower == "cookie" || lower == "host" || strings.HasPrefix(lower, "sec-websocket-"):
-		v.errf(path+".header", "%q is not a header a claim may replace", h.Header)
+	case slices.Contains(reservedHeaders, lower) || strings.HasPrefix(lower, "sec-websocket-") ||
+		strings.HasPrefix(lower, "x-forwarded-") || strings.HasPrefix(lower, "proxy-"):
+		v.errf(path+".header", "%q is not a header a claim may replace: it carries credentials, framing or what edge itself sets", h.Header)
 	}
 }
+
+// reservedHeaders are the headers a claim may not become: credentials,
+// the message's framing and hop-by-hop fields (a claim's value could
+// change how the backend reads the request), and those edge sets.
+var reservedHeaders = []string{"authorization", "cookie", "host", "connection", "upgrade", "te", "trailer",
+	"transfer-encoding", "content-length", "keep-alive", "forwarded", "x-real-ip", "x-request-id"}

@@ -50,7 +50,12 @@ type RevocationsOptions struct {
 	// StateDir, when set, keeps the last entries read in
 	// StateDir/fleet-revocations.json, applied at a start while Consul
 	// does not answer: a revoked subject stays revoked across a restart.
-	StateDir               string
+	StateDir string
+	// MaxUntil bounds how far an entry's until may be from now (default
+	// 25h, a day's tokens and a margin): a later one, or a before in the
+	// future, is refused, so a writer of the prefix cannot revoke every
+	// token for good.
+	MaxUntil               time.Duration
 	WaitTime               time.Duration
 	MinBackoff, MaxBackoff time.Duration
 	Logger                 *slog.Logger
@@ -105,6 +110,7 @@ func NewRevocations(o RevocationsOptions) (*Revocations, error) {
 	}
 	o.Prefix = strings.Trim(o.Prefix, "/")
 	consul.Follow(&o.WaitTime, &o.MinBackoff, &o.MaxBackoff, &o.Logger, &o.Now)
+	consul.Or(&o.MaxUntil, 25*time.Hour)
 	return &Revocations{opts: o, dir: o.Prefix + "/revoked/", entries: map[string]revEntry{},
 		status: RevocationsStatus{Prefix: o.Prefix}}, nil
 }
@@ -224,6 +230,9 @@ func (f *Revocations) read(ctx context.Context, index uint64) (uint64, error) {
 // refresh brings the entries in line with keys: gone keys dropped, new
 // ones read (at most MaxRevocations held), changed ones read again.
 func (f *Revocations) refresh(ctx context.Context, keys []string) error {
+	// Only keys named as RevocationKey names them are read: junk names
+	// cannot push real entries past the bound.
+	keys = slices.DeleteFunc(keys, func(k string) bool { return !revocationKeyName(f.dir, k) })
 	slices.Sort(keys)
 	if len(keys) > MaxRevocations {
 		keys = keys[:MaxRevocations]
@@ -272,11 +281,23 @@ func (f *Revocations) refresh(ctx context.Context, keys []string) error {
 	return nil
 }
 
+// revocationKeyName reports whether k is dir followed by 32 lower-case
+// hex digits, RevocationKey's form.
+func revocationKeyName(dir, k string) bool {
+	name, ok := strings.CutPrefix(k, dir)
+	if !ok || len(name) != 32 {
+		return false
+	}
+	_, err := hex.DecodeString(name)
+	return err == nil && strings.ToLower(name) == name
+}
+
 // decode checks one entry; one past its until is deleted (check-and-set).
 func (f *Revocations) decode(ctx context.Context, p *api.KVPair) revEntry {
 	e := revEntry{index: p.ModifyIndex}
 	var r auth.Revocation
-	if err := json.Unmarshal(p.Value, &r); err != nil || r.Validate() != nil || RevocationKey(f.opts.Prefix, r) != p.Key {
+	if err := json.Unmarshal(p.Value, &r); err != nil || r.Validate() != nil || RevocationKey(f.opts.Prefix, r) != p.Key ||
+		r.Bounded(f.opts.Now(), f.opts.MaxUntil) != nil {
 		f.opts.Logger.Warn("fleet revocations: entry refused", "key", p.Key)
 		return e
 	}
@@ -380,7 +401,7 @@ func (f *Revocations) restore() error {
 	}
 	f.mu.Lock()
 	for i, r := range s.Entries {
-		if i < MaxRevocations && r.Validate() == nil {
+		if i < MaxRevocations && r.Validate() == nil && r.Bounded(f.opts.Now(), f.opts.MaxUntil) == nil {
 			f.entries[RevocationKey(f.opts.Prefix, r)] = revEntry{r: r, ok: true}
 		}
 	}

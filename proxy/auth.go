@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"math"
 	"net/http"
+	"net/textproto"
 	"net/url"
 	"slices"
 	"strings"
@@ -188,15 +189,15 @@ func (s *Server) checkToken(r *http.Request, a *compiledAuth, pool string, now t
 		s.obs.TokenChecked(pool, reasonTokenMissing)
 		return bearerResult{status: http.StatusUnauthorized, reason: reasonTokenMissing}
 	}
-	claims, _, err := a.Verifier.Verify(tok, now)
+	claims, p, err := a.Verifier.Verify(tok, now)
 	if err != nil {
 		s.obs.TokenChecked(pool, auth.Outcome(err))
 		return bearerResult{status: http.StatusUnauthorized, reason: reasonTokenInvalid}
 	}
 	res := bearerResult{expires: claims.Expiry, status: http.StatusUnauthorized}
-	m := auth.MarkOf(claims)
+	m := auth.MarkOf(claims, p)
 	switch {
-	case claims.Expiry.Sub(now) > a.MaxLifetime:
+	case tooLong(claims, p, a.MaxLifetime):
 		res.reason = reasonTokenLifetime
 	case s.revoked.Load().Revoked(m):
 		res.reason = reasonTokenRevoked
@@ -222,11 +223,25 @@ func (s *Server) checkToken(r *http.Request, a *compiledAuth, pool string, now t
 	return res
 }
 
-// allowed reports whether claims meet every rule.
+// tooLong reports a token valid for longer than its provider's largest
+// lifetime (or the pool's, when the provider sets none), counted from its
+// "iat": a revocation is kept that long, and a token that outlived it
+// would come back. A token without "iat" cannot be bounded so, and is
+// refused.
+func tooLong(c *auth.Claims, p *auth.Provider, poolMax time.Duration) bool {
+	max := poolMax
+	if p != nil && p.MaxLifetime > 0 {
+		max = p.MaxLifetime
+	}
+	return c.IssuedAt.IsZero() || c.Expiry.Sub(c.IssuedAt) > max
+}
+
+// allowed reports whether claims meet every rule: the claim, a string or
+// an array of strings, holds one of the rule's values.
 func allowed(c *auth.Claims, rules []ClaimRule) bool {
 	for _, rule := range rules {
-		v, ok := c.Claim(rule.Claim)
-		if !ok || !anyOf(strings.Split(v, ","), rule.Values) {
+		v, ok := c.Values(rule.Claim)
+		if !ok || !anyOf(v, rule.Values) {
 			return false
 		}
 	}
@@ -354,9 +369,12 @@ func stripCookie(h http.Header, name string) {
 	var kept []string
 	for _, line := range lines {
 		for _, part := range strings.Split(line, ";") {
-			k, _, _ := strings.Cut(strings.TrimSpace(part), "=")
-			if strings.TrimSpace(part) != "" && k != name {
-				kept = append(kept, strings.TrimSpace(part))
+			part = textproto.TrimString(part)
+			k, _, _ := strings.Cut(part, "=")
+			// The name trimmed as net/http's parser trims it: "tok =x" is
+			// the cookie tok to r.Cookie, so it must be to the strip too.
+			if part != "" && textproto.TrimString(k) != name {
+				kept = append(kept, part)
 			}
 		}
 	}
@@ -391,20 +409,33 @@ func stripProtocol(h http.Header, prefix string) {
 	h["Sec-Websocket-Protocol"] = []string{strings.Join(kept, ", ")}
 }
 
+// stripQuery removes the parameter name from r's query, every copy and
+// spelling of it (decoded as url.ParseQuery decodes), leaving the other
+// parameters as they were written, in their order (a signed URL stays
+// signed); a query edge cannot parse could hide the parameter, so it is
+// dropped whole.
 func stripQuery(r *http.Request, name string) {
 	if r.URL.RawQuery == "" {
 		return
 	}
-	q, err := url.ParseQuery(r.URL.RawQuery)
-	if err != nil {
-		// A query edge cannot parse could hide the parameter: send none.
+	if _, err := url.ParseQuery(r.URL.RawQuery); err != nil {
 		r.URL.RawQuery = ""
-	} else if _, ok := q[name]; ok {
-		q.Del(name)
-		r.URL.RawQuery = q.Encode()
-	} else {
+		r.RequestURI = r.URL.RequestURI()
 		return
 	}
+	parts := strings.Split(r.URL.RawQuery, "&")
+	kept := parts[:0]
+	for _, part := range parts {
+		k, _, _ := strings.Cut(part, "=")
+		if dk, err := url.QueryUnescape(k); err == nil && dk == name {
+			continue
+		}
+		kept = append(kept, part)
+	}
+	if len(kept) == len(parts) {
+		return
+	}
+	r.URL.RawQuery = strings.Join(kept, "&")
 	r.RequestURI = r.URL.RequestURI()
 }
 
@@ -439,6 +470,20 @@ func (s *Server) expiryAt(exp time.Time, a *compiledAuth) int64 {
 	return exp.Add(a.Grace).UnixNano() + int64(frac*float64(a.Spread))
 }
 
+// expiryFrom is expiryAt for a token admitted at now: one accepted within
+// its provider's leeway after exp starts its spread at now, not in the
+// past, so it is not closed right after its 101 into a reconnect loop.
+func (s *Server) expiryFrom(exp, now time.Time, a *compiledAuth) int64 {
+	return s.expiryAt(maxTime(exp, now), a)
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
 // subjects counts live connections per subject for pools with a
 // per-subject limit, across reloads (by pool name, as poolCounter), and
 // holds what the other edges of a fleet count (SetFleetSubjects).
@@ -467,6 +512,16 @@ func (t *subjects) take(pool string, sub uint64, max int) bool {
 	}
 	t.n[k]++
 	return true
+}
+
+// hold counts one more connection of sub to pool, over any limit.
+func (t *subjects) hold(pool string, sub uint64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.n == nil {
+		t.n = map[subjectKey]int32{}
+	}
+	t.n[subjectKey{pool, sub}]++
 }
 
 func (t *subjects) give(pool string, sub uint64) {
@@ -532,13 +587,26 @@ func (s *Server) SetFleetSubjects(pool string, others map[uint64]int64) {
 func (s *Server) SetRevoked(r *auth.Revoked) int {
 	s.revoked.Store(r)
 	n := 0
+	now := time.Now().UnixNano()
 	s.reg.each(func(c *wsConn) {
-		if c.who != nil && r.Revoked(*c.who) {
-			c.requestClose(c.pool.ws.ExpiryCode, ReasonTokenRevoked)
+		if c.who != nil && r.Revoked(*c.who) && c.revoke(now) {
 			n++
 		}
 	})
 	return n
+}
+
+// revoke asks c to close with its pool's code for a revoked token: at
+// the next frame boundary, and ended wsession.FinTimeout later if none
+// comes (the session's expiry moved to now). It reports whether this was
+// the first request.
+func (c *wsConn) revoke(now int64) bool {
+	if !c.sess.Request(c.pool.ws.ExpiryCode, ReasonTokenRevoked) {
+		return false
+	}
+	c.sess.ExpireNow(now)
+	c.d.wake()
+	return true
 }
 
 // revokedSet is the Server's current revocations (nil: none).

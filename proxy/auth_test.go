@@ -1,13 +1,16 @@
 package proxy
 
 import (
+	"bufio"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"testing"
 	"time"
@@ -15,6 +18,8 @@ import (
 	"github.com/edgelb/edge/auth"
 	"github.com/edgelb/edge/balance"
 	"github.com/edgelb/edge/internal/testkit"
+	"github.com/edgelb/edge/internal/wswire"
+	"github.com/edgelb/edge/proxy/internal/wsession"
 )
 
 // tokenIssuer signs ES256 tokens for the proxy's tests; the interop with
@@ -35,9 +40,12 @@ func newTokenIssuer(t testing.TB) *tokenIssuer {
 }
 
 func (ti *tokenIssuer) mint(sub string, exp time.Time) string {
+	return ti.mintClaims(map[string]any{"iss": "iss", "sub": sub, "exp": exp.Unix(), "iat": time.Now().Unix(), "tenant": "t1"})
+}
+
+func (ti *tokenIssuer) mintClaims(claims map[string]any) string {
 	enc := func(v any) string { b, _ := json.Marshal(v); return base64.RawURLEncoding.EncodeToString(b) }
-	signed := enc(map[string]string{"alg": "ES256", "kid": "k"}) + "." +
-		enc(map[string]any{"iss": "iss", "sub": sub, "exp": exp.Unix(), "iat": time.Now().Unix(), "tenant": "t1"})
+	signed := enc(map[string]string{"alg": "ES256", "kid": "k"}) + "." + enc(claims)
 	sum := sha256.Sum256([]byte(signed))
 	r, s, _ := ecdsa.Sign(rand.Reader, ti.key, sum[:])
 	return signed + "." + base64.RawURLEncoding.EncodeToString(append(r.FillBytes(make([]byte, 32)), s.FillBytes(make([]byte, 32))...))
@@ -89,6 +97,11 @@ func TestTokenPolicyOnTheProxy(t *testing.T) {
 		"garbage": bearer("a.b.c"),
 		"expired": bearer(ti.mint("x", time.Now().Add(-time.Hour))),
 		"foreign": bearer(newTokenIssuer(t).mint("x", time.Now().Add(time.Hour))),
+		// Valid for an hour more, but issued 30 days ago with 31 days of
+		// life: a revocation kept 24 hours would have let it back.
+		"long-lived": bearer(ti.mintClaims(map[string]any{"iss": "iss", "sub": "x", "iat": time.Now().Add(-30 * 24 * time.Hour).Unix(),
+			"exp": time.Now().Add(time.Hour).Unix()})),
+		"no iat": bearer(ti.mintClaims(map[string]any{"iss": "iss", "sub": "x", "exp": time.Now().Add(time.Hour).Unix()})),
 	} {
 		_, resp, err := e.dialer().Dial(e.url("/"), h)
 		if err == nil || resp == nil || resp.StatusCode != http.StatusUnauthorized {
@@ -182,4 +195,125 @@ func TestRevokedLiveConnectionCloses(t *testing.T) {
 		good.Close()
 		bad.Close()
 	})
+}
+
+// rawBackend is a backend that answers the upgrade itself: held tells it
+// the request arrived (and waits for release before the 101, when set),
+// then it streams one 1 MiB binary frame a byte every 50 ms, so no frame
+// boundary ever comes.
+func rawBackend(t *testing.T, held chan<- struct{}, release <-chan struct{}) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				req, err := http.ReadRequest(bufio.NewReader(c))
+				if err != nil {
+					return
+				}
+				if held != nil {
+					held <- struct{}{}
+				}
+				if release != nil {
+					<-release
+				}
+				fmt.Fprintf(c, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: %s\r\n\r\n",
+					wswire.AcceptKey(req.Header.Get("Sec-WebSocket-Key")))
+				go io.Copy(io.Discard, c)
+				if _, err := c.Write([]byte{0x82, 127, 0, 0, 0, 0, 0, 0x10, 0, 0}); err != nil {
+					return
+				}
+				for {
+					time.Sleep(50 * time.Millisecond) // a trickle: the stream's shape, not synchronisation
+					if _, err := c.Write([]byte{'x'}); err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+var revokeMallory = []auth.Revocation{{Subject: "mallory", Until: time.Now().Add(time.Hour)}}
+
+// TestRevokedMidFrameEnds: a revoked connection whose backend never
+// reaches a frame boundary cannot get its close frame; it is ended
+// wsession.FinTimeout after the revocation, not at its token's end.
+func TestRevokedMidFrameEnds(t *testing.T) {
+	ti := newTokenIssuer(t)
+	p := newPool(t, "app", balance.LeastConn, map[string]string{"b1": rawBackend(t, nil, nil)})
+	p.Auth = &Auth{Verifier: ti.v}
+	forEachPath(t, func(t *testing.T, sp splicePath) {
+		e := startEdge(t, edgeConfig{splice: sp, opts: Options{Routes: []Route{{Default: true, Pool: p}}}})
+		c, _, err := e.dialer().Dial(e.url("/"), http.Header{"Authorization": {"Bearer " + ti.mint("mallory", time.Now().Add(time.Hour))}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		testkit.WaitFor(t, "the connection registered", func() bool { return e.srv.Active() == 1 })
+		if n := e.srv.SetRevoked(auth.CompileRevocations(revokeMallory, []string{"iss"}, time.Now())); n != 1 {
+			t.Fatalf("SetRevoked asked %d to close", n)
+		}
+		testkit.Await(t, wsession.FinTimeout+10*time.Second, "the revoked connection to end mid-frame", func() (bool, string) {
+			return e.srv.Active() == 0, ""
+		})
+	})
+}
+
+// TestRevokedWhileUpgrading: a revocation made while a connection's
+// backend handshake is under way reaches that connection once it is
+// registered.
+func TestRevokedWhileUpgrading(t *testing.T) {
+	ti := newTokenIssuer(t)
+	held, release := make(chan struct{}, 1), make(chan struct{})
+	p := newPool(t, "app", balance.LeastConn, map[string]string{"b1": rawBackend(t, held, release)})
+	p.Auth = &Auth{Verifier: ti.v}
+	e := startEdge(t, edgeConfig{opts: Options{Routes: []Route{{Default: true, Pool: p}}}})
+	dialed := make(chan error, 1)
+	go func() {
+		c, _, err := e.dialer().Dial(e.url("/"), http.Header{"Authorization": {"Bearer " + ti.mint("mallory", time.Now().Add(time.Hour))}})
+		if err == nil {
+			defer c.Close()
+		}
+		dialed <- err
+	}()
+	<-held
+	if n := e.srv.SetRevoked(auth.CompileRevocations(revokeMallory, []string{"iss"}, time.Now())); n != 0 {
+		t.Fatalf("SetRevoked found %d registered", n)
+	}
+	close(release)
+	if err := <-dialed; err != nil {
+		t.Fatal(err)
+	}
+	testkit.Await(t, wsession.FinTimeout+10*time.Second, "the connection revoked during its upgrade to end", func() (bool, string) {
+		return e.srv.Active() == 0, ""
+	})
+}
+
+// TestStripKeepsTheRest: the token is removed however the client spells
+// its place (a cookie name with blanks around it, as net/http reads it; a
+// query parameter escaped or repeated), and what is around it stays as
+// written.
+func TestStripKeepsTheRest(t *testing.T) {
+	h := http.Header{"Cookie": {"a=1; tok =secret; b=2", "tok\t=other"}}
+	stripCookie(h, "tok")
+	if got := h.Get("Cookie"); got != "a=1; b=2" {
+		t.Errorf("cookies left: %q", got)
+	}
+	r, _ := http.NewRequest("GET", "/ws?z=9&%61ccess_token=x&a=b%2Fc&access_token=y", nil)
+	r.RequestURI = r.URL.RequestURI()
+	stripQuery(r, "access_token")
+	if r.URL.RawQuery != "z=9&a=b%2Fc" || r.RequestURI != "/ws?z=9&a=b%2Fc" {
+		t.Errorf("query left: %q, request URI %q", r.URL.RawQuery, r.RequestURI)
+	}
 }

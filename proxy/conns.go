@@ -43,6 +43,13 @@ func (g *registry) add(c *wsConn) bool {
 	}
 	g.conns = append(g.conns, c)
 	c.reg = int32(len(g.conns))
+	if c.who != nil && c.s.revoked.Load().Revoked(*c.who) {
+		// Revoked while it was being set up (its backend answering, or
+		// on its way from another process): SetRevoked did not see it.
+		if c.timer == nil {
+			c.timer = time.AfterFunc(0, func() { c.revoke(time.Now().UnixNano()) })
+		}
+	}
 	if g.draining {
 		// Registered while a drain is under way: schedule it like the rest.
 		code, why := CloseGoingAway, ReasonDrain

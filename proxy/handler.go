@@ -269,7 +269,7 @@ func (s *Server) serveWebSocket(w http.ResponseWriter, x *exchange, tok bearerRe
 	c := newWSConn(s, x, client, bc)
 	if tok.mark != nil {
 		c.who = tok.mark
-		c.sess.SetExpiry(s.expiryAt(tok.expires, x.pool.auth))
+		c.sess.SetExpiry(s.expiryFrom(tok.expires, x.start, x.pool.auth))
 	}
 	head := s.switchingResponse(x, bc, tok.protocol)
 	started = true
@@ -321,6 +321,16 @@ func (s *Server) holdSubject(x *exchange, tok bearerResult) bool {
 		return true
 	}
 	return s.subjects.take(x.pool.name, tok.mark.Subject, a.MaxConnsPerSubject)
+}
+
+// holdAdopted counts an adopted connection against its subject in its
+// pool, without refusing it: it is live already.
+func (s *Server) holdAdopted(c *wsConn) {
+	a := c.pool.auth
+	if c.who == nil || a == nil || a.MaxConnsPerSubject <= 0 || c.who.Subject == 0 {
+		return
+	}
+	s.subjects.hold(c.pool.name, c.who.Subject)
 }
 
 // giveSubject gives back what holdSubject took.

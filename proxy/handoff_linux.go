@@ -379,6 +379,9 @@ func (s *Server) adoptStart(r *readyState, why CloseReason) {
 	c, x := r.c, r.c.x
 	c.be.Acquire()
 	x.admit(true)
+	// Counted against its subject, never refused (it is live): finish
+	// gives the count back as for any connection.
+	s.holdAdopted(c)
 	s.obs.ConnOpened(x.routeName(), c.be.ID())
 	if !s.rt.Running() || !s.reg.add(c) {
 		c.closeBoth(ReasonShutdown)

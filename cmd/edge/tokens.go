@@ -34,7 +34,7 @@ func (e *edge) newTokens(cfg *conf.Config) error {
 			return err
 		}
 		fr, err := fleet.NewRevocations(fleet.RevocationsOptions{Client: client, Prefix: p, Target: t,
-			StateDir: cfg.StateDir, Logger: e.log})
+			StateDir: cfg.StateDir, Logger: e.log, MaxUntil: tokens.MaxUntil(&cfg.Auth)})
 		if err != nil {
 			return fmt.Errorf("consul.fleet: %w", err)
 		}

@@ -214,23 +214,37 @@ func (s *Session) NextTick(queuedSince int64) int64 {
 // the Config's ExpiryCode: the end of the token it was opened with, plus
 // the pool's grace and its share of the spread. Call it before a driver
 // runs the session.
-func (s *Session) SetExpiry(at int64) { s.expiry = at }
+func (s *Session) SetExpiry(at int64) { s.expiry.Store(at) }
+
+// ExpireNow brings the expiry forward to now, for a connection whose
+// close was requested for its token (a revocation): one that cannot
+// reach a frame boundary (a backend frame that never ends) is then ended
+// FinTimeout later, as at its token's end, not at an expiry hours away.
+func (s *Session) ExpireNow(now int64) {
+	for {
+		cur := s.expiry.Load()
+		if cur != 0 && cur <= now || s.expiry.CompareAndSwap(cur, now) {
+			return
+		}
+	}
+}
 
 // Expiry is what SetExpiry set (0: none).
-func (s *Session) Expiry() int64 { return s.expiry }
+func (s *Session) Expiry() int64 { return s.expiry.Load() }
 
 // expire is the expiry's part of Tick: at the expiry a close with
 // ExpiryCode is requested at the next frame boundary, like a drain's; a
 // connection still open FinTimeout later (a backend frame that never
 // ends, so no boundary comes) is ended.
 func (s *Session) expire(now int64) (Action, bool) {
-	if s.expiry == 0 || now < s.expiry {
+	exp := s.expiry.Load()
+	if exp == 0 || now < exp {
 		return Action{}, false
 	}
 	if s.Request(s.cfg.ExpiryCode, s.cfg.ExpiryReason) {
 		return Action{Kind: Close, Code: s.cfg.ExpiryCode}, true
 	}
-	if now >= s.expiry+int64(FinTimeout) && !s.closeOut.Load() {
+	if now >= exp+int64(FinTimeout) && !s.closeOut.Load() {
 		return s.Finish(s.cfg.ExpiryReason, true, now), true
 	}
 	return Action{}, false
@@ -239,13 +253,14 @@ func (s *Session) expire(now int64) (Action, bool) {
 // expiryDeadline is the expiry's next moment for NextTick and Deadline:
 // the expiry itself, then the bound on reaching a frame boundary.
 func (s *Session) expiryDeadline() int64 {
+	exp := s.expiry.Load()
 	switch {
-	case s.expiry == 0 || s.closeOut.Load():
+	case exp == 0 || s.closeOut.Load():
 		return 0
 	case s.Requested():
-		return s.expiry + int64(FinTimeout)
+		return exp + int64(FinTimeout)
 	}
-	return s.expiry
+	return exp
 }
 
 // Discard accounts for n client bytes read and dropped while lingering:

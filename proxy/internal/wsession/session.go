@@ -99,8 +99,8 @@ type Session struct {
 	backendEOF atomic.Bool
 	// expiry is when the connection must close with the Config's
 	// ExpiryCode, unix nanos (0: never): set by SetExpiry before the
-	// drivers start, read only after.
-	expiry int64
+	// drivers start; ExpireNow brings it forward on a revocation.
+	expiry atomic.Int64
 	last   atomic.Int64 // unix nanos of the last byte read either way (Touch)
 
 	mu sync.Mutex
@@ -360,7 +360,7 @@ func (s *Session) closeControl(code int) Control {
 	case t.atBoundary():
 		s.closeSent = true
 		c.Frame, c.Code = wswire.CloseFrame(&s.ctl, code), code
-		if code == ClosePolicy {
+		if code == ClosePolicy && s.Reason() == ReasonRateLimited {
 			c.Frame = rateLimitedClose
 		}
 	default:

@@ -49,6 +49,7 @@ type Tokens struct {
 	stateDir string
 	now      func() time.Time
 
+	pubMu     sync.Mutex // serialises publish
 	mu        sync.Mutex
 	cfg       conf.Auth
 	providers map[string]*provider // by name
@@ -96,11 +97,18 @@ func (t *Tokens) setConfig(cfg *conf.Auth, old map[string]*provider) error {
 	ps := map[string]*provider{}
 	var errs []error
 	for _, pc := range cfg.Providers {
-		if o := old[pc.Name]; o != nil && reflect.DeepEqual(o.conf, pc) {
+		o := old[pc.Name]
+		if o != nil && reflect.DeepEqual(o.conf, pc) {
 			ps[pc.Name] = o
 			continue
 		}
-		p, err := t.newProvider(pc)
+		var keep *provider
+		if o != nil && sameKeys(o.conf, pc) {
+			// Rules changed, keys did not: the source and its keys go on,
+			// so a reload while the key server is down refuses nothing.
+			keep = o
+		}
+		p, err := t.newProvider(pc, keep)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("auth provider %s: %w", pc.Name, err))
 			continue
@@ -120,7 +128,23 @@ func (t *Tokens) setConfig(cfg *conf.Auth, old map[string]*provider) error {
 	return nil
 }
 
-func (t *Tokens) newProvider(pc conf.AuthProvider) (*provider, error) {
+// sameKeys reports whether two settings of a provider take its keys
+// from the same place, the same way.
+func sameKeys(a, b conf.AuthProvider) bool {
+	return a.JWKSFile == b.JWKSFile && a.JWKSURL == b.JWKSURL && a.Discovery == b.Discovery &&
+		a.Issuer == b.Issuer && a.CAFile == b.CAFile && a.Refresh == b.Refresh
+}
+
+// newProvider builds pc; with keep, it takes keep's key source (and its
+// refresh) instead of a new one.
+func (t *Tokens) newProvider(pc conf.AuthProvider, keep *provider) (*provider, error) {
+	if keep != nil {
+		rules := rulesOf(pc, keep.source)
+		if _, err := auth.NewVerifier(rules); err != nil {
+			return nil, err
+		}
+		return &provider{conf: pc, rules: rules, source: keep.source, stop: keep.stop}, nil
+	}
 	client, err := httpClient(pc.CAFile)
 	if err != nil {
 		return nil, err
@@ -134,12 +158,18 @@ func (t *Tokens) newProvider(pc conf.AuthProvider) (*provider, error) {
 	if err != nil {
 		return nil, err
 	}
-	rules := &auth.Provider{Name: pc.Name, Issuer: pc.Issuer, Audiences: pc.Audiences,
-		Algorithms: pc.Algorithms, Leeway: pc.Leeway.Std(), Required: pc.RequiredClaims, Keys: src}
+	rules := rulesOf(pc, src)
 	if _, err := auth.NewVerifier(rules); err != nil {
 		return nil, err
 	}
 	return &provider{conf: pc, rules: rules, source: src}, nil
+}
+
+// rulesOf is pc's verification rules over the keys of src.
+func rulesOf(pc conf.AuthProvider, src *auth.Source) *auth.Provider {
+	return &auth.Provider{Name: pc.Name, Issuer: pc.Issuer, Audiences: pc.Audiences,
+		Algorithms: pc.Algorithms, Leeway: pc.Leeway.Std(), Required: pc.RequiredClaims, Keys: src,
+		MaxLifetime: pc.MaxLifetime.Std()}
 }
 
 // httpClient is the client of a key source: its own roots when the
@@ -233,8 +263,12 @@ func (t *Tokens) Reload(ctx context.Context, cfg *conf.Auth) error {
 		t.log.Warn("auth: keys not loaded", "err", err)
 	}
 	t.mu.Lock()
-	for name, p := range old {
-		if t.providers[name] != p && p.stop != nil {
+	inUse := map[*auth.Source]bool{}
+	for _, p := range t.providers {
+		inUse[p.source] = true
+	}
+	for _, p := range old {
+		if !inUse[p.source] && p.stop != nil {
 			p.stop()
 		}
 	}
@@ -360,6 +394,15 @@ func (t *Tokens) SetFleet(rs []auth.Revocation) {
 	t.publish()
 }
 
+// untilMargin is added to the largest max_lifetime for a revocation's
+// default until: more than the largest leeway (5m).
+const untilMargin = 10 * time.Minute
+
+// MaxUntil is how far a revocation's until may be: the largest
+// max_lifetime and the margin; a later one is refused as from no
+// operator (fleet.Revocations' bound on what it reads).
+func MaxUntil(cfg *conf.Auth) time.Duration { return cfg.MaxTokenLifetime() + untilMargin + time.Hour }
+
 // ErrInvalid is Revoke's error for a revocation that names nothing or is
 // out of bounds.
 var ErrInvalid = errors.New("revocation refused")
@@ -374,11 +417,16 @@ var ErrNoFleet = errors.New("no fleet: consul.fleet.prefix is not set")
 func (t *Tokens) Revoke(ctx context.Context, r auth.Revocation, fleetScope bool) (auth.Revocation, error) {
 	t.mu.Lock()
 	if r.Until.IsZero() {
-		r.Until = t.now().Add(t.cfg.MaxTokenLifetime() + time.Minute)
+		// Every token accepted now expires before this: its exp is within
+		// max_lifetime of its iat, and its iat within the leeway of now.
+		r.Until = t.now().Add(t.cfg.MaxTokenLifetime() + untilMargin)
 	}
 	store := t.store
 	t.mu.Unlock()
 	if err := r.Validate(); err != nil {
+		return r, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	if err := r.Bounded(t.now(), MaxUntil(&t.cfg)); err != nil {
 		return r, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
 	if fleetScope {
@@ -403,6 +451,8 @@ func (t *Tokens) Revoke(ctx context.Context, r auth.Revocation, fleetScope bool)
 	t.local = append(t.local, r)
 	t.mu.Unlock()
 	t.publish()
+	t.pubMu.Lock()
+	defer t.pubMu.Unlock()
 	return r, t.save()
 }
 
@@ -412,6 +462,10 @@ const MaxLocal = 10000
 // publish compiles the revocations in force and hands them to the
 // target; the local ones past their until are dropped.
 func (t *Tokens) publish() {
+	// One publish at a time, compile to save: a set compiled earlier must
+	// not reach the proxy or the state file after a later one.
+	t.pubMu.Lock()
+	defer t.pubMu.Unlock()
 	t.mu.Lock()
 	now := t.now()
 	n := len(t.local)
@@ -569,7 +623,7 @@ type Finding struct {
 func Check(ctx context.Context, cfg *conf.Auth, fetch bool) (warnings, errs []Finding) {
 	t := &Tokens{log: slog.New(slog.DiscardHandler), now: time.Now}
 	for i, pc := range cfg.Providers {
-		p, err := t.newProvider(pc)
+		p, err := t.newProvider(pc, nil)
 		if err != nil {
 			errs = append(errs, Finding{i, err})
 			continue
