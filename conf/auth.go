@@ -111,6 +111,10 @@ type PoolAuth struct {
 	// MaxConnectionsPerSubject caps one subject's live WebSockets to the
 	// pool (429 past it). Default 0, none.
 	MaxConnectionsPerSubject int `yaml:"max_connections_per_subject"`
+	// LogSubject is what the access log's "sub" holds: hash (the default:
+	// the first 8 bytes of SHA-256 over issuer, NUL and subject, in hex;
+	// the subject is personal data) or plain (the subject itself).
+	LogSubject string `yaml:"log_subject" default:"hash"`
 	// MaxConnectionsPerSubjectScope is local (on each edge) or fleet
 	// (over every edge following consul.fleet.prefix). Default local.
 	MaxConnectionsPerSubjectScope string `yaml:"max_connections_per_subject_scope" default:"local"`
@@ -300,6 +304,7 @@ func (v *validator) poolAuth(path string, p *Pool) {
 	if n := a.MaxConnectionsPerSubject; n < 0 {
 		v.errf(path+".max_connections_per_subject", "%d must not be negative", n)
 	}
+	v.oneOf(path+".log_subject", a.LogSubject, "hash", "plain")
 	v.oneOf(path+".max_connections_per_subject_scope", a.MaxConnectionsPerSubjectScope, ScopeLocal, ScopeFleet)
 	if a.MaxConnectionsPerSubjectScope == ScopeFleet && v.c.Consul.Fleet.Prefix == "" {
 		v.errf(path+".max_connections_per_subject_scope", "fleet needs consul.fleet.prefix, where the edges publish their counts")

@@ -61,6 +61,11 @@ type Auth struct {
 	// MaxConnsPerSubject caps one subject's live connections to the pool
 	// on this edge (0: none); over it, 429.
 	MaxConnsPerSubject int
+	// LogSubject logs the subject itself as the access line's "sub",
+	// where the default logs its hash (auth.SubjectHash): the subject is
+	// personal data, and a connection keeps it only when asked (one
+	// string per subject held, shared by its connections).
+	LogSubject bool
 }
 
 // TokenVerifier verifies a token; *auth.Verifier is one.
@@ -163,6 +168,8 @@ type bearerResult struct {
 	protocol string
 	status   int // 0: admitted
 	reason   string
+	// subject is the token's subject when the pool logs it; "" otherwise.
+	subject string
 }
 
 // checkToken verifies r's token for the pool's policy at now, and on
@@ -217,6 +224,9 @@ func (s *Server) checkToken(r *http.Request, a *compiledAuth, pool string, now t
 		}
 	}
 	res.mark = &m
+	if a.LogSubject {
+		res.subject = claims.Subject
+	}
 	if _, left := r.Header["Sec-Websocket-Protocol"]; !left {
 		res.protocol = protocol
 	}
@@ -491,6 +501,52 @@ type subjects struct {
 	mu    sync.Mutex
 	n     map[subjectKey]int32
 	fleet map[string]map[uint64]int64 // by pool; nil: local counts alone
+	// names are the subjects of pools that log them (Auth.LogSubject),
+	// held while a connection of theirs lives.
+	names map[subjectKey]*subjectName
+}
+
+// subjectName is one subject's name and how many live connections hold it.
+type subjectName struct {
+	name string
+	refs int32
+}
+
+// nameHold keeps sub's name while a connection of pool holds it.
+func (t *subjects) nameHold(pool string, sub uint64, name string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.names == nil {
+		t.names = map[subjectKey]*subjectName{}
+	}
+	k := subjectKey{pool, sub}
+	if n := t.names[k]; n != nil {
+		n.refs++
+		return
+	}
+	t.names[k] = &subjectName{name: name, refs: 1}
+}
+
+// nameGive releases what nameHold kept.
+func (t *subjects) nameGive(pool string, sub uint64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	k := subjectKey{pool, sub}
+	if n := t.names[k]; n != nil {
+		if n.refs--; n.refs <= 0 {
+			delete(t.names, k)
+		}
+	}
+}
+
+// nameOf is sub's name in pool, "" when the pool does not log it.
+func (t *subjects) nameOf(pool string, sub uint64) string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if n := t.names[subjectKey{pool, sub}]; n != nil {
+		return n.name
+	}
+	return ""
 }
 
 type subjectKey struct {

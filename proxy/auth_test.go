@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"testing"
@@ -315,5 +316,36 @@ func TestStripKeepsTheRest(t *testing.T) {
 	stripQuery(r, "access_token")
 	if r.URL.RawQuery != "z=9&a=b%2Fc" || r.RequestURI != "/ws?z=9&a=b%2Fc" {
 		t.Errorf("query left: %q, request URI %q", r.URL.RawQuery, r.RequestURI)
+	}
+}
+
+// TestAccessLogSubject: the access line of a connection made with a
+// token names its subject by hash, or by name in a pool that logs
+// subjects; and the name is let go with the last connection holding it.
+func TestAccessLogSubject(t *testing.T) {
+	ti := newTokenIssuer(t)
+	for _, plain := range []bool{false, true} {
+		lc := &logCounter{}
+		e, _ := oneBackendEdge(t, spliceReadiness, false, func(p *Pool, cfg *edgeConfig) {
+			p.Auth = &Auth{Verifier: ti.v, LogSubject: plain}
+			cfg.opts.AccessLog = slog.New(lc)
+		})
+		c, _ := e.dialWS(t, "/", http.Header{"Authorization": {"Bearer " + ti.mint("alice", time.Now().Add(time.Hour))}})
+		testkit.Ask(t, c, "x")
+		c.Close()
+		testkit.WaitFor(t, "the access line", func() bool { return lc.count() == 1 })
+		want := fmt.Sprintf("%016x", auth.SubjectHash("iss", "alice"))
+		if plain {
+			want = "alice"
+		}
+		if got := lc.attrs(0)["sub"].String(); got != want {
+			t.Errorf("plain %v: sub %q, want %q", plain, got, want)
+		}
+		e.srv.subjects.mu.Lock()
+		left := len(e.srv.subjects.names)
+		e.srv.subjects.mu.Unlock()
+		if left != 0 {
+			t.Errorf("plain %v: %d names held after the last connection", plain, left)
+		}
 	}
 }

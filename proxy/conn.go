@@ -199,6 +199,11 @@ func (c *wsConn) finish(moved bool) {
 	x := c.x
 	x.release()
 	c.s.giveSubject(c.pool, c.who)
+	name := ""
+	if c.who != nil && c.pool.auth != nil && c.pool.auth.LogSubject {
+		name = c.s.subjects.nameOf(c.pool.name, c.who.Subject)
+		c.s.subjects.nameGive(c.pool.name, c.who.Subject)
+	}
 	if moved {
 		c.s.obs.ConnClosed(x.routeName(), c.be.ID(), string(ReasonMoved), c.s.now().Sub(x.start), c.in.Load(), c.out.Load())
 		return
@@ -214,7 +219,7 @@ func (c *wsConn) finish(moved bool) {
 	}
 	c.logFault()
 	// The access line goes first: whoever waits for ConnClosed then finds it.
-	x.logAccessAs(c.who)
+	x.logAccessAs(c.who, name)
 	if x.deflate == deflateCounted {
 		c.s.obs.Inflated(x.routeName(), int64(x.zWire), int64(x.zInflated))
 	}

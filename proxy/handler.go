@@ -113,7 +113,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	defer x.release()
 	s.servePlain(w, x)
-	x.logAccessAs(tok.mark)
+	x.logAccessAs(tok.mark, tok.subject)
 }
 
 // refusal is why admit turned a request away: the answer's status, the
@@ -270,6 +270,9 @@ func (s *Server) serveWebSocket(w http.ResponseWriter, x *exchange, tok bearerRe
 	if tok.mark != nil {
 		c.who = tok.mark
 		c.sess.SetExpiry(s.expiryFrom(tok.expires, x.start, x.pool.auth))
+		if tok.subject != "" {
+			s.subjects.nameHold(x.pool.name, tok.mark.Subject, tok.subject)
+		}
 	}
 	head := s.switchingResponse(x, bc, tok.protocol)
 	started = true
@@ -310,7 +313,7 @@ func (x *exchange) refuseToken(w http.ResponseWriter, tok bearerResult) {
 	x.status, x.reason = tok.status, tok.reason
 	x.s.obs.Rejected(x.routeName(), tok.status, tok.reason)
 	x.answer(w, func() { http.Error(w, http.StatusText(tok.status), tok.status) })
-	x.logAccessAs(tok.mark)
+	x.logAccessAs(tok.mark, tok.subject)
 }
 
 // holdSubject counts a WebSocket against its subject's limit in its pool

@@ -266,12 +266,12 @@ func (x *exchange) kind() string {
 
 // logAccess writes the access line; docs/METRICS.md ("Log fields") lists them.
 // Durations are seconds as floats, like Prometheus's base unit.
-func (x *exchange) logAccess() { x.logAccessAs(nil) }
+func (x *exchange) logAccess() { x.logAccessAs(nil, "") }
 
 // logAccessAs writes the access line of a request or connection made
-// with a token: its subject goes in as SubjectHash in hex ("sub"), never
-// the subject itself (personal data) and never the token.
-func (x *exchange) logAccessAs(who *auth.Mark) {
+// with a token: its subject goes in as SubjectHash in hex ("sub"), or as
+// name when the pool logs subjects (Auth.LogSubject); never the token.
+func (x *exchange) logAccessAs(who *auth.Mark, name string) {
 	client := ""
 	if x.id.client.IsValid() {
 		client = x.id.client.String()
@@ -310,7 +310,11 @@ func (x *exchange) logAccessAs(who *auth.Mark) {
 			n += 2
 		}
 	}
-	if who != nil && who.Subject != 0 {
+	switch {
+	case name != "":
+		attrs[n] = slog.String("sub", name)
+		n++
+	case who != nil && who.Subject != 0:
 		attrs[n] = slog.String("sub", fmt.Sprintf("%016x", who.Subject))
 		n++
 	}

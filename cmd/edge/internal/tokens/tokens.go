@@ -344,7 +344,7 @@ func (t *Tokens) PoolAuth(a conf.PoolAuth) (*proxy.Auth, error) {
 	}
 	pa := &proxy.Auth{Verifier: v, Optional: a.Mode == conf.AuthOptional, ForwardToken: a.ForwardToken,
 		MaxLifetime: lifetime, CloseCode: a.CloseCode, Grace: a.Grace.Std(), Spread: a.Spread.Std(),
-		MaxConnsPerSubject: a.MaxConnectionsPerSubject}
+		MaxConnsPerSubject: a.MaxConnectionsPerSubject, LogSubject: a.LogSubject == "plain"}
 	for _, f := range a.From {
 		pa.From = append(pa.From, tokenSource(f))
 	}
