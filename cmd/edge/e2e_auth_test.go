@@ -15,6 +15,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -595,5 +596,54 @@ func TestSubjectLimitOfFleetScope(t *testing.T) {
 	r := nodeCheck(t, "wss://"+a.wss+"/ws", []map[string]any{{"name": "third", "headers": map[string]string{"Authorization": "Bearer " + tok}}})["third"]
 	if r.Status != http.StatusTooManyRequests {
 		t.Fatalf("the subject's third connection over the fleet: %+v, want 429", r)
+	}
+}
+
+// TestTokensReload: a reload that changes a provider's rules applies
+// them to new upgrades (keeping its keys); one whose provider cannot be
+// built is refused whole, and the running policy stays.
+func TestTokensReload(t *testing.T) {
+	m := newMinter(t)
+	k1 := m.key("ec", "k1")
+	ks := newKeyServer(t, m.run("jwks", "k1:"+k1))
+	bs := backends(t, "b1")
+	cfg := authConfig(ks.srv.URL+"/jwks", ks.caFile)
+	s := newSetup(t, bs, "least_conn", cfg)
+	p := startEdge(t, s.cfg)
+	now := time.Now()
+	tok := m.token(k1, "k1", map[string]any{"iss": authIssuer, "sub": "r", "aud": "chat", "scope": "chat", "iat": now.Unix(), "exp": now.Add(time.Hour).Unix()})
+	try := func() int {
+		return nodeCheck(t, "wss://"+s.wss+"/ws", []map[string]any{{"name": "r", "headers": map[string]string{"Authorization": "Bearer " + tok}}})["r"].Status
+	}
+	if got := try(); got != 101 {
+		t.Fatalf("before the reload: %d", got)
+	}
+	reload := func(c string) string {
+		s.write(t, bs, "least_conn", c, filepath.Join(s.dir, "cert.pem"), filepath.Join(s.dir, "key.pem"))
+		n := strings.Count(p.logs(), "reload")
+		if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+			t.Fatal(err)
+		}
+		testkit.WaitFor(t, "the reload's log line", func() bool { return strings.Count(p.logs(), "reload") > n })
+		return p.logs()
+	}
+	// A CA file that is no certificate: the provider cannot be built.
+	bad := filepath.Join(s.dir, "bad-ca.pem")
+	testkit.WriteFile(t, bad, []byte("not a certificate"))
+	if log := reload(strings.Replace(cfg, ks.caFile, bad, 1)); !strings.Contains(log, "reload refused") {
+		t.Fatalf("a provider that cannot be built was not refused:\n%s", grepLines(log, "reload"))
+	}
+	if got := try(); got != 101 {
+		t.Fatalf("after a refused reload: %d, want the running policy", got)
+	}
+	ks.down.Store(true) // the keys must carry over: the key server is down now
+	reload(strings.Replace(cfg, "audiences: [chat]", "audiences: [billing]", 1))
+	p.waitLog(t, "configuration reloaded")
+	if got := try(); got != http.StatusUnauthorized {
+		t.Fatalf("after the audience changed: %d, want 401", got)
+	}
+	reload(cfg)
+	if got := try(); got != 101 {
+		t.Fatalf("back to audience chat with the key server down: %d, want 101 (keys kept)", got)
 	}
 }

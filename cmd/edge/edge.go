@@ -208,11 +208,14 @@ func (e *edge) reload() string {
 	if err != nil {
 		return refuse(err)
 	}
-	if err := e.tokens.Reload(context.Background(), &cfg.Auth); err != nil {
+	next, err := e.tokens.Prepare(context.Background(), &cfg.Auth)
+	if err != nil {
 		return refuse(err)
 	}
 	e.mu.Lock()
-	pools, err := e.poolBuilder().Build(cfg, e.pools)
+	b := e.poolBuilder()
+	b.Auth = next.PoolAuth
+	pools, err := b.Build(cfg, e.pools)
 	if err == nil {
 		err = e.proxy.SetRoutes(append(poolset.Routes(cfg, pools), e.dyn.declaredRoutes(cfg)...))
 	}
@@ -220,6 +223,9 @@ func (e *edge) reload() string {
 		e.mu.Unlock()
 		return refuse(err)
 	}
+	// The pools built hold the new providers' verifiers: their settings
+	// are in force from here.
+	next.Commit()
 	// Routes now point at the new entries; make their members live (each
 	// pool has the fleet's layer since it was built).
 	gone, applyErr := poolset.Apply(pools)

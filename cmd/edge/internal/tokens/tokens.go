@@ -90,10 +90,32 @@ func New(cfg *conf.Auth, o Options) (*Tokens, error) {
 	return t, nil
 }
 
-// setConfig builds the providers of cfg, keeping those of old whose
-// settings did not change (their keys and refresh go on), and the file's
-// revocations. The lock is not held: the caller publishes.
+// Next is a file's token settings built and not yet in force: a reload
+// builds its pools with Next.PoolAuth and commits it only once they all
+// built, so a refused reload changes nothing.
+type Next struct {
+	t         *Tokens
+	cfg       conf.Auth
+	providers map[string]*provider
+	file      []auth.Revocation
+}
+
+// setConfig builds cfg and puts it in force at once (New).
 func (t *Tokens) setConfig(cfg *conf.Auth, old map[string]*provider) error {
+	n, err := t.build(cfg, old)
+	if err != nil {
+		return err
+	}
+	t.mu.Lock()
+	t.cfg, t.providers, t.file = n.cfg, n.providers, n.file
+	t.mu.Unlock()
+	return nil
+}
+
+// build builds the providers of cfg, keeping those of old whose settings
+// did not change (their keys and refresh go on), and the file's
+// revocations, without putting them in force.
+func (t *Tokens) build(cfg *conf.Auth, old map[string]*provider) (*Next, error) {
 	ps := map[string]*provider{}
 	var errs []error
 	for _, pc := range cfg.Providers {
@@ -120,12 +142,9 @@ func (t *Tokens) setConfig(cfg *conf.Auth, old map[string]*provider) error {
 		errs = append(errs, err)
 	}
 	if err := errors.Join(errs...); err != nil {
-		return err
+		return nil, err
 	}
-	t.mu.Lock()
-	t.cfg, t.providers, t.file = *cfg, ps, file
-	t.mu.Unlock()
-	return nil
+	return &Next{t: t, cfg: *cfg, providers: ps, file: file}, nil
 }
 
 // sameKeys reports whether two settings of a provider take its keys
@@ -249,20 +268,43 @@ func (t *Tokens) list() []*provider {
 	return out
 }
 
-// Reload takes a new file's settings: providers whose settings changed
-// are built anew (and their keys fetched), the others keep theirs; the
-// file's revocations are replaced. On an error nothing changes.
-func (t *Tokens) Reload(ctx context.Context, cfg *conf.Auth) error {
+// Prepare builds a new file's settings for a reload: providers whose
+// settings changed are built anew and their keys fetched (a provider
+// whose keys cannot be had yet is logged: its pools refuse tokens until
+// they can), the others keep theirs. Nothing is in force until Commit.
+func (t *Tokens) Prepare(ctx context.Context, cfg *conf.Auth) (*Next, error) {
 	t.mu.Lock()
 	old := t.providers
 	t.mu.Unlock()
-	if err := t.setConfig(cfg, old); err != nil {
-		return err
+	n, err := t.build(cfg, old)
+	if err != nil {
+		return nil, err
 	}
-	if err := t.Load(ctx); err != nil {
+	var errs []error
+	for _, p := range n.providers {
+		if p.source.Keys() == nil {
+			if err := p.source.Load(ctx); err != nil {
+				errs = append(errs, fmt.Errorf("auth provider %s: %w", p.conf.Name, err))
+			}
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
 		t.log.Warn("auth: keys not loaded", "err", err)
 	}
+	return n, nil
+}
+
+// PoolAuth is a pool's policy under the prepared settings.
+func (n *Next) PoolAuth(a conf.PoolAuth) (*proxy.Auth, error) { return poolAuth(n.providers, a) }
+
+// Commit puts the prepared settings in force: the replaced providers'
+// refreshes stop, the new ones' start, the file's revocations replace
+// the old file's.
+func (n *Next) Commit() {
+	t := n.t
 	t.mu.Lock()
+	old := t.providers
+	t.cfg, t.providers, t.file = n.cfg, n.providers, n.file
 	inUse := map[*auth.Source]bool{}
 	for _, p := range t.providers {
 		inUse[p.source] = true
@@ -275,7 +317,6 @@ func (t *Tokens) Reload(ctx context.Context, cfg *conf.Auth) error {
 	t.startLocked()
 	t.mu.Unlock()
 	t.publish()
-	return nil
 }
 
 // Run refreshes every provider's keys and recompiles the revocations
@@ -316,14 +357,20 @@ func (t *Tokens) startLocked() {
 
 // PoolAuth is a pool's policy for the proxy; nil when its mode is off.
 func (t *Tokens) PoolAuth(a conf.PoolAuth) (*proxy.Auth, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return poolAuth(t.providers, a)
+}
+
+// poolAuth maps a pool's policy with the verifier of the providers it
+// names among providers.
+func poolAuth(providers map[string]*provider, a conf.PoolAuth) (*proxy.Auth, error) {
 	if a.Mode == conf.AuthOff || a.Mode == "" {
 		return nil, nil
 	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
 	names := a.Providers
 	if len(names) == 0 {
-		for n := range t.providers {
+		for n := range providers {
 			names = append(names, n)
 		}
 		slices.Sort(names)
@@ -331,7 +378,7 @@ func (t *Tokens) PoolAuth(a conf.PoolAuth) (*proxy.Auth, error) {
 	var rules []*auth.Provider
 	lifetime := time.Duration(0)
 	for _, n := range names {
-		p := t.providers[n]
+		p := providers[n]
 		if p == nil {
 			return nil, fmt.Errorf("auth: no provider %q", n)
 		}
