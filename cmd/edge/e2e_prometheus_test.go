@@ -3,8 +3,12 @@ package main
 import (
 	"bytes"
 	"crypto"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -153,8 +157,27 @@ pools:
   - name: ghost
     consul: {service: ghost, datacenter: nowhere}
 consul: {address: %q, register: {enabled: true}, fleet: {prefix: edge/fleet}}
-%s`, e.admin, e.metrics, e.wss, pki.certFile, pki.keyFile, e.ws, testkit.ClosedPort(t), testkit.ClosedPort(t), agent.Addr, extra))
+auth:
+  providers:
+    - {name: idp, issuer: "https://id.test", algorithms: [ES256], jwks_file: %q}
+%s`, e.admin, e.metrics, e.wss, pki.certFile, pki.keyFile, e.ws, testkit.ClosedPort(t), testkit.ClosedPort(t), agent.Addr,
+		writeJWKS(t, e.dir), extra))
 	return e
+}
+
+// writeJWKS writes a JWK Set of one fresh P-256 key into dir, for a token
+// provider whose keys exist from the first scrape.
+func writeJWKS(t *testing.T, dir string) string {
+	t.Helper()
+	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pt, _ := k.PublicKey.Bytes()
+	enc := base64.RawURLEncoding.EncodeToString
+	path := filepath.Join(dir, "jwks.json")
+	writeFile(t, path, fmt.Sprintf(`{"keys":[{"kty":"EC","crv":"P-256","kid":"k1","x":%q,"y":%q}]}`, enc(pt[1:33]), enc(pt[33:])))
+	return path
 }
 
 // prom is a running Prometheus server.
@@ -388,7 +411,7 @@ func TestPrometheusFindsFleetAndEveryPanelHasData(t *testing.T) {
 	})
 
 	rows, exprs := dashboardExprs(t)
-	if want := []string{"Clients", "Backends", "TLS", "Discovery", "Drain", "Fleet"}; !slices.Equal(rows, want) {
+	if want := []string{"Clients", "Backends", "TLS", "Discovery", "Drain", "Fleet", "Tokens"}; !slices.Equal(rows, want) {
 		t.Errorf("dashboard rows %q, want %q", rows, want)
 	}
 	empty := map[int]string{}
