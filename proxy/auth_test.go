@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"testing"
 	"time"
 
@@ -348,4 +349,33 @@ func TestAccessLogSubject(t *testing.T) {
 			t.Errorf("plain %v: %d names held after the last connection", plain, left)
 		}
 	}
+}
+
+// FuzzStripToken: whatever a client puts in the places a token may be
+// (header, cookies, subprotocols, query), once edge strips them no token
+// is left where the same parsers look, so none reaches the backend, and
+// a token is found only where one was put.
+func FuzzStripToken(f *testing.F) {
+	f.Add("Bearer a.b.c", "tok=a.b.c; x=1", "chat, bearer.a.b.c", "tok=a.b.c&z=1")
+	f.Add("bearer   x", "tok =x;tok\t=y", "bearer.eHl6", "%74ok=x&tok=y&tok")
+	f.Add("", "a=1; tok=", "bearer.", "tok")
+	from := []TokenSource{{Kind: TokenHeader}, {Kind: TokenCookie, Name: "tok"}, {Kind: TokenProtocol, Name: "bearer."}, {Kind: TokenQuery, Name: "tok"}}
+	f.Fuzz(func(t *testing.T, authz, cookie, proto, query string) {
+		r, err := http.NewRequest("GET", "/ws", nil)
+		if err != nil {
+			t.Skip()
+		}
+		r.URL.RawQuery = query
+		r.RequestURI = r.URL.RequestURI()
+		r.Header = http.Header{"Authorization": {authz}, "Cookie": {cookie}, "Sec-Websocket-Protocol": {proto}}
+		stripToken(r, from)
+		for _, src := range from {
+			if tok := tokenIn(r, src); tok != "" {
+				t.Fatalf("after the strip, %v still holds %q (request %q %v)", src, tok, r.RequestURI, r.Header)
+			}
+		}
+		if u, err := url.ParseRequestURI(r.RequestURI); err == nil && u.Query().Has("tok") {
+			t.Fatalf("the request line still carries tok: %q", r.RequestURI)
+		}
+	})
 }
