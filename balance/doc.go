@@ -95,4 +95,18 @@
 // TryAcquire read the share as they read the pool's limit: one atomic.
 // client_ip hashing never reads fleet counts, so every edge still names
 // the same backend for an address.
+//
+// # Rebalancing live connections
+//
+// A Rebalancer is one pool's policy for moving live connections off the
+// backends above their fair share of the fleet's connections (by
+// effective weight, after slow start): an episode starts when the largest
+// ratio to the fair share stays above 1+Tolerance for Settle, and ends
+// within 1+Tolerance/2 (hysteresis); during it each tick spends the
+// fleet's budget (Rate moves a second), divided among the over-share
+// backends by their excess and taken by each edge in proportion to what
+// it holds there, never below the band and never more than it holds. It
+// decides counts only; which connections go (those older than the
+// episode, so none moves twice) and how (a close frame) is its caller's
+// (rebalance.go).
 package balance

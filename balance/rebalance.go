@@ -1,0 +1,202 @@
+package balance
+
+import (
+	"math"
+	"time"
+)
+
+// Rebalancing live connections across a pool's backends: when the fleet's
+// connections on some backends stay above those backends' fair share (by
+// effective weight, after slow start) by more than a tolerance for a
+// settling time, every edge closes some of its connections on them, so
+// that their clients reconnect and the normal pick places them on the
+// backends under their share. A Rebalancer is the pure policy of one pool
+// on one edge: it is told the fleet's load once a tick and answers how
+// many connections this edge closes on each backend during that tick.
+//
+// Why each rule:
+//   - A tolerance band with hysteresis: an episode starts above
+//     1+Tolerance times the fair share and ends at 1+Tolerance/2, so the
+//     noise of reconnects does not start and stop episodes.
+//   - A settling time: a backend that just joined is under its share by
+//     nature, and slow start fills it with new connections first.
+//   - A budget for the whole fleet, divided among the edges by what each
+//     holds on each backend: each edge moves its part, and together they
+//     move at most the budget (the connections rate is what the clients'
+//     reconnects cost: full or resumed TLS handshakes).
+//   - Only connections older than the episode are moved (the caller picks
+//     them): a moved client reconnects as a new connection, so none is
+//     moved twice in one episode.
+
+// RebalanceOptions are one pool's rebalancing settings.
+type RebalanceOptions struct {
+	// Tolerance is how far above its fair share a backend may be before an
+	// episode starts, as a fraction (0.10: 10 %). Default 0.10.
+	Tolerance float64
+	// Settle is how long the imbalance must last before an episode starts.
+	// Default 30s.
+	Settle time.Duration
+	// Rate is the fleet's budget of moved connections per second. Default
+	// 10.
+	Rate float64
+}
+
+// withDefaults fills the zero fields.
+func (o RebalanceOptions) withDefaults() RebalanceOptions {
+	if o.Tolerance <= 0 {
+		o.Tolerance = 0.10
+	}
+	if o.Settle <= 0 {
+		o.Settle = 30 * time.Second
+	}
+	if o.Rate <= 0 {
+		o.Rate = 10
+	}
+	return o
+}
+
+// BackendLoad is one backend as a Rebalancer sees it.
+type BackendLoad struct {
+	ID string
+	// Weight is its effective weight now (declared or overridden, times
+	// its slow-start share); 0 for a backend that takes no connections
+	// (unavailable, drained, disabled): it has no fair share and nothing
+	// is moved off it by rebalancing (a drain moves its connections).
+	Weight float64
+	// Fleet is its live connections over the whole fleet; Local those of
+	// this edge.
+	Fleet, Local int64
+}
+
+// Plan is what a Rebalancer decided for one tick.
+type Plan struct {
+	// Active: an episode is under way; Since is when it started.
+	Active bool
+	Since  time.Time
+	// Imbalance is the largest ratio of a backend's fleet connections to
+	// its fair share (1: balanced; 0: nothing to compare).
+	Imbalance float64
+	// Moves is how many of this edge's connections to close on each
+	// backend during this tick, by ID; nil when none.
+	Moves map[string]int
+}
+
+// Rebalancer is one pool's rebalancing policy on one edge. It is not safe
+// for concurrent use: one owner ticks it.
+type Rebalancer struct {
+	opts RebalanceOptions
+	// overSince is when the imbalance went above the start band (zero: it
+	// is not); since is when the episode started (zero: none).
+	overSince, since time.Time
+	last             time.Time
+	// carry keeps each backend's fraction of a move from tick to tick, so
+	// that a budget under one connection a tick still moves some.
+	carry map[string]float64
+}
+
+// NewRebalancer returns the policy for o.
+func NewRebalancer(o RebalanceOptions) *Rebalancer {
+	return &Rebalancer{opts: o.withDefaults(), carry: map[string]float64{}}
+}
+
+// Stop ends any episode (a drain, an upgrade, stale fleet numbers, an
+// operator's pause): the next imbalance must settle again.
+func (r *Rebalancer) Stop() {
+	r.overSince, r.since, r.last = time.Time{}, time.Time{}, time.Time{}
+	clear(r.carry)
+}
+
+// Tick decides at now, from the fleet's load of the pool's backends.
+func (r *Rebalancer) Tick(now time.Time, bs []BackendLoad) Plan {
+	fair, imbalance := fairShares(bs)
+	startBand, stopBand := 1+r.opts.Tolerance, 1+r.opts.Tolerance/2
+	dt := now.Sub(r.last)
+	r.last = now
+	switch {
+	case r.since.IsZero() && imbalance > startBand:
+		if r.overSince.IsZero() {
+			r.overSince = now
+		}
+		if now.Sub(r.overSince) < r.opts.Settle {
+			return Plan{Imbalance: imbalance}
+		}
+		r.since, dt = now, 0
+	case r.since.IsZero():
+		r.overSince = time.Time{}
+		return Plan{Imbalance: imbalance}
+	case imbalance <= stopBand:
+		r.Stop()
+		return Plan{Imbalance: imbalance}
+	}
+	p := Plan{Active: true, Since: r.since, Imbalance: imbalance}
+	if dt <= 0 || dt > 10*time.Second {
+		// The first tick of an episode, or after a gap: no budget spent
+		// for time that was not watched.
+		return p
+	}
+	p.Moves = r.moves(bs, fair, stopBand, r.opts.Rate*dt.Seconds())
+	return p
+}
+
+// fairShares is each backend's fair share of the fleet's connections
+// (by weight), and the largest ratio of connections to it.
+func fairShares(bs []BackendLoad) (fair []float64, imbalance float64) {
+	var total int64
+	var weights float64
+	for _, b := range bs {
+		if b.Weight > 0 {
+			total += b.Fleet
+			weights += b.Weight
+		}
+	}
+	fair = make([]float64, len(bs))
+	if total == 0 || weights == 0 {
+		return fair, 0
+	}
+	for i, b := range bs {
+		if b.Weight <= 0 {
+			continue
+		}
+		fair[i] = float64(total) * b.Weight / weights
+		if fair[i] > 0 {
+			imbalance = math.Max(imbalance, float64(b.Fleet)/fair[i])
+		}
+	}
+	return fair, imbalance
+}
+
+// moves divides budget (the fleet's moves this tick) among the backends
+// above band times their fair share, by their excess, and takes this
+// edge's part of each: its part of the backend's connections. No backend
+// is taken below the band, nor more than this edge holds there.
+func (r *Rebalancer) moves(bs []BackendLoad, fair []float64, band, budget float64) map[string]int {
+	excess := make([]float64, len(bs))
+	var sum float64
+	for i, b := range bs {
+		if b.Weight > 0 && float64(b.Fleet) > fair[i]*band {
+			excess[i] = float64(b.Fleet) - fair[i]*band
+			sum += excess[i]
+		}
+	}
+	if sum == 0 {
+		return nil
+	}
+	out := map[string]int{}
+	for i, b := range bs {
+		if excess[i] == 0 || b.Local <= 0 || b.Fleet <= 0 {
+			delete(r.carry, b.ID)
+			continue
+		}
+		fleetMoves := math.Min(budget*excess[i]/sum, excess[i])
+		mine := fleetMoves*float64(b.Local)/float64(b.Fleet) + r.carry[b.ID]
+		n := int(mine)
+		r.carry[b.ID] = mine - float64(n)
+		if n > int(b.Local) {
+			n = int(b.Local)
+		}
+		if n > 0 {
+			out[b.ID] = n
+		}
+	}
+	return out
+}
