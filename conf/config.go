@@ -418,6 +418,32 @@ type Pool struct {
 	BackendLeave BackendLeave `yaml:"backend_leave"`
 	// Auth is the pool's token policy: required, optional or off.
 	Auth PoolAuth `yaml:"auth"`
+	// Rebalance moves live connections off backends above their fair
+	// share (after a scale-out, a weight change). Off by default.
+	Rebalance Rebalance `yaml:"rebalance"`
+}
+
+// Rebalance is a pool's rebalancing of live connections: while the
+// fleet's connections on a backend stay above its fair share (by weight,
+// after slow start) by more than Tolerance for Settle, the edges close
+// connections on it with 1012, Rate a second over the fleet, until it is
+// within half the tolerance.
+type Rebalance struct {
+	// Enabled turns it on. Default false. Not with balance: client_ip,
+	// whose hash would send a moved client back where it was.
+	Enabled bool `yaml:"enabled"`
+	// Tolerance is how far above its fair share a backend may be, as a
+	// fraction, 0.01 to 1. Default 0.1.
+	Tolerance float64 `yaml:"tolerance" default:"0.1"`
+	// Settle is how long an imbalance must last before connections move.
+	// Default 30s.
+	Settle Duration `yaml:"settle" default:"30s"`
+	// Rate is how many connections the whole fleet moves a second, each
+	// edge its part by what it holds. Default 10.
+	Rate float64 `yaml:"rate" default:"10"`
+	// MinAge is the least age of a connection that may be moved. Default
+	// 1m.
+	MinAge Duration `yaml:"min_age" default:"1m"`
 }
 
 // BackendLeave is what happens to the live connections of a backend that

@@ -426,6 +426,25 @@ func (v *validator) pool(path string, p *Pool) {
 	v.webSocket(path+".websocket", p.WebSocket)
 	v.backendLeave(path+".backend_leave", p.BackendLeave)
 	v.poolAuth(path+".auth", p)
+	v.rebalance(path+".rebalance", p)
+}
+
+func (v *validator) rebalance(path string, p *Pool) {
+	r := p.Rebalance
+	if !r.Enabled {
+		return
+	}
+	if p.Balance == BalanceClientIP {
+		v.errf(path+".enabled", "not with balance client_ip: its hash sends a moved client back to the backend it left (its bounded load spills instead)")
+	}
+	if r.Tolerance < 0.01 || r.Tolerance > 1 {
+		v.errf(path+".tolerance", "%v is outside 0.01..1", r.Tolerance)
+	}
+	v.duration(path+".settle", r.Settle, true)
+	v.duration(path+".min_age", r.MinAge, true)
+	if r.Rate <= 0 || r.Rate > 100000 {
+		v.errf(path+".rate", "%v is outside (0, 100000]", r.Rate)
+	}
 }
 
 // backends checks a pool's static members: either they or consul.service,

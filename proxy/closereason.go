@@ -53,6 +53,7 @@ const (
 	ReasonAdminDrain  CloseReason = "admin_drain"  // an operator drained the backend: close 1012
 	ReasonMoved       CloseReason = "moved"        // handed to another edge process (Handoff), still open there
 	ReasonRestart     CloseReason = "restart"      // edge restarted and could not hand it over: close 1012
+	ReasonRebalance   CloseReason = "rebalance"    // moved off a backend above its fair share: close 1012
 )
 
 // reasonKeep closes without recording a reason of its own: the one
@@ -62,7 +63,7 @@ const reasonKeep = wsession.ReasonKeep
 // CloseReasons lists every CloseReason, for metrics that must exist at
 // zero before the first connection ends.
 func CloseReasons() []CloseReason {
-	return append(wsession.Reasons(), ReasonShutdown, ReasonDrain, ReasonBackendGone, ReasonAdminDrain, ReasonMoved, ReasonRestart, ReasonTokenExpired, ReasonTokenRevoked)
+	return append(wsession.Reasons(), ReasonShutdown, ReasonDrain, ReasonBackendGone, ReasonAdminDrain, ReasonMoved, ReasonRestart, ReasonRebalance, ReasonTokenExpired, ReasonTokenRevoked)
 }
 
 // CloseSide says who closed a WebSocket first: the side whose close frame

@@ -312,3 +312,23 @@ func (s *Server) restartClose(conns []*wsConn, window time.Duration) int {
 	}
 	return len(conns)
 }
+
+// Rebalance asks up to n live WebSockets on b that were opened before
+// before to close with 1012 (service restart), each at a random moment
+// within the next second, between two frames: their clients reconnect and
+// the pick places them by the pool's current shares. Only connections
+// older than before go, so a client moved in an episode (which reconnects
+// as a new connection) is not moved again in it, and none younger than a
+// pool's minimum age is; connections already asked to close are left. It
+// returns how many were asked.
+func (s *Server) Rebalance(b *balance.Backend, n int, before time.Time) int {
+	asked := 0
+	s.reg.each(func(c *wsConn) {
+		if asked >= n || c.be != b || !c.x.start.Before(before) || c.timer != nil || c.sess.Requested() {
+			return
+		}
+		c.scheduleCloseLocked(time.Second, CloseServiceRestart, ReasonRebalance)
+		asked++
+	})
+	return asked
+}

@@ -14,6 +14,7 @@ import (
 	"github.com/edgelb/edge/cmd/edge/internal/gcpace"
 	"github.com/edgelb/edge/cmd/edge/internal/metrics"
 	"github.com/edgelb/edge/cmd/edge/internal/poolset"
+	"github.com/edgelb/edge/cmd/edge/internal/rebalance"
 	"github.com/edgelb/edge/cmd/edge/internal/sockets"
 	"github.com/edgelb/edge/cmd/edge/internal/tokens"
 	"github.com/edgelb/edge/cmd/edge/internal/upgrade"
@@ -56,6 +57,10 @@ type edge struct {
 	// fleet's revocations under consul.fleet.prefix, nil without one.
 	tokens           *tokens.Tokens
 	fleetRevocations *fleet.Revocations
+
+	// rebalance moves live connections off over-share backends of the
+	// pools that ask for it.
+	rebalance *rebalance.Runner
 
 	// Drain progress for /status: when it began (unix nanoseconds, 0
 	// before) and how many connections were live then.
@@ -126,6 +131,14 @@ func newEdge(cfg *conf.Config, path string, log *slog.Logger, up *upgrade.Upgrad
 		return nil, fmt.Errorf("routes: %w", err)
 	}
 	e.tokens.SetTarget(e.proxy)
+	e.rebalance = rebalance.New(rebalanceHost{e}, log)
+	e.metrics.WatchRebalance(func() []metrics.RebalanceState {
+		var out []metrics.RebalanceState
+		for _, s := range e.rebalance.Status() {
+			out = append(out, metrics.RebalanceState{Pool: s.Pool, Active: s.Active, Imbalance: s.Imbalance, Moved: s.Moved})
+		}
+		return out
+	})
 	if e.admin, err = e.newAdmin(cfg); err != nil {
 		return nil, err
 	}
@@ -180,6 +193,7 @@ func (e *edge) start(ctx, adminCtx context.Context, g *errgroup.Group) {
 	e.runCookieKeys(ctx, g)
 	e.runFleetActions(ctx, g)
 	e.runTokens(ctx, g)
+	e.runRebalance(ctx, g)
 	if e.fleet != nil {
 		g.Go(func() error { return e.fleet.Run(ctx) })
 	}

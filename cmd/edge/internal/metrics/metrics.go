@@ -82,6 +82,8 @@ type Registry struct {
 	// component at scrape time (WatchAuth).
 	tokens *prometheus.CounterVec
 	auth   *authCollector
+	// rebalance reports the pools' rebalancing (WatchRebalance).
+	rebalance *rebalanceCollector
 	// upgrade counts process upgrades and their hand-offs (upgrades.go).
 	upgrade *upgradeMetrics
 
@@ -125,6 +127,8 @@ func New(opts Options) *Registry {
 	f(m.tokens)
 	m.auth = &authCollector{now: func() float64 { return float64(time.Now().UnixNano()) / 1e9 }}
 	f(m.auth)
+	m.rebalance = &rebalanceCollector{}
+	f(m.rebalance)
 	m.wsMetrics = newWSMetrics(m.reg)
 	m.upgrade = newUpgradeMetrics(m.reg)
 	return m

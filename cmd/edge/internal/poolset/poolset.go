@@ -32,8 +32,10 @@ type Spec struct {
 	Health *health.Options
 	Leave  conf.BackendLeave // what becomes of a departed backend's connections
 	// Auth is the pool's token policy, mapped by Builder.Auth.
-	Auth   conf.PoolAuth
-	Consul conf.PoolConsul
+	Auth conf.PoolAuth
+	// Rebalance is the pool's rebalancing of live connections.
+	Rebalance conf.Rebalance
+	Consul    conf.PoolConsul
 	// cookieKV is the Consul KV entry of the cookie keys, or "".
 	CookieKV string
 	// static: the members come from the file, not from discovery.
@@ -81,14 +83,15 @@ func SpecOf(pc *conf.Pool) (*Spec, error) {
 			Rate:          pc.Limits.ConnectionRatePerClientIP,
 			Burst:         pc.Limits.ConnectionBurstPerClientIP,
 		},
-		Rate:     [2]float64{pc.Limits.ConnectionRate, float64(pc.Limits.ConnectionBurst)},
-		Proxy:    proxyPoolOf(pc),
-		Health:   healthOf(pc),
-		Leave:    pc.BackendLeave,
-		Auth:     pc.Auth,
-		Consul:   pc.Consul,
-		CookieKV: pc.Cookie.ConsulKey,
-		Static:   pc.Consul.Service == "",
+		Rate:      [2]float64{pc.Limits.ConnectionRate, float64(pc.Limits.ConnectionBurst)},
+		Proxy:     proxyPoolOf(pc),
+		Health:    healthOf(pc),
+		Leave:     pc.BackendLeave,
+		Auth:      pc.Auth,
+		Rebalance: pc.Rebalance,
+		Consul:    pc.Consul,
+		CookieKV:  pc.Cookie.ConsulKey,
+		Static:    pc.Consul.Service == "",
 	}
 	if pc.Limits.MaxConnectionsPerBackendScope == conf.ScopeFleet {
 		s.Fleet.Conns = pc.Limits.MaxConnectionsPerBackend

@@ -1,0 +1,66 @@
+package main
+
+import (
+	"context"
+	"time"
+
+	"github.com/edgelb/edge/balance"
+	"github.com/edgelb/edge/cmd/edge/internal/rebalance"
+	"golang.org/x/sync/errgroup"
+)
+
+// rebalanceHost is the edge as rebalancing sees it (rebalance.Host).
+type rebalanceHost struct{ e *edge }
+
+var _ rebalance.Host = rebalanceHost{}
+
+// Pools implements rebalance.Host: the file's pools with rebalancing on.
+func (h rebalanceHost) Pools() []rebalance.Pool {
+	e := h.e
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var out []rebalance.Pool
+	for _, ent := range e.pools {
+		rc := ent.Spec.Rebalance
+		if !rc.Enabled {
+			continue
+		}
+		out = append(out, rebalance.Pool{Name: ent.Spec.Name, Bal: ent.Bal, MinAge: rc.MinAge.Std(),
+			Opts: balance.RebalanceOptions{Tolerance: rc.Tolerance, Settle: rc.Settle.Std(), Rate: rc.Rate}})
+	}
+	return out
+}
+
+// Others implements rebalance.Host: the fleet's count of the backend less
+// this edge's own record (this edge counts its own live), or nothing
+// without a fleet; not ok while the fleet's numbers are stale.
+func (h rebalanceHost) Others(pool, backend string) (int64, bool) {
+	f := h.e.fleet
+	if f == nil {
+		return 0, true
+	}
+	if f.Status().Stale {
+		return 0, false
+	}
+	snap := f.Snapshot()
+	n := snap.Total(pool, backend)
+	if own, ok := snap.Edge(snap.Self); ok {
+		if p, ok := own.Pool(pool); ok {
+			n -= p.Active(backend)
+		}
+	}
+	return max(n, 0), true
+}
+
+// Move implements rebalance.Host.
+func (h rebalanceHost) Move(b *balance.Backend, n int, before time.Time) int {
+	return h.e.proxy.Rebalance(b, n, before)
+}
+
+// Draining implements rebalance.Host.
+func (h rebalanceHost) Draining() bool { return h.e.drainStart.Load() != 0 || h.e.admin.Draining() }
+
+// runRebalance ticks the rebalancing of live connections on g.
+func (e *edge) runRebalance(ctx context.Context, g *errgroup.Group) {
+	g.Go(func() error { return e.rebalance.Run(ctx) })
+}
