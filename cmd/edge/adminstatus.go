@@ -111,6 +111,9 @@ func (s edgeStatus) StatusParts() admin.StatusParts {
 	if st := e.tokens.Status(); len(st.Providers) > 0 || st.Revocations["local"]+st.Revocations["fleet"]+st.Revocations["file"] > 0 {
 		p.Auth = st
 	}
+	if rb := e.rebalance.Status(); len(rb) > 0 {
+		p.Rebalance = rb
+	}
 	if fa := e.fleetStatus(); fa != nil {
 		p.FleetActions = fa
 	}

@@ -103,6 +103,9 @@ func TestRebalanceAfterScaleOut(t *testing.T) {
 		t.Fatalf("%d of %d moved clients landed on b2, want at least 95 %%", onNew, len(landed))
 	}
 	t.Logf("%d clients moved, %d landed on the new backend", len(landed), onNew)
+	if st := s.statusDoc(t); !strings.Contains(st, `"rebalance"`) || !strings.Contains(st, `"moved": `+strconv.Itoa(len(codes))) {
+		t.Errorf("/status lacks the pool's rebalancing:\n%s", grepLines(st, "moved"))
+	}
 	if m := s.metricsText(t); !strings.Contains(m, `edge_rebalance_moved_total{pool="app"} `+strconv.Itoa(len(codes))) {
 		t.Errorf("metrics:\n%s", grepLines(m, "edge_rebalance"))
 	}

@@ -38,7 +38,9 @@ type StatusParts struct {
 	// backend.
 	FleetTotals any
 	// Auth is the token providers' keys and the revocations in force.
-	Auth      any
+	Auth any
+	// Rebalance is each pool's rebalancing of live connections.
+	Rebalance any
 	Listeners []ListenerStatus
 	Routes    []RouteStatus
 	Drain     DrainStatus
@@ -104,6 +106,7 @@ type StatusDoc struct {
 	Upgrade      string           `json:"upgrade,omitempty"`
 	FleetTotals  any              `json:"fleet_totals,omitempty"`
 	Auth         any              `json:"auth,omitempty"`
+	Rebalance    any              `json:"rebalance,omitempty"`
 }
 
 // BuildStatus is the /status document of src, read now.
@@ -112,7 +115,7 @@ func BuildStatus(src StatusSource) StatusDoc {
 	doc := StatusDoc{
 		Version: p.Version, PID: p.PID, Revision: p.Revision, GoVersion: p.GoVersion, Active: p.Active,
 		TLS: p.TLS, Discovery: p.Discovery, CookieKeys: p.CookieKeys, FleetActions: p.FleetActions, Fleet: p.Fleet,
-		Listeners: p.Listeners, Routes: p.Routes, Drain: p.Drain, Upgrade: p.Upgrade, FleetTotals: p.FleetTotals, Auth: p.Auth,
+		Listeners: p.Listeners, Routes: p.Routes, Drain: p.Drain, Upgrade: p.Upgrade, FleetTotals: p.FleetTotals, Auth: p.Auth, Rebalance: p.Rebalance,
 	}
 	if doc.Listeners == nil {
 		doc.Listeners = []ListenerStatus{}
