@@ -262,24 +262,7 @@ func (f *Actions) restore() error {
 // Run follows the actions until ctx ends. Errors keep the actions in force
 // and are retried with backoff.
 func (f *Actions) Run(ctx context.Context) error {
-	bo := consul.NewBackoff(f.opts.MinBackoff, f.opts.MaxBackoff)
-	var index uint64
-	for ctx.Err() == nil {
-		next, err := f.read(ctx, index)
-		if err != nil {
-			if ctx.Err() != nil {
-				break
-			}
-			f.fail(err)
-			index = 0 // the agent may have restarted: ask afresh
-			if !consul.Sleep(ctx, bo.Next()) {
-				break
-			}
-			continue
-		}
-		index = next
-		bo.Reset()
-	}
+	consul.Watch(ctx, f.opts.MinBackoff, f.opts.MaxBackoff, f.read, f.fail)
 	return nil
 }
 

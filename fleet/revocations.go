@@ -181,24 +181,7 @@ func (f *Revocations) Load(ctx context.Context) error {
 // Run follows the entries until ctx ends; errors keep the entries in force
 // and are retried with backoff.
 func (f *Revocations) Run(ctx context.Context) error {
-	bo := consul.NewBackoff(f.opts.MinBackoff, f.opts.MaxBackoff)
-	var index uint64
-	for ctx.Err() == nil {
-		next, err := f.read(ctx, index)
-		if err != nil {
-			if ctx.Err() != nil {
-				break
-			}
-			f.fail(err)
-			index = 0
-			if !consul.Sleep(ctx, bo.Next()) {
-				break
-			}
-			continue
-		}
-		index = next
-		bo.Reset()
-	}
+	consul.Watch(ctx, f.opts.MinBackoff, f.opts.MaxBackoff, f.read, f.fail)
 	return nil
 }
 

@@ -75,3 +75,29 @@ func Sleep(ctx context.Context, d time.Duration) bool {
 		return true
 	}
 }
+
+// Watch runs a follower's blocking queries until ctx ends: read asks
+// from index (0 the first time, and after an error, since the agent may
+// have restarted) and returns the index to block on next; an error is
+// handed to fail, then retried after the backoff between lo and hi,
+// while what was read before stays in force.
+func Watch(ctx context.Context, lo, hi time.Duration, read func(ctx context.Context, index uint64) (uint64, error), fail func(error)) {
+	bo := NewBackoff(lo, hi)
+	var index uint64
+	for ctx.Err() == nil {
+		next, err := read(ctx, index)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			fail(err)
+			index = 0
+			if !Sleep(ctx, bo.Next()) {
+				return
+			}
+			continue
+		}
+		index = next
+		bo.Reset()
+	}
+}
