@@ -188,11 +188,11 @@ func rsaKey(j *jwk) (crypto.PublicKey, error) {
 }
 
 func ecKey(j *jwk) (crypto.PublicKey, error) {
-	x, err := b64(j.X, 32)
+	x, err := coordinate(j.X)
 	if err != nil {
 		return nil, err
 	}
-	y, err := b64(j.Y, 32)
+	y, err := coordinate(j.Y)
 	if err != nil {
 		return nil, err
 	}
@@ -202,6 +202,19 @@ func ecKey(j *jwk) (crypto.PublicKey, error) {
 		return nil, fmt.Errorf("EC point: %w", err)
 	}
 	return pub, nil
+}
+
+// coordinate decodes a P-256 coordinate. RFC 7518 §6.2.1.2 wants its full
+// 32 bytes, but issuers that write the integer without its leading zero
+// bytes are common (keycloak/keycloak#14933, PyJWT's to_jwk, certbot/josepy#109),
+// so a shorter one is padded on the left: only the true point is on the curve,
+// which ecdsa.ParseUncompressedPublicKey checks.
+func coordinate(s string) ([]byte, error) {
+	b, err := b64(s, 0)
+	if err != nil || len(b) > 32 {
+		return nil, errors.New("bad base64url member")
+	}
+	return append(make([]byte, 32-len(b), 32), b...), nil
 }
 
 // b64 decodes a base64url member; size, when not 0, is its exact length.

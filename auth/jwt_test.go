@@ -341,3 +341,43 @@ func TestRevocationBounded(t *testing.T) {
 		t.Errorf("a revocation in bounds: %v", err)
 	}
 }
+
+// TestShortECCoordinates: a coordinate written without its leading zero byte
+// (keycloak/keycloak#14933) is the same point, and is accepted; one with a
+// byte too many, or a point off the curve, is not.
+func TestShortECCoordinates(t *testing.T) {
+	var key *ecdsa.PrivateKey
+	var x, y []byte
+	for key == nil {
+		k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, _ := k.PublicKey.Bytes()
+		if raw[1] == 0 || raw[33] == 0 {
+			key, x, y = k, raw[1:33], raw[33:]
+		}
+	}
+	trim := func(b []byte) string {
+		return base64.RawURLEncoding.EncodeToString(b[len(b)-len(strings.TrimLeft(string(b), "\x00")):])
+	}
+	doc := func(x, y string) []byte {
+		return []byte(`{"keys":[{"kty":"EC","crv":"P-256","kid":"k","x":"` + x + `","y":"` + y + `"}]}`)
+	}
+	ks, err := ParseJWKS(doc(trim(x), trim(y)), false)
+	if err != nil {
+		t.Fatalf("short coordinates refused: %v", err)
+	}
+	if got := ks.find("k", ES256); len(got) != 1 || !got[0].Public.(*ecdsa.PublicKey).Equal(&key.PublicKey) {
+		t.Fatalf("short coordinates gave another key: %+v", got)
+	}
+	long := base64.RawURLEncoding.EncodeToString(append([]byte{0}, x...))
+	if _, err := ParseJWKS(doc(long, trim(y)), false); err == nil {
+		t.Fatal("a 33-byte coordinate was accepted")
+	}
+	off := append([]byte{}, y...)
+	off[31] ^= 1
+	if _, err := ParseJWKS(doc(trim(x), trim(off)), false); err == nil {
+		t.Fatal("a point off the curve was accepted")
+	}
+}
