@@ -51,6 +51,7 @@ type Backend struct {
 	joined       atomic.Int64 // unix nanoseconds of the latest Member.Since applied
 	wasHealthy   atomic.Bool  // an active check passed once: a later pass is a return
 	connShare    atomic.Int64 // this edge's share of a fleet-wide limit, plus 1; 0 when none (SetConnShare)
+	version      atomic.Pointer[string] // Member.Version; nil when none
 
 	// Guarded by the owning pool's writer mutex.
 	cookies   []string // one value per cookie key, in key order

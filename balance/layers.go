@@ -78,6 +78,8 @@ func effective(local, fleet Override) override {
 type Layer struct {
 	mu  sync.Mutex
 	set map[string]Override // guarded by mu
+	// canary is the layer's canary, or nil (SetCanary). Guarded by mu.
+	canary *Canary
 	// pools built with the layer; a pool a reload dropped goes with the
 	// collector, and its pointer with the next Set.
 	pools []weak.Pointer[Pool] // guarded by mu

@@ -74,7 +74,15 @@ type Result struct {
 // to be lowest, and it needs no lock. Drawing by weight matters with more
 // than a few backends: uniform draws would cap any backend near 2/n of new
 // connections whatever its weight.
+//
+// Under a canary (Pool.Canary) the weights are the canary's
+// (canaryLeastConn).
 func (p *Pool) leastConn(s *Snapshot, tried []*Backend) *Backend {
+	if c := p.canary.Load(); c != nil {
+		if b, ok := p.canaryLeastConn(s, tried, c); ok {
+			return b
+		}
+	}
 	n := 0
 	var total int64
 	var last *Backend

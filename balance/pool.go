@@ -106,6 +106,10 @@ type Member struct {
 	// ramps the member alike whenever it noticed. Zero means no ramp for
 	// joining (present from the start, or a member of the file).
 	Since time.Time `json:",omitzero"`
+	// Version is what the member runs, as its registration or the file
+	// says ("" when neither does): a canary (Canary) splits connections by
+	// it. At most MaxVersionLen printable bytes.
+	Version string `json:",omitempty"`
 }
 
 // EjectOptions configure passive ejection.
@@ -241,6 +245,8 @@ type Pool struct {
 	layers [numScopes]*Layer
 
 	snap atomic.Pointer[Snapshot]
+	// canary is the layers' canary in force (applyCanary), or nil.
+	canary atomic.Pointer[Canary]
 }
 
 // retiredKey names a removed backend that still holds connections, so that
@@ -347,6 +353,7 @@ func NewPool(opts PoolOptions) (*Pool, error) {
 	for _, l := range p.layers {
 		l.join(p)
 	}
+	p.applyCanary()
 	p.cfg.pool = p
 	p.snap.Store(&Snapshot{byCookie: map[string]cookieEntry{}})
 	return p, nil
@@ -473,6 +480,7 @@ func (p *Pool) UpdateLeft(members []Member) (left []*Backend, err error) {
 		id, addr string
 		w        int64
 		since    time.Time
+		version  string
 	}
 	list := make([]norm, 0, len(members))
 	seen := make(map[string]int, len(members))
@@ -492,6 +500,9 @@ func (p *Pool) UpdateLeft(members []Member) (left []*Backend, err error) {
 		case m.Weight < 0 || m.Weight > MaxWeight:
 			bad("weight %d out of range 0..%d", m.Weight, MaxWeight)
 			continue
+		case CheckVersion(m.Version) != nil:
+			bad("%v", CheckVersion(m.Version))
+			continue
 		}
 		if j, dup := seen[id]; dup {
 			bad("duplicate id, first used by member %d", j)
@@ -502,7 +513,7 @@ func (p *Pool) UpdateLeft(members []Member) (left []*Backend, err error) {
 		if w == 0 {
 			w = 1
 		}
-		list = append(list, norm{id, m.Addr, w, m.Since})
+		list = append(list, norm{id, m.Addr, w, m.Since, m.Version})
 	}
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("balance: pool %q: %w", p.name, errors.Join(errs...))
@@ -534,6 +545,7 @@ func (p *Pool) UpdateLeft(members []Member) (left []*Backend, err error) {
 		}
 		b.applyOverride(p.override(m.id), m.w)
 		b.noteJoined(m.since)
+		b.setVersion(m.version)
 		kept[b] = true
 		backends = append(backends, b)
 	}

@@ -63,6 +63,10 @@ type BackendLoad struct {
 	// (unavailable, drained, disabled): it has no fair share and nothing
 	// is moved off it by rebalancing (a drain moves its connections).
 	Weight float64
+	// Shed marks a backend that serves with a Weight of 0 on purpose (a
+	// canary's other side at Share 1, or the version's at 0): its fair
+	// share is nothing, and every connection on it is moved.
+	Shed bool
 	// Fleet is its live connections over the whole fleet; Local those of
 	// this edge.
 	Fleet, Local int64
@@ -76,6 +80,9 @@ type Plan struct {
 	// Imbalance is the largest ratio of a backend's fleet connections to
 	// its fair share (1: balanced; 0: nothing to compare).
 	Imbalance float64
+	// Shedding is the fleet's connections on Shed backends, all of which
+	// are to move.
+	Shedding int64
 	// Moves is how many of this edge's connections to close on each
 	// backend during this tick, by ID; nil when none.
 	Moves map[string]int
@@ -108,27 +115,28 @@ func (r *Rebalancer) Stop() {
 
 // Tick decides at now, from the fleet's load of the pool's backends.
 func (r *Rebalancer) Tick(now time.Time, bs []BackendLoad) Plan {
-	fair, imbalance := fairShares(bs)
+	fair, imbalance, shedding := fairShares(bs)
 	startBand, stopBand := 1+r.opts.Tolerance, 1+r.opts.Tolerance/2
 	dt := now.Sub(r.last)
 	r.last = now
+	calm := Plan{Imbalance: imbalance, Shedding: shedding}
 	switch {
-	case r.since.IsZero() && imbalance > startBand:
+	case r.since.IsZero() && (imbalance > startBand || shedding > 0):
 		if r.overSince.IsZero() {
 			r.overSince = now
 		}
 		if now.Sub(r.overSince) < r.opts.Settle {
-			return Plan{Imbalance: imbalance}
+			return calm
 		}
 		r.since, dt = now, 0
 	case r.since.IsZero():
 		r.overSince = time.Time{}
-		return Plan{Imbalance: imbalance}
-	case imbalance <= stopBand:
+		return calm
+	case imbalance <= stopBand && shedding == 0:
 		r.Stop()
-		return Plan{Imbalance: imbalance}
+		return calm
 	}
-	p := Plan{Active: true, Since: r.since, Imbalance: imbalance}
+	p := Plan{Active: true, Since: r.since, Imbalance: imbalance, Shedding: shedding}
 	if dt <= 0 || dt > 10*time.Second {
 		// The first tick of an episode, or after a gap: no budget spent
 		// for time that was not watched.
@@ -139,19 +147,24 @@ func (r *Rebalancer) Tick(now time.Time, bs []BackendLoad) Plan {
 }
 
 // fairShares is each backend's fair share of the fleet's connections
-// (by weight), and the largest ratio of connections to it.
-func fairShares(bs []BackendLoad) (fair []float64, imbalance float64) {
+// (by weight), the largest ratio of connections to it among the backends
+// with a weight, and the connections on Shed backends.
+func fairShares(bs []BackendLoad) (fair []float64, imbalance float64, shedding int64) {
 	var total int64
 	var weights float64
 	for _, b := range bs {
-		if b.Weight > 0 {
+		switch {
+		case b.Weight > 0:
 			total += b.Fleet
 			weights += b.Weight
+		case b.Shed:
+			total += b.Fleet
+			shedding += b.Fleet
 		}
 	}
 	fair = make([]float64, len(bs))
 	if total == 0 || weights == 0 {
-		return fair, 0
+		return fair, 0, 0
 	}
 	for i, b := range bs {
 		if b.Weight <= 0 {
@@ -162,7 +175,7 @@ func fairShares(bs []BackendLoad) (fair []float64, imbalance float64) {
 			imbalance = math.Max(imbalance, float64(b.Fleet)/fair[i])
 		}
 	}
-	return fair, imbalance
+	return fair, imbalance, shedding
 }
 
 // moves divides budget (the fleet's moves this tick) among the backends
@@ -173,7 +186,7 @@ func (r *Rebalancer) moves(bs []BackendLoad, fair []float64, band, budget float6
 	excess := make([]float64, len(bs))
 	var sum float64
 	for i, b := range bs {
-		if b.Weight > 0 && float64(b.Fleet) > fair[i]*band {
+		if (b.Weight > 0 || b.Shed) && float64(b.Fleet) > fair[i]*band {
 			excess[i] = float64(b.Fleet) - fair[i]*band
 			sum += excess[i]
 		}

@@ -122,3 +122,37 @@ func TestRebalanceNeverBelowTheBand(t *testing.T) {
 		t.Fatalf("moves %v, want a: 12", p.Moves)
 	}
 }
+
+// TestRebalanceShedsEverything: a promoted canary's other side is shed:
+// every connection on it moves, at the budget, and the episode ends only
+// when none is left.
+func TestRebalanceShedsEverything(t *testing.T) {
+	r := NewRebalancer(RebalanceOptions{Tolerance: 0.02, Settle: time.Second, Rate: 100})
+	t0 := time.Unix(1000, 0)
+	bs := []BackendLoad{{ID: "old", Shed: true, Fleet: 250, Local: 250}, {ID: "new", Weight: 1, Fleet: 50, Local: 50}}
+	r.Tick(t0, bs)
+	moved := 0
+	for i := 1; i < 10; i++ {
+		p := r.Tick(t0.Add(time.Duration(i)*time.Second), bs)
+		if n := p.Moves["new"]; n != 0 {
+			t.Fatalf("moves off the version's side: %v", p.Moves)
+		}
+		n := p.Moves["old"]
+		if n > 100 {
+			t.Fatalf("second %d: %d moves, over the budget of 100", i, n)
+		}
+		moved += n
+		bs[0].Fleet -= int64(n)
+		bs[0].Local -= int64(n)
+		bs[1].Fleet += int64(n)
+		if bs[0].Fleet == 0 {
+			break
+		}
+	}
+	if moved != 250 {
+		t.Fatalf("moved %d of the shed side's 250", moved)
+	}
+	if p := r.Tick(t0.Add(20*time.Second), bs); p.Active || p.Shedding != 0 {
+		t.Fatalf("nothing left to shed, yet %+v", p)
+	}
+}
