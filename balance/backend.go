@@ -46,11 +46,11 @@ type Backend struct {
 	capped       atomic.Bool  // the last ejection due was refused; cleared by a success or an ejection
 	failing      atomic.Int32 // failures currently counted; lets ReportSuccess skip the lock
 	cookie       atomic.Pointer[string]
-	drainBy      atomic.Int64 // unix nanoseconds; 0 when its connections are not being closed
-	rampFrom     atomic.Int64 // unix nanoseconds the slow-start ramp began; 0 when at full weight
-	joined       atomic.Int64 // unix nanoseconds of the latest Member.Since applied
-	wasHealthy   atomic.Bool  // an active check passed once: a later pass is a return
-	connShare    atomic.Int64 // this edge's share of a fleet-wide limit, plus 1; 0 when none (SetConnShare)
+	drainBy      atomic.Int64           // unix nanoseconds; 0 when its connections are not being closed
+	rampFrom     atomic.Int64           // unix nanoseconds the slow-start ramp began; 0 when at full weight
+	joined       atomic.Int64           // unix nanoseconds of the latest Member.Since applied
+	wasHealthy   atomic.Bool            // an active check passed once: a later pass is a return
+	connShare    atomic.Int64           // this edge's share of a fleet-wide limit, plus 1; 0 when none (SetConnShare)
 	version      atomic.Pointer[string] // Member.Version; nil when none
 
 	// Guarded by the owning pool's writer mutex.

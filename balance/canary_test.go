@@ -115,5 +115,3 @@ func must(t *testing.T, err error) {
 		t.Fatal(err)
 	}
 }
-
-
