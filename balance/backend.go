@@ -52,6 +52,7 @@ type Backend struct {
 	wasHealthy   atomic.Bool            // an active check passed once: a later pass is a return
 	connShare    atomic.Int64           // this edge's share of a fleet-wide limit, plus 1; 0 when none (SetConnShare)
 	version      atomic.Pointer[string] // Member.Version; nil when none
+	shedUntil    atomic.Int64           // unix nanoseconds; 0 when its connections are not being moved (SetShedding)
 
 	// Guarded by the owning pool's writer mutex.
 	cookies   []string // one value per cookie key, in key order

@@ -4,6 +4,7 @@ import (
 	"math"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/edgelb/edge/balance"
 )
@@ -113,5 +114,31 @@ func must(t *testing.T, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestSheddingReplacesTheCookie: a client whose cookie names a backend
+// being shed is placed by the pick and given a new cookie, so a moved
+// client does not come straight back.
+func TestSheddingReplacesTheCookie(t *testing.T) {
+	clk := balance.NewFakeClock()
+	p := newPool(t, balance.PoolOptions{Mode: balance.Cookie, Cookie: balance.CookieOptions{Keys: [][]byte{keyA}}, Now: clk.Now}, members(2)...)
+	b0 := byID(t, p, "b00")
+	req := balance.Request{Cookie: b0.CookieValue()}
+	if r := pick(t, p, req); r.Backend != b0 || r.SetCookie {
+		t.Fatalf("before: %+v", r)
+	}
+	for range 10 { // over its share, as a shed backend is
+		b0.Acquire()
+	}
+	b0.SetShedding(clk.Now().Add(2 * time.Second))
+	for range 20 {
+		if r := pick(t, p, req); r.Backend == b0 || !r.SetCookie {
+			t.Fatalf("shedding: the cookie still leads to b00 (%+v)", r)
+		}
+	}
+	clk.Advance(2 * time.Second)
+	if r := pick(t, p, req); r.Backend != b0 {
+		t.Fatalf("after the shedding: %+v", r)
 	}
 }

@@ -16,7 +16,8 @@ import (
 //  1. Mode Cookie: the backend named by req.Cookie, if the value is exactly
 //     one the pool issued under one of its keys and the backend is usable.
 //     SetCookie is set when the value came from an older key, when the
-//     client sent none or an unknown one, and when its backend is gone.
+//     client sent none or an unknown one, when its backend is gone, and
+//     when its connections are being moved off it (Backend.SetShedding).
 //  2. Mode ClientIP: weighted rendezvous hashing of req.ClientIP with
 //     bounded load (see PoolOptions.BoundedLoad and MinExcess).
 //  3. Otherwise, and as the fallback for both: power-of-two-choices
@@ -30,7 +31,7 @@ func (p *Pool) Pick(req *Request) (Result, error) {
 	switch p.mode {
 	case Cookie:
 		if len(req.Cookie) == cookieLen {
-			if e, ok := s.byCookie[req.Cookie]; ok && usable(e.b, req.Tried) {
+			if e, ok := s.byCookie[req.Cookie]; ok && usable(e.b, req.Tried) && !e.b.Shedding() {
 				return Result{Backend: e.b, SetCookie: !e.primary}, nil
 			}
 		}

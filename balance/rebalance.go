@@ -213,3 +213,21 @@ func (r *Rebalancer) moves(bs []BackendLoad, fair []float64, band, budget float6
 	}
 	return out
 }
+
+// SetShedding marks b as having its connections moved off it until until
+// (rebalancing, a canary's migration): a client whose sticky cookie names
+// b is placed by the pick instead, and given a cookie for where it lands,
+// or a moved client would come straight back. The zero time clears it.
+func (b *Backend) SetShedding(until time.Time) {
+	if until.IsZero() {
+		b.shedUntil.Store(0)
+		return
+	}
+	b.shedUntil.Store(until.UnixNano())
+}
+
+// Shedding reports whether b's connections are being moved off it now.
+func (b *Backend) Shedding() bool {
+	u := b.shedUntil.Load()
+	return u != 0 && b.now().UnixNano() < u
+}

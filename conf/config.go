@@ -561,6 +561,9 @@ type Backend struct {
 	ID string `yaml:"id"`
 	// Weight is relative, 1 to 1000. Default 1; 0 also means 1.
 	Weight int `yaml:"weight"`
+	// Version is what the backend runs, for canaries: at most 64 printable
+	// bytes without spaces. Default none.
+	Version string `yaml:"version"`
 }
 
 // Cookie configures sticky-cookie balancing. The cookie is set on the 101

@@ -476,6 +476,9 @@ func (v *validator) backends(path string, p *Pool) {
 		if b.Weight < 1 || b.Weight > 1000 {
 			v.errf(bp+".weight", "%d is outside 1..1000", b.Weight)
 		}
+		if len(b.Version) > 64 || strings.ContainsFunc(b.Version, func(r rune) bool { return r <= ' ' || r >= 0x7f }) {
+			v.errf(bp+".version", "%q: at most 64 printable ASCII bytes without spaces", b.Version)
+		}
 	}
 }
 

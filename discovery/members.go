@@ -14,6 +14,10 @@ import (
 // DefaultWeightMetaKey is the service meta key that overrides the weight.
 const DefaultWeightMetaKey = "edge-weight"
 
+// VersionMetaKey is the service meta key that gives an instance's version,
+// which canaries split connections by (balance.Canary).
+const VersionMetaKey = "edge-version"
+
 // maxWeight caps weights from the registry so one typo ("10000000") cannot
 // starve every other member.
 const maxWeight = 1000
@@ -52,6 +56,9 @@ func (w Warning) String() string { return w.ID + ": " + w.Message }
 //   - The weight is Weights.Passing (Weights.Warning for warning instances),
 //     overridden by the WeightMetaKey meta value (an integer >= 1); absent or
 //     0 means 1, and weights are capped at 1000.
+//   - The version is the VersionMetaKey meta value; one that
+//     balance.CheckVersion refuses is dropped with a Warning (the instance
+//     serves, of no version).
 //   - Instances with no usable address or port, or a duplicate ID, are skipped
 //     with a Warning.
 func Members(entries []*api.ServiceEntry, opts MemberOptions) ([]balance.Member, []Warning) {
@@ -119,6 +126,13 @@ func member(e *api.ServiceEntry, key string, includeWarning bool) (m balance.Mem
 	}
 	m.Addr = net.JoinHostPort(host, strconv.Itoa(e.Service.Port))
 	m.Weight, warn = memberWeight(weight, e.Service.Meta, key)
+	if v := e.Service.Meta[VersionMetaKey]; v != "" {
+		if err := balance.CheckVersion(v); err != nil {
+			warn = strings.TrimPrefix(warn+"; ", "; ") + "meta " + VersionMetaKey + ": " + err.Error() + "; ignored"
+		} else {
+			m.Version = v
+		}
+	}
 	return m, warn, true
 }
 

@@ -52,6 +52,18 @@ func TestMembers(t *testing.T) {
 			want: []balance.Member{{ID: "n3/chat-1", Addr: "10.0.0.3:9001", Weight: 2}},
 		},
 		{
+			name: "version from meta, a bad one dropped with a warning",
+			entries: []*api.ServiceEntry{
+				entry("n1", "10.0.0.1", "a", "", 1, api.HealthPassing, func(e *api.ServiceEntry) { e.Service.Meta = map[string]string{"edge-version": "2.1"} }),
+				entry("n1", "10.0.0.1", "b", "", 2, api.HealthPassing, func(e *api.ServiceEntry) { e.Service.Meta = map[string]string{"edge-version": "2 1\n"} }),
+			},
+			want: []balance.Member{
+				{ID: "n1/a", Addr: "10.0.0.1:1", Weight: 1, Version: "2.1"},
+				{ID: "n1/b", Addr: "10.0.0.1:2", Weight: 1},
+			},
+			wantWarns: 1,
+		},
+		{
 			name: "maintenance is critical",
 			entries: []*api.ServiceEntry{
 				entry("n1", "10.0.0.1", "chat-1", "", 9001, api.HealthPassing, func(e *api.ServiceEntry) {

@@ -100,7 +100,7 @@ func SpecOf(pc *conf.Pool) (*Spec, error) {
 		s.Fleet.Rate, s.Fleet.Burst = pc.Limits.ConnectionRate, pc.Limits.ConnectionBurst
 	}
 	for _, b := range pc.Backends {
-		s.Members = append(s.Members, balance.Member{ID: b.ID, Addr: b.Address, Weight: b.Weight})
+		s.Members = append(s.Members, balance.Member{ID: b.ID, Addr: b.Address, Weight: b.Weight, Version: b.Version})
 	}
 	return s, nil
 }
