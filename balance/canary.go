@@ -113,6 +113,26 @@ func (l *Layer) Canary() *Canary {
 	return &c
 }
 
+// SetPaused pauses (or resumes) the moves of live connections of the
+// pools built with the layer: rebalancing and a canary's migration. New
+// connections still follow the canary.
+func (l *Layer) SetPaused(paused bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.paused = paused
+}
+
+// Paused reports whether the layer pauses the moves.
+func (l *Layer) Paused() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.paused
+}
+
+// MovesPaused reports whether either scope's operator paused the moves of
+// the pool's live connections.
+func (p *Pool) MovesPaused() bool { return p.layers[Local].Paused() || p.layers[Fleet].Paused() }
+
 // applyCanary makes the layers' canary the pool's.
 func (p *Pool) applyCanary() {
 	c := p.layers[Local].Canary()

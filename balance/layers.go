@@ -80,6 +80,9 @@ type Layer struct {
 	set map[string]Override // guarded by mu
 	// canary is the layer's canary, or nil (SetCanary). Guarded by mu.
 	canary *Canary
+	// paused: the scope's operator paused the moves of live connections
+	// (SetPaused). Guarded by mu.
+	paused bool
 	// pools built with the layer; a pool a reload dropped goes with the
 	// collector, and its pointer with the next Set.
 	pools []weak.Pointer[Pool] // guarded by mu

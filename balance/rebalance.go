@@ -86,6 +86,10 @@ type Plan struct {
 	// Moves is how many of this edge's connections to close on each
 	// backend during this tick, by ID; nil when none.
 	Moves map[string]int
+	// Over lists the backends whose connections are being moved over the
+	// fleet, by ID (Backend.SetShedding), whether or not this edge moves
+	// any of them this tick.
+	Over []string
 }
 
 // Rebalancer is one pool's rebalancing policy on one edge. It is not safe
@@ -137,6 +141,11 @@ func (r *Rebalancer) Tick(now time.Time, bs []BackendLoad) Plan {
 		return calm
 	}
 	p := Plan{Active: true, Since: r.since, Imbalance: imbalance, Shedding: shedding}
+	for i, b := range bs {
+		if (b.Weight > 0 || b.Shed) && float64(b.Fleet) > fair[i]*stopBand {
+			p.Over = append(p.Over, b.ID)
+		}
+	}
 	if dt <= 0 || dt > 10*time.Second {
 		// The first tick of an episode, or after a gap: no budget spent
 		// for time that was not watched.

@@ -14,7 +14,9 @@ type rebalanceHost struct{ e *edge }
 
 var _ rebalance.Host = rebalanceHost{}
 
-// Pools implements rebalance.Host: the file's pools with rebalancing on.
+// Pools implements rebalance.Host: the file's pools with rebalancing on,
+// and those with a canary: one that moves live connections does so at its
+// rate with a narrow band, right away, over the pool's own settings.
 func (h rebalanceHost) Pools() []rebalance.Pool {
 	e := h.e
 	e.mu.Lock()
@@ -22,11 +24,18 @@ func (h rebalanceHost) Pools() []rebalance.Pool {
 	var out []rebalance.Pool
 	for _, ent := range e.pools {
 		rc := ent.Spec.Rebalance
-		if !rc.Enabled {
+		p := rebalance.Pool{Name: ent.Spec.Name, Bal: ent.Bal, MinAge: rc.MinAge.Std(),
+			Opts: balance.RebalanceOptions{Tolerance: rc.Tolerance, Settle: rc.Settle.Std(), Rate: rc.Rate}}
+		c := ent.Bal.Canary()
+		switch {
+		case c != nil && c.Rate > 0:
+			p.Opts = balance.RebalanceOptions{Tolerance: rebalance.CanaryTolerance, Settle: time.Second, Rate: c.Rate}
+		case c != nil && !rc.Enabled:
+			p.Still = true // its progress shown, nothing moved
+		case !rc.Enabled:
 			continue
 		}
-		out = append(out, rebalance.Pool{Name: ent.Spec.Name, Bal: ent.Bal, MinAge: rc.MinAge.Std(),
-			Opts: balance.RebalanceOptions{Tolerance: rc.Tolerance, Settle: rc.Settle.Std(), Rate: rc.Rate}})
+		out = append(out, p)
 	}
 	return out
 }

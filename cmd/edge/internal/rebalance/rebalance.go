@@ -5,15 +5,24 @@
 // balance.Rebalancer how many of this edge's connections to move off each
 // backend, and has the proxy close them with 1012 (proxy.Server.Rebalance).
 //
-// It stops, and the next imbalance must settle again, while edge drains
-// and while the fleet's numbers are stale (Consul silent): an edge moves
-// nothing it cannot see. Its one goroutine is Run's.
+// A pool's canary (balance.Canary) with a rate moves live connections
+// the same way: the fair shares are the canary's weights, the version's
+// other side is shed entirely at promotion (and the version's at
+// rollback), the budget is the canary's rate, and the band is narrow
+// (CanaryTolerance), since the operator asked for that share.
+//
+// It stops, and the next imbalance must settle again, while edge drains,
+// while the fleet's numbers are stale (Consul silent) and while an
+// operator pauses the pool's moves (balance.Layer.SetPaused, of either
+// scope): an edge moves nothing it cannot see.
+// Its one goroutine is Run's.
 package rebalance
 
 import (
 	"context"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -27,6 +36,8 @@ type Pool struct {
 	Opts balance.RebalanceOptions
 	// MinAge is the least age of a connection that may be moved.
 	MinAge time.Duration
+	// Still: the pool is watched (a canary's progress) but nothing is moved.
+	Still bool
 }
 
 // Host is the edge as rebalancing sees it.
@@ -43,6 +54,10 @@ type Host interface {
 	Draining() bool
 }
 
+// CanaryTolerance is the band of a canary's migration: it stops when
+// every backend is within 1 % of its share.
+const CanaryTolerance = 0.02
+
 // Status is one pool's rebalancing, for /status and the metrics.
 type Status struct {
 	Pool      string    `json:"pool"`
@@ -51,6 +66,20 @@ type Status struct {
 	Imbalance float64   `json:"imbalance"`
 	// Moved counts the connections this edge moved since it started.
 	Moved uint64 `json:"moved"`
+	// Paused: the operator paused the moves (SetPaused).
+	Paused bool `json:"paused,omitempty"`
+	// Canary is the pool's canary and its progress, when it has one.
+	Canary *CanaryStatus `json:"canary,omitempty"`
+}
+
+// CanaryStatus is a canary's progress over the fleet.
+type CanaryStatus struct {
+	balance.Canary
+	// Connections is the fleet's live connections on the version's
+	// backends, Total on the pool's; Held is their ratio.
+	Connections int64   `json:"connections"`
+	Total       int64   `json:"total"`
+	Held        float64 `json:"held"`
 }
 
 // Runner rebalances the host's pools.
@@ -105,7 +134,9 @@ func (r *Runner) Tick(now time.Time) {
 			st = &state{opts: p.Opts, r: balance.NewRebalancer(p.Opts), status: Status{Pool: p.Name}}
 			r.pools[p.Name] = st
 		}
-		r.tickPool(now, p, st, draining)
+		paused := p.Bal.MovesPaused()
+		r.tickPool(now, p, st, draining || paused || p.Still)
+		st.status.Paused = paused
 	}
 	for name := range r.pools {
 		if !seen[name] {
@@ -114,12 +145,14 @@ func (r *Runner) Tick(now time.Time) {
 	}
 }
 
-// tickPool runs one pool's round.
-func (r *Runner) tickPool(now time.Time, p Pool, st *state, draining bool) {
+// tickPool runs one pool's round; stop ends any episode (a drain, a
+// pause).
+func (r *Runner) tickPool(now time.Time, p Pool, st *state, stop bool) {
 	loads, byID, ok := r.loads(p)
-	if draining || !ok {
+	st.status.Canary = canaryStatus(p.Bal.Canary(), loads, byID)
+	if stop || !ok {
 		if st.status.Active {
-			r.log.Info("rebalance: stopped", "pool", p.Name, "draining", draining, "fleet_stale", !ok)
+			r.log.Info("rebalance: stopped", "pool", p.Name, "stopped", stop, "fleet_stale", !ok)
 		}
 		st.r.Stop()
 		st.status.Active, st.status.Since = false, time.Time{}
@@ -127,9 +160,14 @@ func (r *Runner) tickPool(now time.Time, p Pool, st *state, draining bool) {
 	}
 	plan := st.r.Tick(now, loads)
 	if plan.Active && !st.status.Active {
-		r.log.Info("rebalance: episode started", "pool", p.Name, "imbalance", plan.Imbalance)
+		r.log.Info("rebalance: episode started", "pool", p.Name, "imbalance", plan.Imbalance, "shedding", plan.Shedding)
 	}
 	st.status.Active, st.status.Since, st.status.Imbalance = plan.Active, plan.Since, plan.Imbalance
+	// Marked for two ticks: a client moved by any edge, whose cookie names
+	// one of these, is placed by the pick.
+	for _, id := range plan.Over {
+		byID[id].SetShedding(now.Add(2 * time.Second))
+	}
 	before := plan.Since
 	if cut := now.Add(-p.MinAge); cut.Before(before) {
 		before = cut
@@ -139,12 +177,15 @@ func (r *Runner) tickPool(now time.Time, p Pool, st *state, draining bool) {
 	}
 }
 
-// loads is the pool's backends as the Rebalancer sees them; ok is false
-// while the fleet's numbers are stale.
+// loads is the pool's backends as the Rebalancer sees them, by the
+// canary's weights when it has one; ok is false while the fleet's numbers
+// are stale.
 func (r *Runner) loads(p Pool) ([]balance.BackendLoad, map[string]*balance.Backend, bool) {
 	bs := p.Bal.Snapshot().Backends
 	out := make([]balance.BackendLoad, 0, len(bs))
 	byID := make(map[string]*balance.Backend, len(bs))
+	c := p.Bal.Canary()
+	var vw, ow float64
 	for _, b := range bs {
 		others, ok := r.host.Others(p.Name, b.ID())
 		if !ok {
@@ -154,11 +195,42 @@ func (r *Runner) loads(p Pool) ([]balance.BackendLoad, map[string]*balance.Backe
 		if b.Available() {
 			w = float64(b.Weight()) * b.SlowStartShare()
 		}
+		if c != nil && b.Version() == c.Version {
+			vw += w
+		} else {
+			ow += w
+		}
 		local := b.Active()
 		out = append(out, balance.BackendLoad{ID: b.ID(), Weight: w, Fleet: others + local, Local: local})
 		byID[b.ID()] = b
 	}
+	if c != nil {
+		for i, b := range bs {
+			if w := out[i].Weight; w > 0 {
+				out[i].Weight = balance.CanaryWeight(c, b, w, vw, ow)
+				out[i].Shed = out[i].Weight == 0
+			}
+		}
+	}
 	return out, byID, true
+}
+
+// canaryStatus is c's progress, from the pool's loads.
+func canaryStatus(c *balance.Canary, loads []balance.BackendLoad, byID map[string]*balance.Backend) *CanaryStatus {
+	if c == nil {
+		return nil
+	}
+	st := &CanaryStatus{Canary: *c}
+	for _, l := range loads {
+		st.Total += l.Fleet
+		if byID[l.ID].Version() == c.Version {
+			st.Connections += l.Fleet
+		}
+	}
+	if st.Total > 0 {
+		st.Held = float64(st.Connections) / float64(st.Total)
+	}
+	return st
 }
 
 // Status lists every pool's rebalancing, by name.
@@ -169,12 +241,7 @@ func (r *Runner) Status() []Status {
 	for _, st := range r.pools {
 		out = append(out, st.status)
 	}
-	slices.SortFunc(out, func(a, b Status) int {
-		if a.Pool < b.Pool {
-			return -1
-		}
-		return 1
-	})
+	slices.SortFunc(out, func(a, b Status) int { return strings.Compare(a.Pool, b.Pool) })
 	return out
 }
 
