@@ -127,9 +127,11 @@ var importRules = []importRule{
 	// each pool's policy for the proxy, the revocations in force.
 	{pkg: "cmd/edge/internal/tokens", ours: []string{"auth", "balance", "cmd/edge/internal/admin", "conf", "proxy",
 		"internal/hostname", "internal/trust", "internal/wswire", "proxy/internal/handoff", "proxy/internal/ready", "proxy/internal/wsession", "tls/record"}},
-	// Rebalancing live connections: the pools' policy ticked, the proxy's
-	// closes asked through its host; nothing of HTTP, the file or Consul.
-	{pkg: "cmd/edge/internal/rebalance", ours: []string{"balance"}, noStdNet: true},
+	// Rebalancing live connections and canaries: the pools' policy
+	// ticked, the proxy's closes asked through its host, the operator's
+	// endpoints; nothing of the file or Consul (the fleet's store is its
+	// Store).
+	{pkg: "cmd/edge/internal/rebalance", ours: []string{"balance", "cmd/edge/internal/admin", "internal/hostname", "internal/trust"}},
 	// The binary wires everything (and builds the metrics registry); the
 	// others are small programs and test support.
 	{pkg: "cmd/edge", anyOurs: true, prometheus: true},

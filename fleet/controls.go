@@ -157,9 +157,10 @@ func ControlKey(prefix, pool string) string {
 	return strings.Trim(prefix, "/") + "/rebalance/" + url.PathEscape(pool)
 }
 
-// Put stores c as pool's control for the fleet (the zero Control deletes
-// it) and applies it here at once.
-func (f *Controls) Put(ctx context.Context, pool string, c Control) error {
+// Put stores pool's canary (nil: none) and pause for the fleet (neither
+// deletes the entry) and applies them here at once.
+func (f *Controls) Put(ctx context.Context, pool string, canary *balance.Canary, paused bool) error {
+	c := Control{Canary: canary, Paused: paused}
 	if err := checkFleetName("pool", pool, false); err != nil {
 		return fmt.Errorf("fleet: control: %w", err)
 	}

@@ -46,7 +46,7 @@ func TestControlsFollowedByEveryEdge(t *testing.T) {
 
 	ctx := context.Background()
 	c := &balance.Canary{Version: "v2", Share: 0.1, Rate: 50}
-	if err := a.Put(ctx, "chat", Control{Canary: c, Paused: true}); err != nil {
+	if err := a.Put(ctx, "chat", c, true); err != nil {
 		t.Fatal(err)
 	}
 	testkit.WaitFor(t, "edge B to apply the canary", func() bool {
@@ -62,7 +62,7 @@ func TestControlsFollowedByEveryEdge(t *testing.T) {
 		if got := lb.Canary(); got == nil || *got != *c {
 			t.Fatalf("after %s: canary %+v, want the last valid one", bad, got)
 		}
-		if err := a.Put(ctx, "chat", Control{Canary: c, Paused: true}); err != nil {
+		if err := a.Put(ctx, "chat", c, true); err != nil {
 			t.Fatal(err)
 		}
 		testkit.WaitFor(t, "the good entry back", func() bool { return a.Status().Refused == 0 })
@@ -78,7 +78,7 @@ func TestControlsFollowedByEveryEdge(t *testing.T) {
 	}
 }
 
-// TestControlsDeleted: the zero Control deletes the entry and clears the
+// TestControlsDeleted: no canary and no pause deletes the entry and clears the
 // layer on every edge.
 func TestControlsDeleted(t *testing.T) {
 	agent := consultest.Start(t)
@@ -87,11 +87,11 @@ func TestControlsDeleted(t *testing.T) {
 	_, lb, stopB := newTestControls(t, agent.Addr, "")
 	defer stopB()
 	ctx := context.Background()
-	if err := a.Put(ctx, "chat", Control{Canary: &balance.Canary{Version: "v2", Share: 1}}); err != nil {
+	if err := a.Put(ctx, "chat", &balance.Canary{Version: "v2", Share: 1}, false); err != nil {
 		t.Fatal(err)
 	}
 	testkit.WaitFor(t, "edge B to apply the canary", func() bool { return lb.Canary() != nil })
-	if err := a.Put(ctx, "chat", Control{}); err != nil {
+	if err := a.Put(ctx, "chat", nil, false); err != nil {
 		t.Fatal(err)
 	}
 	testkit.WaitFor(t, "edge B to clear the canary", func() bool { return lb.Canary() == nil })

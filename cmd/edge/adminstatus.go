@@ -8,6 +8,7 @@ import (
 
 	"github.com/edgelb/edge/balance"
 	"github.com/edgelb/edge/cmd/edge/internal/admin"
+	"github.com/edgelb/edge/cmd/edge/internal/rebalance"
 	"github.com/edgelb/edge/conf"
 	"github.com/edgelb/edge/proxy"
 )
@@ -56,6 +57,11 @@ func (e *edge) newAdmin(cfg *conf.Config) (*admin.Server, error) {
 		opts.Endpoints = admin.UpgradeEndpoints(apiUpgrader{e})
 	}
 	opts.Endpoints = append(opts.Endpoints, e.tokens.Endpoints(cfg.Consul.Fleet.Prefix != "")...)
+	ra := &rebalance.API{Pools: e.pool, Runner: e.rebalance}
+	if e.fleetControls != nil {
+		ra.Store = e.fleetControls
+	}
+	opts.Endpoints = append(opts.Endpoints, ra.Endpoints()...)
 	if cfg.Consul.Fleet.Prefix != "" {
 		opts.Fleet = fleetAdmin{e}
 	}
@@ -116,6 +122,10 @@ func (s edgeStatus) StatusParts() admin.StatusParts {
 	}
 	if fa := e.fleetStatus(); fa != nil {
 		p.FleetActions = fa
+	}
+	if e.fleetControls != nil {
+		st := e.fleetControls.Status()
+		p.FleetControls = &st
 	}
 	if f := newFleetDoc(e.fleet); f != nil {
 		p.Fleet = f

@@ -61,6 +61,9 @@ type edge struct {
 	// rebalance moves live connections off over-share backends of the
 	// pools that ask for it.
 	rebalance *rebalance.Runner
+	// fleetControls follows the pools' canaries and pauses of fleet scope;
+	// nil without a fleet prefix.
+	fleetControls *fleet.Controls
 
 	// Drain progress for /status: when it began (unix nanoseconds, 0
 	// before) and how many connections were live then.
@@ -135,7 +138,11 @@ func newEdge(cfg *conf.Config, path string, log *slog.Logger, up *upgrade.Upgrad
 	e.metrics.WatchRebalance(func() []metrics.RebalanceState {
 		var out []metrics.RebalanceState
 		for _, s := range e.rebalance.Status() {
-			out = append(out, metrics.RebalanceState{Pool: s.Pool, Active: s.Active, Imbalance: s.Imbalance, Moved: s.Moved})
+			m := metrics.RebalanceState{Pool: s.Pool, Active: s.Active, Imbalance: s.Imbalance, Moved: s.Moved, Paused: s.Paused}
+			if c := s.Canary; c != nil {
+				m.Canary, m.CanaryShare, m.Held = c.Version, c.Share, c.Held
+			}
+			out = append(out, m)
 		}
 		return out
 	})
@@ -161,6 +168,16 @@ func (e *edge) config() *conf.Config {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return e.cfg
+}
+
+// pool is the running pool of that name, or nil.
+func (e *edge) pool(name string) *balance.Pool {
+	for _, p := range e.allPools() {
+		if p.Name() == name {
+			return p
+		}
+	}
+	return nil
 }
 
 func (e *edge) allPools() []*balance.Pool {

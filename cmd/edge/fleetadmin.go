@@ -43,6 +43,16 @@ func (e *edge) newFleetActions(cfg *conf.Config) error {
 	}
 	e.fleetActions = fa
 	e.metrics.WatchFleetActions(fa.Status)
+	// The pools' canaries and pauses, on the same fleet layers.
+	fc, err := fleet.NewControls(fleet.ControlsOptions{Client: client, Prefix: p, Edge: fleetEdgeID(cfg),
+		Layers: fa.Layer, Logger: e.log, StateDir: cfg.StateDir})
+	if err != nil {
+		return err
+	}
+	if err := fc.Load(ctx); err != nil {
+		e.log.Warn("fleet canaries not read from consul yet: applied once it answers", "prefix", p, "err", err)
+	}
+	e.fleetControls = fc
 	return nil
 }
 
@@ -50,6 +60,7 @@ func (e *edge) newFleetActions(cfg *conf.Config) error {
 func (e *edge) runFleetActions(ctx context.Context, g *errgroup.Group) {
 	if e.fleetActions != nil {
 		g.Go(func() error { return e.fleetActions.Run(ctx) })
+		g.Go(func() error { return e.fleetControls.Run(ctx) })
 	}
 }
 

@@ -39,11 +39,14 @@ type StatusParts struct {
 	FleetTotals any
 	// Auth is the token providers' keys and the revocations in force.
 	Auth any
-	// Rebalance is each pool's rebalancing of live connections.
+	// Rebalance is each pool's rebalancing of live connections, and its
+	// canary's progress.
 	Rebalance any
-	Listeners []ListenerStatus
-	Routes    []RouteStatus
-	Drain     DrainStatus
+	// FleetControls are the pools' canaries and pauses of fleet scope.
+	FleetControls any
+	Listeners     []ListenerStatus
+	Routes        []RouteStatus
+	Drain         DrainStatus
 	// Upgrade is the process upgrade's state; "" without upgrades.
 	Upgrade string
 }
@@ -107,6 +110,8 @@ type StatusDoc struct {
 	FleetTotals  any              `json:"fleet_totals,omitempty"`
 	Auth         any              `json:"auth,omitempty"`
 	Rebalance    any              `json:"rebalance,omitempty"`
+	// FleetControls are the pools' canaries and pauses of fleet scope.
+	FleetControls any `json:"fleet_controls,omitempty"`
 }
 
 // BuildStatus is the /status document of src, read now.
@@ -116,6 +121,7 @@ func BuildStatus(src StatusSource) StatusDoc {
 		Version: p.Version, PID: p.PID, Revision: p.Revision, GoVersion: p.GoVersion, Active: p.Active,
 		TLS: p.TLS, Discovery: p.Discovery, CookieKeys: p.CookieKeys, FleetActions: p.FleetActions, Fleet: p.Fleet,
 		Listeners: p.Listeners, Routes: p.Routes, Drain: p.Drain, Upgrade: p.Upgrade, FleetTotals: p.FleetTotals, Auth: p.Auth, Rebalance: p.Rebalance,
+		FleetControls: p.FleetControls,
 	}
 	if doc.Listeners == nil {
 		doc.Listeners = []ListenerStatus{}
@@ -160,6 +166,12 @@ func memberStatus(b *balance.Backend) map[string]any {
 	}
 	if until, ok := b.SlowStart(); ok {
 		m["slow_start_share"], m["slow_start_until"] = b.SlowStartShare(), until
+	}
+	if v := b.Version(); v != "" {
+		m["version"] = v
+	}
+	if b.Shedding() {
+		m["shedding"] = true
 	}
 	return m
 }

@@ -34,6 +34,7 @@ func newStatusPage(status func() any) *statusPage {
 		"nanos":      nanos,
 		"stateClass": stateClass,
 		"num":        num,
+		"pct":        pct,
 	}).Parse(statusHTML))
 	return p
 }
@@ -114,6 +115,12 @@ func nanos(v any) string {
 }
 
 // num renders a JSON number without exponent.
+// pct is a fraction of the JSON document as a percentage.
+func pct(v any) float64 {
+	f, _ := v.(float64)
+	return 100 * f
+}
+
 func num(v any) string {
 	if f, ok := v.(float64); ok {
 		return fmt.Sprintf("%.0f", f)
