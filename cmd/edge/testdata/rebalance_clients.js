@@ -6,15 +6,24 @@
 // Opens COUNT connections one after another; each asks "whoami" and
 // prints "on I BACKEND". A connection closed by the other side prints
 // "closed I CODE" and, when the code is 1012 (service restart), reconnects
-// at once and asks again. Runs until killed.
+// at once and asks again, with the cookies the edge set (as a browser
+// would), so a sticky cookie leads it back unless the edge places it anew.
+// Runs until killed.
 'use strict';
 const WebSocket = require('ws');
 
 const [url, countArg] = process.argv.slice(2);
 
+const jar = new Map(); // client -> "name=value" cookies
+
 function open(i) {
   return new Promise((resolve, reject) => {
-    const ws = new WebSocket(url);
+    const headers = jar.has(i) ? { Cookie: jar.get(i) } : {};
+    const ws = new WebSocket(url, { headers });
+    ws.once('upgrade', (res) => {
+      const set = res.headers['set-cookie'];
+      if (set) jar.set(i, set.map((c) => c.split(';')[0]).join('; '));
+    });
     ws.once('error', reject);
     ws.once('open', () => ws.send('whoami'));
     ws.once('message', (m) => {
