@@ -314,8 +314,8 @@ func (s *Server) restartClose(conns []*wsConn, window time.Duration) int {
 }
 
 // Rebalance asks up to n live WebSockets on b that were opened before
-// before to close with 1012 (service restart), each at a random moment
-// within the next second, between two frames: their clients reconnect and
+// before to close with 1012 (service restart), spaced evenly over the next
+// second, between two frames: their clients reconnect and
 // the pick places them by the pool's current shares. Only connections
 // older than before go, so a client moved in an episode (which reconnects
 // as a new connection) is not moved again in it, and none younger than a
@@ -327,7 +327,9 @@ func (s *Server) Rebalance(b *balance.Backend, n int, before time.Time) int {
 		if asked >= n || c.be != b || !c.x.start.Before(before) || c.timer != nil || c.sess.Requested() {
 			return
 		}
-		c.scheduleCloseLocked(time.Second, CloseServiceRestart, ReasonRebalance)
+		// Evenly over the second, not at random: the fleet's closes, and
+		// so its clients' reconnects, stay at the budget every second.
+		c.scheduleCloseAtLocked(time.Duration(2*asked+1)*time.Second/time.Duration(2*n), CloseServiceRestart, ReasonRebalance)
 		asked++
 	})
 	return asked

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -27,27 +28,43 @@ type movers struct {
 	closes []time.Time
 }
 
-// startMovers runs n clients against url until the test ends.
+// startMovers runs n clients against url, one at a time, until the test
+// ends.
 func startMovers(t *testing.T, url string, n int) *movers {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	cmd := interop.Node(t, ctx, filepath.Join("testdata", "rebalance_clients.js"), url, strconv.Itoa(n))
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cancel(); _ = cmd.Wait() })
-	m := &movers{lines: make(chan []string, 256), on: map[string]string{}, moved: map[string]bool{}}
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			m.lines <- strings.Fields(sc.Text())
+	return startMoversOn(t, []string{url}, n, 1, 3*time.Minute)
+}
+
+// startMoversOn runs n clients over urls (one Node process each, n/len
+// of them, conc handshakes at a time per process) until the test ends or
+// limit passes.
+func startMoversOn(t *testing.T, urls []string, n, conc int, limit time.Duration) *movers {
+	t.Helper()
+	m := &movers{lines: make(chan []string, 4096), on: map[string]string{}, moved: map[string]bool{}}
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	t.Cleanup(cancel)
+	var wg sync.WaitGroup
+	for i, url := range urls {
+		cmd := interop.Node(t, ctx, filepath.Join("testdata", "rebalance_clients.js"), url,
+			strconv.Itoa(n/len(urls)), strconv.Itoa(conc), fmt.Sprintf("%c", 'a'+i))
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
 		}
-		close(m.lines)
-	}()
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cancel(); _ = cmd.Wait() })
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sc := bufio.NewScanner(out)
+			for sc.Scan() {
+				m.lines <- strings.Fields(sc.Text())
+			}
+		}()
+	}
+	go func() { wg.Wait(); close(m.lines) }()
 	return m
 }
 

@@ -37,7 +37,13 @@ func TestMain(m *testing.M) {
 		builtRevision = strings.TrimSpace(string(rev))
 	}
 	// Built by the script users run, so the tests see its version stamps.
-	out, err := exec.Command("../../scripts/build.sh", "-race", "-o", edgeBin, "./cmd/edge").CombinedOutput()
+	args := []string{"-race", "-o", edgeBin, "./cmd/edge"}
+	if os.Getenv("EDGE_E2E_RACE") == "0" {
+		// Measurements at scale (EDGE_REBALANCE_N): the race detector's
+		// memory and time would be what they measure.
+		args = args[1:]
+	}
+	out, err := exec.Command("../../scripts/build.sh", args...).CombinedOutput()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "build edge: %v\n%s", err, out)
 		os.Exit(1)
@@ -152,7 +158,12 @@ func backends(t *testing.T, ids ...string) []*testbackend.Server {
 type setup struct {
 	dir, cfg, wss, ws, admin string
 	roots                    *x509.CertPool
+	// more are backends of other processes, written after the test's own.
+	more []backendRef
 }
+
+// backendRef is a backend by its id and address.
+type backendRef struct{ id, addr string }
 
 // newSetup writes a config with a TLS and a plain listener in front of the
 // given backends; extra is appended to the pool's YAML.
@@ -178,6 +189,9 @@ func (s *setup) write(t *testing.T, bs []*testbackend.Server, balance, extra, ce
 	fmt.Fprintf(&b, "routes:\n  - {default: true, pool: app}\npools:\n  - name: app\n    balance: %s\n    backends:\n", balance)
 	for _, be := range bs {
 		fmt.Fprintf(&b, "      - {id: %s, address: %q}\n", be.ID, be.Addr())
+	}
+	for _, be := range s.more {
+		fmt.Fprintf(&b, "      - {id: %s, address: %q}\n", be.id, be.addr)
 	}
 	b.WriteString(extra)
 	if err := os.WriteFile(s.cfg, []byte(b.String()), 0o600); err != nil {
