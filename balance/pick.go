@@ -77,8 +77,36 @@ type Result struct {
 // connections whatever its weight.
 //
 // Under a canary (Pool.Canary) the weights are the canary's
-// (canaryLeastConn).
+// (canaryLeastConn). Backends whose connections are being moved off
+// (Backend.SetShedding) are left out while another is usable: a client
+// moved off one must land on a backend under its share, not on another
+// over it (with six backends, two of them new, a plain pair holds no new
+// one two times in five).
 func (p *Pool) leastConn(s *Snapshot, tried []*Backend) *Backend {
+	if shed := shedding(s, tried); shed != nil {
+		if b := p.leastConnOf(s, shed); b != nil {
+			return b
+		}
+	}
+	return p.leastConnOf(s, tried)
+}
+
+// shedding returns tried and the backends being shed, or nil when none is.
+func shedding(s *Snapshot, tried []*Backend) []*Backend {
+	var out []*Backend
+	for _, b := range s.Backends {
+		if b.shedUntil.Load() != 0 && b.Shedding() {
+			if out == nil {
+				out = append(make([]*Backend, 0, len(tried)+len(s.Backends)), tried...)
+			}
+			out = append(out, b)
+		}
+	}
+	return out
+}
+
+// leastConnOf is leastConn without the rule on shed backends.
+func (p *Pool) leastConnOf(s *Snapshot, tried []*Backend) *Backend {
 	if c := p.canary.Load(); c != nil {
 		if b, ok := p.canaryLeastConn(s, tried, c); ok {
 			return b

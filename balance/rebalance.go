@@ -1,7 +1,9 @@
 package balance
 
 import (
+	"cmp"
 	"math"
+	"slices"
 	"time"
 )
 
@@ -100,21 +102,21 @@ type Rebalancer struct {
 	// is not); since is when the episode started (zero: none).
 	overSince, since time.Time
 	last             time.Time
-	// carry keeps each backend's fraction of a move from tick to tick, so
-	// that a budget under one connection a tick still moves some.
-	carry map[string]float64
+	// carry keeps the fraction of a move from tick to tick, so that a
+	// budget under one connection a tick still moves some.
+	carry float64
 }
 
 // NewRebalancer returns the policy for o.
 func NewRebalancer(o RebalanceOptions) *Rebalancer {
-	return &Rebalancer{opts: o.withDefaults(), carry: map[string]float64{}}
+	return &Rebalancer{opts: o.withDefaults()}
 }
 
 // Stop ends any episode (a drain, an upgrade, stale fleet numbers, an
 // operator's pause): the next imbalance must settle again.
 func (r *Rebalancer) Stop() {
 	r.overSince, r.since, r.last = time.Time{}, time.Time{}, time.Time{}
-	clear(r.carry)
+	r.carry = 0
 }
 
 // Tick decides at now, from the fleet's load of the pool's backends.
@@ -191,6 +193,12 @@ func fairShares(bs []BackendLoad) (fair []float64, imbalance float64, shedding i
 // above band times their fair share, by their excess, and takes this
 // edge's part of each: its part of the backend's connections. No backend
 // is taken below the band, nor more than this edge holds there.
+//
+// The fraction of a move left over is carried to the next tick for the
+// edge as a whole, and the whole moves of a tick go to the backends by
+// largest remainder: a fraction carried per backend would make every
+// backend's move fall due on the same ticks, and the edge move in bursts
+// (nothing, then one on every backend at once) instead of at its rate.
 func (r *Rebalancer) moves(bs []BackendLoad, fair []float64, band, budget float64) map[string]int {
 	excess := make([]float64, len(bs))
 	var sum float64
@@ -201,23 +209,59 @@ func (r *Rebalancer) moves(bs []BackendLoad, fair []float64, band, budget float6
 		}
 	}
 	if sum == 0 {
+		r.carry = 0
 		return nil
 	}
-	out := map[string]int{}
+	mine := make([]float64, len(bs))
+	var total float64
 	for i, b := range bs {
 		if excess[i] == 0 || b.Local <= 0 || b.Fleet <= 0 {
-			delete(r.carry, b.ID)
 			continue
 		}
 		fleetMoves := math.Min(budget*excess[i]/sum, excess[i])
-		mine := fleetMoves*float64(b.Local)/float64(b.Fleet) + r.carry[b.ID]
-		n := int(mine)
-		r.carry[b.ID] = mine - float64(n)
-		if n > int(b.Local) {
-			n = int(b.Local)
+		mine[i] = math.Min(fleetMoves*float64(b.Local)/float64(b.Fleet), float64(b.Local))
+		total += mine[i]
+	}
+	if total == 0 {
+		return nil
+	}
+	whole := int(total + r.carry)
+	r.carry = total + r.carry - float64(whole)
+	return allot(bs, mine, total, whole)
+}
+
+// allot divides whole moves among the backends in proportion to mine
+// (which sums to total), by largest remainder, none above what this edge
+// holds there.
+func allot(bs []BackendLoad, mine []float64, total float64, whole int) map[string]int {
+	if whole <= 0 {
+		return nil
+	}
+	type share struct {
+		i    int
+		n    int
+		frac float64
+	}
+	shares := make([]share, 0, len(bs))
+	given := 0
+	for i := range bs {
+		if mine[i] <= 0 {
+			continue
 		}
-		if n > 0 {
-			out[b.ID] = n
+		x := mine[i] * float64(whole) / total
+		n := int(x)
+		shares = append(shares, share{i: i, n: n, frac: x - float64(n)})
+		given += n
+	}
+	slices.SortStableFunc(shares, func(a, b share) int { return cmp.Compare(b.frac, a.frac) })
+	for k := 0; given < whole && k < len(shares); k++ {
+		shares[k].n++
+		given++
+	}
+	out := map[string]int{}
+	for _, sh := range shares {
+		if n := min(sh.n, int(bs[sh.i].Local)); n > 0 {
+			out[bs[sh.i].ID] = n
 		}
 	}
 	return out

@@ -156,3 +156,28 @@ func TestRebalanceShedsEverything(t *testing.T) {
 		t.Fatalf("nothing left to shed, yet %+v", p)
 	}
 }
+
+// TestRebalanceMovesAtItsRate: an edge's part of the budget (3.33 a
+// second over four backends) is moved every tick, 3 or 4, never in
+// bursts of nothing then one on every backend.
+func TestRebalanceMovesAtItsRate(t *testing.T) {
+	r := NewRebalancer(RebalanceOptions{Settle: time.Second, Rate: 10})
+	t0 := time.Unix(1000, 0)
+	bs := scaleOut(func(n int64) int64 { return n / 3 })
+	r.Tick(t0, bs)
+	r.Tick(t0.Add(time.Second), bs)
+	total := 0
+	for i := 2; i <= 31; i++ {
+		n := 0
+		for _, m := range r.Tick(t0.Add(time.Duration(i)*time.Second), bs).Moves {
+			n += m
+		}
+		if n < 3 || n > 4 {
+			t.Fatalf("tick %d moves %d, want 3 or 4 (a third of 10 a second)", i, n)
+		}
+		total += n
+	}
+	if total != 100 {
+		t.Fatalf("30 ticks moved %d, want 100", total)
+	}
+}

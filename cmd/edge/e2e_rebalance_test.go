@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"fmt"
 	"os"
@@ -26,6 +27,7 @@ type movers struct {
 	codes  []string // the close codes the clients got
 	landed []string // where moved clients landed
 	closes []time.Time
+	wait   time.Duration // how long read waits; 90 s when 0
 }
 
 // startMovers runs n clients against url, one at a time, until the test
@@ -71,7 +73,7 @@ func startMoversOn(t *testing.T, urls []string, n, conc int, limit time.Duration
 // read takes the clients' reports until until holds.
 func (m *movers) read(t *testing.T, until func() bool, what string) {
 	t.Helper()
-	deadline := time.After(90 * time.Second)
+	deadline := time.After(cmp.Or(m.wait, 90*time.Second))
 	for !until() {
 		select {
 		case f, ok := <-m.lines:

@@ -1,0 +1,200 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/edgelb/edge/cmd/edge/internal/rebalance"
+	"github.com/edgelb/edge/internal/consultest"
+	"github.com/edgelb/edge/internal/testkit"
+)
+
+// scaleBackends starts backends b1..bN: in this process, or, for a
+// measurement whose sockets would not fit in one process's descriptors,
+// as edge-backend processes.
+func scaleBackends(t *testing.T, n int, external bool) []backendRef {
+	t.Helper()
+	var out []backendRef
+	if !external {
+		for i, b := range backends(t, ids(n)...) {
+			out = append(out, backendRef{id: ids(n)[i], addr: b.Addr()})
+		}
+		return out
+	}
+	bin := filepath.Join(t.TempDir(), "edge-backend")
+	if raw, err := exec.Command("go", "build", "-o", bin, "../edge-backend").CombinedOutput(); err != nil {
+		t.Fatalf("build edge-backend: %v\n%s", err, raw)
+	}
+	for _, id := range ids(n) {
+		addr := testkit.ClosedPort(t)
+		cmd := exec.Command(bin, "-listen", addr, "-id", id)
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+		testkit.WaitFor(t, "edge-backend "+id+" listening", func() bool {
+			c, err := net.Dial("tcp", addr)
+			if err == nil {
+				c.Close()
+			}
+			return err == nil
+		})
+		out = append(out, backendRef{id: id, addr: addr})
+	}
+	return out
+}
+
+func ids(n int) []string {
+	var out []string
+	for i := 1; i <= n; i++ {
+		out = append(out, fmt.Sprintf("b%d", i))
+	}
+	return out
+}
+
+// rebalanceStatus is one edge's /status rebalance entries.
+func rebalanceStatus(t *testing.T, e fleetLoadEdge) []rebalance.Status {
+	t.Helper()
+	var st struct {
+		Rebalance []rebalance.Status `json:"rebalance"`
+	}
+	if err := json.Unmarshal([]byte(adminGet(t, e.admin, "/status")), &st); err != nil {
+		t.Fatal(err)
+	}
+	return st.Rebalance
+}
+
+// rebalanceFleet starts a Consul agent and three edges in front of the
+// first four of bs, each pool with pool's YAML, sharing their load.
+func rebalanceFleet(t *testing.T, bs []backendRef, pool string) (*consultest.Agent, []fleetLoadEdge) {
+	t.Helper()
+	agent := consultest.Start(t)
+	var edges []fleetLoadEdge
+	for range 3 {
+		s := newSetup(t, nil, "least_conn", pool+fmt.Sprintf("consul: {address: %q, fleet: {prefix: edge/fleet}}\n", agent.Addr))
+		s.more = bs[:4]
+		s.write(t, nil, "least_conn", pool+fmt.Sprintf("consul: {address: %q, fleet: {prefix: edge/fleet}}\n", agent.Addr),
+			filepath.Join(s.dir, "cert.pem"), filepath.Join(s.dir, "key.pem"))
+		edges = append(edges, fleetLoadEdge{setup: s, p: startEdge(t, s.cfg)})
+	}
+	for _, e := range edges {
+		e.awaitFleet(t, "every edge fresh and seeing the fleet", func(d fleetStatusDoc) bool {
+			return !d.Stale && len(d.Snapshot.Edges) == 3
+		})
+	}
+	return agent, edges
+}
+
+// scaleOut adds bs[4:] to every edge's pool by a reload.
+func scaleOut(t *testing.T, edges []fleetLoadEdge, bs []backendRef, pool string) {
+	t.Helper()
+	for _, e := range edges {
+		e.more = bs
+		// The consul line is the last of the pool's YAML, as written.
+		raw, err := os.ReadFile(e.cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		consul := string(raw[strings.LastIndex(string(raw), "consul: "):])
+		e.write(t, nil, "least_conn", pool+consul, filepath.Join(e.dir, "cert.pem"), filepath.Join(e.dir, "key.pem"))
+		if err := e.p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, e := range edges {
+		e.p.waitLog(t, "configuration reloaded")
+	}
+}
+
+// spread is the largest per-backend count over the mean, from where the
+// clients say they are.
+func (m *movers) spread(backends []backendRef) float64 {
+	maxN := 0
+	for _, b := range backends {
+		maxN = max(maxN, m.count(b.id))
+	}
+	return float64(maxN) * float64(len(backends)) / float64(len(m.on))
+}
+
+// perSecond is the clients' closes counted in each whole second from the
+// first, the partial last one left out.
+func (m *movers) perSecond() []int {
+	if len(m.closes) == 0 {
+		return nil
+	}
+	first, last := m.closes[0], m.closes[len(m.closes)-1]
+	out := make([]int, int(last.Sub(first)/time.Second))
+	for _, c := range m.closes {
+		if i := int(c.Sub(first) / time.Second); i < len(out) {
+			out[i]++
+		}
+	}
+	return out
+}
+
+// TestRebalanceFleetScaleOut: three edges sharing their load through a
+// real Consul, four backends, Node ws clients spread over the edges (600,
+// or EDGE_REBALANCE_N); two backends added: the fleet moves connections
+// off the four, with 1012, until max/mean per backend is within 1.10;
+// nothing moves while the load is inside the band; the moved clients land
+// on the new backends. The closes per second are logged against the
+// budget (a figure for docs/FLEET.md, not asserted: speed is not a test).
+func TestRebalanceFleetScaleOut(t *testing.T) {
+	n := 600
+	if v, err := strconv.Atoi(os.Getenv("EDGE_REBALANCE_N")); err == nil {
+		n = v - v%3
+	}
+	rate := max(10, n/300)
+	bs := scaleBackends(t, 6, n > 1500)
+	pool := fmt.Sprintf("    rebalance: {enabled: true, tolerance: 0.1, settle: 5s, rate: %d, min_age: 0s}\n", rate)
+	_, edges := rebalanceFleet(t, bs, pool)
+	m := startMoversOn(t, wsURLs(edges), n, 50, 15*time.Minute)
+	m.wait = 10 * time.Minute
+	m.read(t, func() bool { return len(m.on) == n }, fmt.Sprint(n, " clients"))
+	if len(m.codes) != 0 {
+		t.Fatalf("%d closes while the load was inside the band", len(m.codes))
+	}
+	for _, e := range edges {
+		testkit.Await(t, 60*time.Second, "every edge's view balanced", func() (bool, string) {
+			st := rebalanceStatus(t, e)
+			return len(st) == 1 && !st[0].Active && st[0].Imbalance > 0 && st[0].Imbalance < 1.1, fmt.Sprint(st)
+		})
+	}
+	t.Logf("%d clients on 4 backends, max/mean %.3f; no close", n, m.spread(bs[:4]))
+
+	start := time.Now()
+	scaleOut(t, edges, bs, pool)
+	m.read(t, func() bool { return m.spread(bs) <= 1.10 }, "max/mean per backend within 1.10")
+	took := time.Since(start)
+	m.all1012(t)
+	under := 0
+	for _, b := range m.landed {
+		if b == "b5" || b == "b6" {
+			under++
+		}
+	}
+	if under*100 < len(m.landed)*95 {
+		t.Fatalf("%d of %d moved clients landed on the new backends, want at least 95 %%", under, len(m.landed))
+	}
+	secs := m.perSecond()
+	mid := secs
+	if len(mid) > 2 {
+		mid = mid[1 : len(mid)-1] // the episode's first and last seconds are partial
+	}
+	t.Logf("balanced (max/mean %.3f) %s after the scale-out: %d moved (all 1012), %d landed on b5/b6 (%.1f %%); budget %d/s",
+		m.spread(bs), took.Round(time.Second), len(m.codes), under, 100*float64(under)/float64(max(1, len(m.landed))), rate)
+	if len(mid) > 0 {
+		t.Logf("closes per second over the fleet: min %d, max %d of a budget of %d (%d whole seconds): %v",
+			slices.Min(mid), slices.Max(mid), rate, len(mid), secs)
+	}
+}
