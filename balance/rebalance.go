@@ -72,6 +72,11 @@ type BackendLoad struct {
 	// Fleet is its live connections over the whole fleet; Local those of
 	// this edge.
 	Fleet, Local int64
+	// Part is this edge's part of the backend's connections as every edge
+	// reads it (its own published count over the fleet's, from one
+	// snapshot), so that the edges' parts sum to one and together they
+	// move the budget; 0 takes Local/Fleet (an edge alone).
+	Part float64
 }
 
 // Plan is what a Rebalancer decided for one tick.
@@ -88,6 +93,10 @@ type Plan struct {
 	// Moves is how many of this edge's connections to close on each
 	// backend during this tick, by ID; nil when none.
 	Moves map[string]int
+	// Window is the time since the last tick, over which the moves are
+	// to be spread, so that a late tick (a busy machine) does not move
+	// its longer budget in a burst.
+	Window time.Duration
 	// Over lists the backends whose connections are being moved over the
 	// fleet, by ID (Backend.SetShedding), whether or not this edge moves
 	// any of them this tick.
@@ -153,7 +162,7 @@ func (r *Rebalancer) Tick(now time.Time, bs []BackendLoad) Plan {
 		// for time that was not watched.
 		return p
 	}
-	p.Moves = r.moves(bs, fair, stopBand, r.opts.Rate*dt.Seconds())
+	p.Moves, p.Window = r.moves(bs, fair, stopBand, r.opts.Rate*dt.Seconds()), dt
 	return p
 }
 
@@ -219,13 +228,18 @@ func (r *Rebalancer) moves(bs []BackendLoad, fair []float64, band, budget float6
 			continue
 		}
 		fleetMoves := math.Min(budget*excess[i]/sum, excess[i])
-		mine[i] = math.Min(fleetMoves*float64(b.Local)/float64(b.Fleet), float64(b.Local))
+		part := b.Part
+		if part <= 0 {
+			part = float64(b.Local) / float64(b.Fleet)
+		}
+		mine[i] = math.Min(fleetMoves*math.Min(part, 1), float64(b.Local))
 		total += mine[i]
 	}
 	if total == 0 {
 		return nil
 	}
-	whole := int(total + r.carry)
+	// The epsilon: a third of a move three times is one move.
+	whole := int(total + r.carry + 1e-9)
 	r.carry = total + r.carry - float64(whole)
 	return allot(bs, mine, total, whole)
 }

@@ -314,22 +314,23 @@ func (s *Server) restartClose(conns []*wsConn, window time.Duration) int {
 }
 
 // Rebalance asks up to n live WebSockets on b that were opened before
-// before to close with 1012 (service restart), spaced evenly over the next
-// second, between two frames: their clients reconnect and
+// before to close with 1012 (service restart), spaced evenly over window
+// (the rebalancer's tick), between two frames: their clients reconnect and
 // the pick places them by the pool's current shares. Only connections
 // older than before go, so a client moved in an episode (which reconnects
 // as a new connection) is not moved again in it, and none younger than a
 // pool's minimum age is; connections already asked to close are left. It
 // returns how many were asked.
-func (s *Server) Rebalance(b *balance.Backend, n int, before time.Time) int {
+func (s *Server) Rebalance(b *balance.Backend, n int, before time.Time, window time.Duration) int {
+	window = max(window, time.Millisecond)
 	asked := 0
 	s.reg.each(func(c *wsConn) {
 		if asked >= n || c.be != b || !c.x.start.Before(before) || c.timer != nil || c.sess.Requested() {
 			return
 		}
-		// Evenly over the second, not at random: the fleet's closes, and
+		// Evenly over the window, not at random: the fleet's closes, and
 		// so its clients' reconnects, stay at the budget every second.
-		c.scheduleCloseAtLocked(time.Duration(2*asked+1)*time.Second/time.Duration(2*n), CloseServiceRestart, ReasonRebalance)
+		c.scheduleCloseAtLocked(time.Duration(2*asked+1)*window/time.Duration(2*n), CloseServiceRestart, ReasonRebalance)
 		asked++
 	})
 	return asked

@@ -26,13 +26,13 @@ func TestRebalanceClosesOlderConns(t *testing.T) {
 		conns = append(conns, c)
 	}
 	testkit.WaitFor(t, "three registered", func() bool { return e.srv.Active() == 3 })
-	if n := e.srv.Rebalance(be, 5, time.Now().Add(-time.Hour)); n != 0 {
+	if n := e.srv.Rebalance(be, 5, time.Now().Add(-time.Hour), time.Second); n != 0 {
 		t.Fatalf("asked %d connections younger than the cut", n)
 	}
-	if n := e.srv.Rebalance(be, 2, time.Now()); n != 2 {
+	if n := e.srv.Rebalance(be, 2, time.Now(), time.Second); n != 2 {
 		t.Fatalf("asked %d, want 2", n)
 	}
-	if n := e.srv.Rebalance(be, 2, time.Now()); n != 1 {
+	if n := e.srv.Rebalance(be, 2, time.Now(), time.Second); n != 1 {
 		t.Fatalf("asked %d more, want the 1 not yet asked", n)
 	}
 	for i, c := range conns {

@@ -198,3 +198,82 @@ func TestRebalanceFleetScaleOut(t *testing.T) {
 			slices.Min(mid), slices.Max(mid), rate, len(mid), secs)
 	}
 }
+
+// moved is the connections each edge has moved so far, by its /status.
+func moved(t *testing.T, edges []fleetLoadEdge) []uint64 {
+	t.Helper()
+	var out []uint64
+	for _, e := range edges {
+		var n uint64
+		for _, st := range rebalanceStatus(t, e) {
+			n += st.Moved
+		}
+		out = append(out, n)
+	}
+	return out
+}
+
+// activeConns sums the edges' live WebSockets.
+func activeConns(t *testing.T, edges []fleetLoadEdge) int {
+	t.Helper()
+	n := 0
+	for _, e := range edges {
+		var st struct {
+			Active int `json:"active_connections"`
+		}
+		if err := json.Unmarshal([]byte(adminGet(t, e.admin, "/status")), &st); err != nil {
+			t.Fatal(err)
+		}
+		n += st.Active
+	}
+	return n
+}
+
+// TestRebalanceStopsWithConsul: Consul stopped in the middle of an
+// episode: every edge stops moving once its fleet numbers are stale (it
+// rebalances nothing it cannot see) and moves nothing while Consul is
+// down, no client is lost, and the episode resumes and ends balanced once
+// Consul is back.
+func TestRebalanceStopsWithConsul(t *testing.T) {
+	const n = 300
+	bs := scaleBackends(t, 6, false)
+	const pool = "    rebalance: {enabled: true, tolerance: 0.1, settle: 2s, rate: 4, min_age: 0s}\n"
+	agent, edges := rebalanceFleet(t, bs, pool)
+	m := startMoversOn(t, wsURLs(edges), n, 20, 5*time.Minute)
+	m.read(t, func() bool { return len(m.on) == n }, fmt.Sprint(n, " clients"))
+	scaleOut(t, edges, bs, pool)
+	m.read(t, func() bool { return len(m.codes) >= 10 }, "the episode under way")
+	agent.Stop()
+	stopped := time.Now()
+	for _, e := range edges {
+		testkit.Await(t, 60*time.Second, "every edge stopped moving", func() (bool, string) {
+			st := rebalanceStatus(t, e)
+			return len(st) == 1 && !st[0].Active, fmt.Sprint(st)
+		})
+	}
+	t.Logf("every edge stopped moving %s after Consul stopped (fleet numbers stale after %s)",
+		time.Since(stopped).Round(100*time.Millisecond), "10s")
+	// The closes asked before the stop land within a second of it.
+	before := moved(t, edges)
+	// Consul stays down 15 s (the scenario, not a wait for an event).
+	time.Sleep(15 * time.Second)
+	if after := moved(t, edges); !slices.Equal(before, after) {
+		t.Fatalf("edges moved connections while Consul was down: %v, then %v", before, after)
+	}
+	if got := activeConns(t, edges); got != n {
+		t.Fatalf("%d connections held during the outage, want all %d", got, n)
+	}
+	agent.Restart()
+	m.read(t, func() bool { return m.spread(bs) <= 1.10 }, "balanced once Consul is back")
+	m.all1012(t)
+	after := moved(t, edges)
+	var sumBefore, sumAfter uint64
+	for i := range after {
+		sumBefore += before[i]
+		sumAfter += after[i]
+	}
+	if sumAfter <= sumBefore {
+		t.Fatalf("nothing moved after Consul returned (%v, then %v), yet balanced", before, after)
+	}
+	t.Logf("%d moved before the outage, none during it, %d after; balanced at max/mean %.3f", sumBefore, sumAfter-sumBefore, m.spread(bs))
+}

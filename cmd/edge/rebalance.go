@@ -40,30 +40,31 @@ func (h rebalanceHost) Pools() []rebalance.Pool {
 	return out
 }
 
-// Others implements rebalance.Host: the fleet's count of the backend less
-// this edge's own record (this edge counts its own live), or nothing
-// without a fleet; not ok while the fleet's numbers are stale.
-func (h rebalanceHost) Others(pool, backend string) (int64, bool) {
+// Fleet implements rebalance.Host: the fleet's count of the backend less
+// this edge's own record (this edge counts its own live), and that record;
+// without a fleet, nothing and -1; not ok while the fleet's numbers are
+// stale.
+func (h rebalanceHost) Fleet(pool, backend string) (others, own int64, ok bool) {
 	f := h.e.fleet
 	if f == nil {
-		return 0, true
+		return 0, -1, true
 	}
 	if f.Status().Stale {
-		return 0, false
+		return 0, 0, false
 	}
 	snap := f.Snapshot()
 	n := snap.Total(pool, backend)
-	if own, ok := snap.Edge(snap.Self); ok {
-		if p, ok := own.Pool(pool); ok {
-			n -= p.Active(backend)
+	if rec, ok := snap.Edge(snap.Self); ok {
+		if p, ok := rec.Pool(pool); ok {
+			own = p.Active(backend)
 		}
 	}
-	return max(n, 0), true
+	return max(n-own, 0), own, true
 }
 
 // Move implements rebalance.Host.
-func (h rebalanceHost) Move(b *balance.Backend, n int, before time.Time) int {
-	return h.e.proxy.Rebalance(b, n, before)
+func (h rebalanceHost) Move(b *balance.Backend, n int, before time.Time, window time.Duration) int {
+	return h.e.proxy.Rebalance(b, n, before, window)
 }
 
 // Draining implements rebalance.Host.

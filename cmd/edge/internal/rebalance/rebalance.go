@@ -44,12 +44,13 @@ type Pool struct {
 type Host interface {
 	// Pools are the pools with rebalancing on, now.
 	Pools() []Pool
-	// Others is the other edges' live connections on backend of pool;
-	// ok is false while the fleet's numbers are stale.
-	Others(pool, backend string) (n int64, ok bool)
+	// Fleet is the other edges' live connections on backend of pool, and
+	// this edge's own as it last published them (-1 without a fleet), from
+	// one snapshot; ok is false while the fleet's numbers are stale.
+	Fleet(pool, backend string) (others, own int64, ok bool)
 	// Move asks up to n connections on b opened before before to close
-	// with 1012, and returns how many it asked.
-	Move(b *balance.Backend, n int, before time.Time) int
+	// with 1012, spread over window, and returns how many it asked.
+	Move(b *balance.Backend, n int, before time.Time, window time.Duration) int
 	// Draining reports a drain or a hand-over under way.
 	Draining() bool
 }
@@ -173,7 +174,7 @@ func (r *Runner) tickPool(now time.Time, p Pool, st *state, stop bool) {
 		before = cut
 	}
 	for _, id := range sortedKeys(plan.Moves) {
-		st.status.Moved += uint64(r.host.Move(byID[id], plan.Moves[id], before))
+		st.status.Moved += uint64(r.host.Move(byID[id], plan.Moves[id], before, plan.Window))
 	}
 }
 
@@ -187,7 +188,7 @@ func (r *Runner) loads(p Pool) ([]balance.BackendLoad, map[string]*balance.Backe
 	c := p.Bal.Canary()
 	var vw, ow float64
 	for _, b := range bs {
-		others, ok := r.host.Others(p.Name, b.ID())
+		others, own, ok := r.host.Fleet(p.Name, b.ID())
 		if !ok {
 			return nil, nil, false
 		}
@@ -201,7 +202,11 @@ func (r *Runner) loads(p Pool) ([]balance.BackendLoad, map[string]*balance.Backe
 			ow += w
 		}
 		local := b.Active()
-		out = append(out, balance.BackendLoad{ID: b.ID(), Weight: w, Fleet: others + local, Local: local})
+		l := balance.BackendLoad{ID: b.ID(), Weight: w, Fleet: others + local, Local: local}
+		if own >= 0 && others+own > 0 {
+			l.Part = float64(own) / float64(others+own)
+		}
+		out = append(out, l)
 		byID[b.ID()] = b
 	}
 	if c != nil {

@@ -19,10 +19,10 @@ type host struct {
 }
 
 func (h *host) Pools() []Pool { return h.pools }
-func (h *host) Others(_, b string) (int64, bool) {
-	return h.others[b], !h.stale
+func (h *host) Fleet(_, b string) (int64, int64, bool) {
+	return h.others[b], -1, !h.stale
 }
-func (h *host) Move(b *balance.Backend, n int, before time.Time) int {
+func (h *host) Move(b *balance.Backend, n int, before time.Time, _ time.Duration) int {
 	h.moved[b.ID()] += n
 	h.before = before
 	return n
