@@ -74,15 +74,15 @@ func rebalanceStatus(t *testing.T, e fleetLoadEdge) []rebalance.Status {
 	return st.Rebalance
 }
 
-// rebalanceFleet starts a Consul agent and three edges in front of the
-// first four of bs, each pool with pool's YAML, sharing their load.
+// rebalanceFleet starts a Consul agent and three edges in front of bs,
+// each pool with pool's YAML, sharing their load.
 func rebalanceFleet(t *testing.T, bs []backendRef, pool string) (*consultest.Agent, []fleetLoadEdge) {
 	t.Helper()
 	agent := consultest.Start(t)
 	var edges []fleetLoadEdge
 	for range 3 {
 		s := newSetup(t, nil, "least_conn", pool+fmt.Sprintf("consul: {address: %q, fleet: {prefix: edge/fleet}}\n", agent.Addr))
-		s.more = bs[:4]
+		s.more = bs
 		s.write(t, nil, "least_conn", pool+fmt.Sprintf("consul: {address: %q, fleet: {prefix: edge/fleet}}\n", agent.Addr),
 			filepath.Join(s.dir, "cert.pem"), filepath.Join(s.dir, "key.pem"))
 		edges = append(edges, fleetLoadEdge{setup: s, p: startEdge(t, s.cfg)})
@@ -142,6 +142,15 @@ func (m *movers) perSecond() []int {
 	return out
 }
 
+// scaleN is the clients of a fleet test: 600, or EDGE_REBALANCE_N for a
+// measurement, a multiple of three.
+func scaleN() int {
+	if v, err := strconv.Atoi(os.Getenv("EDGE_REBALANCE_N")); err == nil {
+		return v - v%3
+	}
+	return 600
+}
+
 // TestRebalanceFleetScaleOut: three edges sharing their load through a
 // real Consul, four backends, Node ws clients spread over the edges (600,
 // or EDGE_REBALANCE_N); two backends added: the fleet moves connections
@@ -150,14 +159,11 @@ func (m *movers) perSecond() []int {
 // on the new backends. The closes per second are logged against the
 // budget (a figure for docs/FLEET.md, not asserted: speed is not a test).
 func TestRebalanceFleetScaleOut(t *testing.T) {
-	n := 600
-	if v, err := strconv.Atoi(os.Getenv("EDGE_REBALANCE_N")); err == nil {
-		n = v - v%3
-	}
+	n := scaleN()
 	rate := max(10, n/300)
 	bs := scaleBackends(t, 6, n > 1500)
 	pool := fmt.Sprintf("    rebalance: {enabled: true, tolerance: 0.1, settle: 5s, rate: %d, min_age: 0s}\n", rate)
-	_, edges := rebalanceFleet(t, bs, pool)
+	_, edges := rebalanceFleet(t, bs[:4], pool)
 	m := startMoversOn(t, wsURLs(edges), n, 50, 15*time.Minute)
 	m.wait = 10 * time.Minute
 	m.read(t, func() bool { return len(m.on) == n }, fmt.Sprint(n, " clients"))
@@ -186,17 +192,9 @@ func TestRebalanceFleetScaleOut(t *testing.T) {
 	if under*100 < len(m.landed)*95 {
 		t.Fatalf("%d of %d moved clients landed on the new backends, want at least 95 %%", under, len(m.landed))
 	}
-	secs := m.perSecond()
-	mid := secs
-	if len(mid) > 2 {
-		mid = mid[1 : len(mid)-1] // the episode's first and last seconds are partial
-	}
 	t.Logf("balanced (max/mean %.3f) %s after the scale-out: %d moved (all 1012), %d landed on b5/b6 (%.1f %%); budget %d/s",
 		m.spread(bs), took.Round(time.Second), len(m.codes), under, 100*float64(under)/float64(max(1, len(m.landed))), rate)
-	if len(mid) > 0 {
-		t.Logf("closes per second over the fleet: min %d, max %d of a budget of %d (%d whole seconds): %v",
-			slices.Min(mid), slices.Max(mid), rate, len(mid), secs)
-	}
+	m.logRate(t, rate)
 }
 
 // moved is the connections each edge has moved so far, by its /status.
@@ -238,7 +236,7 @@ func TestRebalanceStopsWithConsul(t *testing.T) {
 	const n = 300
 	bs := scaleBackends(t, 6, false)
 	const pool = "    rebalance: {enabled: true, tolerance: 0.1, settle: 2s, rate: 4, min_age: 0s}\n"
-	agent, edges := rebalanceFleet(t, bs, pool)
+	agent, edges := rebalanceFleet(t, bs[:4], pool)
 	m := startMoversOn(t, wsURLs(edges), n, 20, 5*time.Minute)
 	m.read(t, func() bool { return len(m.on) == n }, fmt.Sprint(n, " clients"))
 	scaleOut(t, edges, bs, pool)
@@ -251,8 +249,7 @@ func TestRebalanceStopsWithConsul(t *testing.T) {
 			return len(st) == 1 && !st[0].Active, fmt.Sprint(st)
 		})
 	}
-	t.Logf("every edge stopped moving %s after Consul stopped (fleet numbers stale after %s)",
-		time.Since(stopped).Round(100*time.Millisecond), "10s")
+	t.Logf("every edge stopped moving %s after Consul stopped", time.Since(stopped).Round(100*time.Millisecond))
 	// The closes asked before the stop land within a second of it.
 	before := moved(t, edges)
 	// Consul stays down 15 s (the scenario, not a wait for an event).
@@ -276,4 +273,80 @@ func TestRebalanceStopsWithConsul(t *testing.T) {
 		t.Fatalf("nothing moved after Consul returned (%v, then %v), yet balanced", before, after)
 	}
 	t.Logf("%d moved before the outage, none during it, %d after; balanced at max/mean %.3f", sumBefore, sumAfter-sumBefore, m.spread(bs))
+}
+
+// logRate logs the closes per second against the budget.
+func (m *movers) logRate(t *testing.T, rate int) {
+	t.Helper()
+	secs := m.perSecond()
+	mid := secs
+	if len(mid) > 2 {
+		mid = mid[1 : len(mid)-1] // the first and last seconds are partial
+	}
+	if len(mid) > 0 {
+		t.Logf("closes per second over the fleet: min %d, max %d of a budget of %d (%d whole seconds): %v",
+			slices.Min(mid), slices.Max(mid), rate, len(mid), secs)
+	}
+}
+
+// TestCanaryFleetPromotion: three edges, four v1 backends and two v2;
+// a 10 % canary of v2 set at fleet scope through one edge takes a tenth of
+// the Node ws clients on every edge; promoted to 100 % through another
+// edge, at a rate, every client on v1 is moved with 1012 and lands on v2;
+// /status on the third shows the canary's progress over the fleet.
+func TestCanaryFleetPromotion(t *testing.T) {
+	n := scaleN()
+	rate := max(30, n/300)
+	bs := scaleBackends(t, 6, n > 1500)
+	_, edges := rebalanceFleet(t, bs, "    rebalance: {min_age: 0s}\n")
+	for _, e := range edges {
+		e.versioned(t, map[string]string{"b1": "v1", "b2": "v1", "b3": "v1", "b4": "v1", "b5": "v2", "b6": "v2"})
+		if err := e.p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+			t.Fatal(err)
+		}
+		e.p.waitLog(t, "configuration reloaded")
+	}
+	canary := func(e fleetLoadEdge, body string) {
+		t.Helper()
+		if code, doc := e.apiCall(t, "POST", "/api/v1/pools/app/canary?scope=fleet", body, nil); code != 200 {
+			t.Fatalf("canary %s: %d %v", body, code, doc)
+		}
+	}
+	canary(edges[0], `{"version":"v2","share":0.1}`)
+	for _, e := range edges {
+		testkit.WaitFor(t, "the canary on every edge", func() bool {
+			_, doc := e.apiCall(t, "GET", "/api/v1/pools/app/canary", "", nil)
+			f, _ := doc["in_force"].(map[string]any)
+			return f != nil && f["share"] == 0.1
+		})
+	}
+	m := startMoversOn(t, wsURLs(edges), n, 50, 15*time.Minute)
+	m.wait = 10 * time.Minute
+	m.read(t, func() bool { return len(m.on) == n }, fmt.Sprint(n, " clients"))
+	v2 := m.count("b5", "b6")
+	if v2*100 < n*8 || v2*100 > n*12 {
+		t.Fatalf("%d of %d clients on v2 at a 10 %% canary", v2, n)
+	}
+	t.Logf("at 10 %%: %d of %d clients on v2 (%.1f %%)", v2, n, 100*float64(v2)/float64(n))
+
+	start := time.Now()
+	canary(edges[1], fmt.Sprintf(`{"version":"v2","share":1,"rate":%d}`, rate))
+	m.read(t, func() bool { return m.count("b5", "b6") == n }, "every client on v2")
+	took := time.Since(start)
+	m.all1012(t)
+	for _, b := range m.landed {
+		if b != "b5" && b != "b6" {
+			t.Fatalf("a moved client landed on %s", b)
+		}
+	}
+	t.Logf("promoted: %d moved (all 1012, all onto v2) in %s at a rate of %d/s", len(m.codes), took.Round(time.Second), rate)
+	m.logRate(t, rate)
+	testkit.WaitFor(t, "the third edge's /status to show every connection on v2", func() bool {
+		for _, st := range rebalanceStatus(t, edges[2]) {
+			if st.Canary != nil && st.Canary.Held == 1 && st.Canary.Total == int64(n) {
+				return true
+			}
+		}
+		return false
+	})
 }
