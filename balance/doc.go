@@ -108,5 +108,20 @@
 // it holds there, never below the band and never more than it holds. It
 // decides counts only; which connections go (those older than the
 // episode, so none moves twice) and how (a close frame) is its caller's
-// (rebalance.go).
+// (rebalance.go). A backend whose connections are being moved is marked
+// (Backend.SetShedding): the pick leaves it out while another is usable,
+// and a cookie naming it is not honoured, so a moved client lands under
+// its share instead of coming back.
+//
+// # Canaries
+//
+// Members carry a version (Member.Version). A Canary, set in a Layer of
+// either scope like the operators' other settings, gives one version a
+// share of the pool's weight (CanaryWeight): least-connections draws and
+// compares by those weights, so the version fills to its share and then
+// takes that share of new connections; a side with no usable backend
+// leaves everything to the other. With a Rate, the same Rebalancer moves
+// the live connections to the split, the other side shed entirely at
+// Share 1 (BackendLoad.Shed). client_ip pools ignore canaries: their hash
+// places a client (canary.go).
 package balance

@@ -1,7 +1,8 @@
 // Package fleet is what the edges of a fleet share through Consul, with no
 // protocol of their own: each edge's load and the shares of fleet-scope
 // limits it applies from the others' (Load, Shares), the operator's actions
-// of fleet scope (Actions), the pacing of process upgrades (UpgradeSlots),
+// of fleet scope (Actions), the pools' canaries and pauses (Controls), the
+// token revocations (Revocations), the pacing of process upgrades (UpgradeSlots),
 // and the secrets every edge must hold alike: session-ticket keys
 // (TicketKeys), cookie keys (CookieKeys) and OCSP staples (Staples).
 //

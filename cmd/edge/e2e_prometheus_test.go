@@ -24,9 +24,11 @@ import (
 	"testing"
 	"time"
 
+	fleetpkg "github.com/edgelb/edge/fleet"
 	"github.com/edgelb/edge/internal/consultest"
 	"github.com/edgelb/edge/internal/testkit"
 	"github.com/gorilla/websocket"
+	"github.com/hashicorp/consul/api"
 	"golang.org/x/crypto/ocsp"
 )
 
@@ -148,6 +150,7 @@ pools:
   - name: app
     consul: {service: app}
     health: {type: websocket, interval: 1s, timeout: 500ms, rise: 1, fall: 1}
+    rebalance: {enabled: true}
   - name: dead
     backends: [{id: gone, address: %q}]
     retries: 0
@@ -331,6 +334,12 @@ func TestPrometheusFindsFleetAndEveryPanelHasData(t *testing.T) {
 	bs := backends(t, "b1", "b2")
 	registerBackend(t, agent.Client, "app", bs[0])
 
+	// A canary of fleet scope on app, as an operator would set through any
+	// edge, so the rebalancing row's canary series exist from the start.
+	canary := `{"v":1,"canary":{"version":"v2","share":0.1},"at":"2026-01-01T00:00:00Z"}`
+	if _, err := agent.Client.KV().Put(&api.KVPair{Key: fleetpkg.ControlKey("edge/fleet", "app"), Value: []byte(canary)}, nil); err != nil {
+		t.Fatal(err)
+	}
 	e1 := writeFleetEdge(t, agent, pki, "drain: {window: 0s, timeout: 5s}\n")
 	// The second edge keeps serving for a while once its drain has begun,
 	// so the drain is scraped while it runs.
@@ -411,7 +420,7 @@ func TestPrometheusFindsFleetAndEveryPanelHasData(t *testing.T) {
 	})
 
 	rows, exprs := dashboardExprs(t)
-	if want := []string{"Clients", "Backends", "TLS", "Discovery", "Drain", "Fleet", "Tokens"}; !slices.Equal(rows, want) {
+	if want := []string{"Clients", "Backends", "TLS", "Discovery", "Drain", "Fleet", "Tokens", "Rebalancing"}; !slices.Equal(rows, want) {
 		t.Errorf("dashboard rows %q, want %q", rows, want)
 	}
 	empty := map[int]string{}
