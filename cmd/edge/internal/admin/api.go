@@ -143,6 +143,15 @@ func Errorf(status int, format string, args ...any) error {
 	return &statusError{status: status, msg: fmt.Sprintf(format, args...)}
 }
 
+// StatusOf is the HTTP status an error of a Handler is answered with.
+func StatusOf(err error) int {
+	var ae *statusError
+	if errors.As(err, &ae) {
+		return ae.status
+	}
+	return http.StatusInternalServerError
+}
+
 func (a *api) read(h Handler) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if !a.settings.Load().Enabled {
