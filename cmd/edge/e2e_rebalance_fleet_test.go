@@ -194,7 +194,7 @@ func TestRebalanceFleetScaleOut(t *testing.T) {
 	}
 	t.Logf("balanced (max/mean %.3f) %s after the scale-out: %d moved (all 1012), %d landed on b5/b6 (%.1f %%); budget %d/s",
 		m.spread(bs), took.Round(time.Second), len(m.codes), under, 100*float64(under)/float64(max(1, len(m.landed))), rate)
-	m.logRate(t, rate)
+	m.logRate(t, rate, edges)
 }
 
 // moved is the connections each edge has moved so far, by its /status.
@@ -275,17 +275,43 @@ func TestRebalanceStopsWithConsul(t *testing.T) {
 	t.Logf("%d moved before the outage, none during it, %d after; balanced at max/mean %.3f", sumBefore, sumAfter-sumBefore, m.spread(bs))
 }
 
-// logRate logs the closes per second against the budget.
-func (m *movers) logRate(t *testing.T, rate int) {
+// logRate logs the closes per second against the budget, as the clients
+// saw them and as the edges' access logs say (reason rebalance).
+func (m *movers) logRate(t *testing.T, rate int, edges []fleetLoadEdge) {
 	t.Helper()
-	secs := m.perSecond()
+	logSeconds(t, "clients", m.perSecond(), rate)
+	var at []time.Time
+	for _, e := range edges {
+		for _, line := range strings.Split(e.p.logs(), "\n") {
+			var rec struct {
+				Time   time.Time `json:"time"`
+				Reason string    `json:"reason"`
+			}
+			if strings.Contains(line, `"reason":"rebalance"`) && json.Unmarshal([]byte(line), &rec) == nil {
+				at = append(at, rec.Time)
+			}
+		}
+	}
+	slices.SortFunc(at, func(a, b time.Time) int { return a.Compare(b) })
+	logSeconds(t, "edges' access logs", (&movers{closes: at}).perSecond(), rate)
+}
+
+// logSeconds logs per-second counts against rate.
+func logSeconds(t *testing.T, by string, secs []int, rate int) {
+	t.Helper()
 	mid := secs
 	if len(mid) > 2 {
 		mid = mid[1 : len(mid)-1] // the first and last seconds are partial
 	}
 	if len(mid) > 0 {
-		t.Logf("closes per second over the fleet: min %d, max %d of a budget of %d (%d whole seconds): %v",
-			slices.Min(mid), slices.Max(mid), rate, len(mid), secs)
+		out := 0
+		for _, x := range mid {
+			if x*10 < rate*9 || x*10 > rate*11 {
+				out++
+			}
+		}
+		t.Logf("closes per second over the fleet (%s): min %d, max %d of a budget of %d; %d of %d whole seconds outside ±10 %%: %v",
+			by, slices.Min(mid), slices.Max(mid), rate, out, len(mid), secs)
 	}
 }
 
@@ -340,7 +366,7 @@ func TestCanaryFleetPromotion(t *testing.T) {
 		}
 	}
 	t.Logf("promoted: %d moved (all 1012, all onto v2) in %s at a rate of %d/s", len(m.codes), took.Round(time.Second), rate)
-	m.logRate(t, rate)
+	m.logRate(t, rate, edges)
 	testkit.WaitFor(t, "the third edge's /status to show every connection on v2", func() bool {
 		for _, st := range rebalanceStatus(t, edges[2]) {
 			if st.Canary != nil && st.Canary.Held == 1 && st.Canary.Total == int64(n) {
