@@ -274,6 +274,31 @@ func TestRevokedMidFrameEnds(t *testing.T) {
 	})
 }
 
+// TestRevokedUnansweredCloseEnds: a revoked connection whose close frame
+// goes out but whose client never answers it (nor reads) is ended
+// wsession.FinTimeout after the revocation: the holder of a revoked token
+// cannot keep the connection by staying silent.
+func TestRevokedUnansweredCloseEnds(t *testing.T) {
+	ti := newTokenIssuer(t)
+	p := newPool(t, "app", balance.LeastConn, map[string]string{"b1": startBackend(t, "b1").Addr()})
+	p.Auth = &Auth{Verifier: ti.v}
+	forEachPath(t, func(t *testing.T, sp splicePath) {
+		e := startEdge(t, edgeConfig{splice: sp, opts: Options{Routes: []Route{{Default: true, Pool: p}}}})
+		c, _, err := e.dialer().Dial(e.url("/"), http.Header{"Authorization": {"Bearer " + ti.mint("mallory", time.Now().Add(time.Hour))}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		testkit.WaitFor(t, "the connection registered", func() bool { return e.srv.Active() == 1 })
+		if n := e.srv.SetRevoked(auth.CompileRevocations(revokeMallory, []string{"iss"}, time.Now())); n != 1 {
+			t.Fatalf("SetRevoked asked %d to close", n)
+		}
+		testkit.Await(t, wsession.FinTimeout+50*time.Second, "the revoked connection to end, its close unanswered", func() (bool, string) {
+			return e.srv.Active() == 0, ""
+		})
+	})
+}
+
 // TestRevokedWhileUpgrading: a revocation made while a connection's
 // backend handshake is under way reaches that connection once it is
 // registered.

@@ -235,7 +235,8 @@ func (s *Session) Expiry() int64 { return s.expiry.Load() }
 // expire is the expiry's part of Tick: at the expiry a close with
 // ExpiryCode is requested at the next frame boundary, like a drain's; a
 // connection still open FinTimeout later (a backend frame that never
-// ends, so no boundary comes) is ended.
+// ends, so no boundary comes, or a client that never answers the close)
+// is ended.
 func (s *Session) expire(now int64) (Action, bool) {
 	exp := s.expiry.Load()
 	if exp == 0 || now < exp {
@@ -244,7 +245,9 @@ func (s *Session) expire(now int64) (Action, bool) {
 	if s.Request(s.cfg.ExpiryCode, s.cfg.ExpiryReason) {
 		return Action{Kind: Close, Code: s.cfg.ExpiryCode}, true
 	}
-	if now >= exp+int64(FinTimeout) && !s.closeOut.Load() {
+	// Also once the close frame is out: a client that never answers it
+	// must not keep an expired or revoked token's connection open.
+	if now >= exp+int64(FinTimeout) {
 		return s.Finish(s.cfg.ExpiryReason, true, now), true
 	}
 	return Action{}, false
@@ -255,9 +258,9 @@ func (s *Session) expire(now int64) (Action, bool) {
 func (s *Session) expiryDeadline() int64 {
 	exp := s.expiry.Load()
 	switch {
-	case exp == 0 || s.closeOut.Load():
+	case exp == 0:
 		return 0
-	case s.Requested():
+	case s.Requested() || s.closeOut.Load():
 		return exp + int64(FinTimeout)
 	}
 	return exp

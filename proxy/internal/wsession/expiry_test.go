@@ -44,14 +44,21 @@ func TestExpiry(t *testing.T) {
 		t.Fatalf("close frame still not out after FinTimeout: %+v, want the end", a)
 	}
 
-	// Once the close frame is out the expiry says nothing more: the
-	// closing handshake and lingering take it from there.
+	// Once the close frame is out the closing handshake has until the
+	// same bound: a client that never answers the close does not keep a
+	// revoked or expired token's connection open.
 	s = newSession(cfg)
 	s.SetExpiry(at)
 	s.Tick(at, 0)
 	s.ControlWritten(s.BackendControl(), at)
-	if got := s.NextTick(0); got != 0 {
-		t.Fatalf("NextTick after the close frame %d, want 0", got)
+	if !s.CloseOut() {
+		t.Fatal("the close frame is not out")
+	}
+	if got := s.NextTick(0); got != at+int64(FinTimeout) {
+		t.Fatalf("NextTick after the close frame %d, want the bound %d", got, at+int64(FinTimeout))
+	}
+	if a := s.Tick(at+int64(FinTimeout), 0); a.Kind != End {
+		t.Fatalf("close unanswered after FinTimeout: %+v, want the end", a)
 	}
 
 	// No expiry: nothing scheduled.
