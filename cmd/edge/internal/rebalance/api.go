@@ -143,32 +143,31 @@ func layerOf(p *balance.Pool, s admin.Scope) *balance.Layer {
 	return p.Layer(balance.Local)
 }
 
-func (a *API) setCanary(r *http.Request) (any, error) {
+// target is a write's pool and scope, its body decoded into body.
+func (a *API) target(r *http.Request, body any) (*balance.Pool, admin.Scope, error) {
 	p, err := a.pool(r)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	s, err := a.scope(r)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
+	return p, s, admin.DecodeBody(r, body)
+}
+
+func (a *API) setCanary(r *http.Request) (any, error) {
 	var c balance.Canary
-	if err := admin.DecodeBody(r, &c); err != nil {
+	p, s, err := a.target(r, &c)
+	if err != nil {
 		return nil, err
 	}
 	return a.set(r, p, s, &c, layerOf(p, s).Paused())
 }
 
 func (a *API) clearCanary(r *http.Request) (any, error) {
-	p, err := a.pool(r)
+	p, s, err := a.target(r, &struct{}{})
 	if err != nil {
-		return nil, err
-	}
-	s, err := a.scope(r)
-	if err != nil {
-		return nil, err
-	}
-	if err := admin.DecodeBody(r, &struct{}{}); err != nil {
 		return nil, err
 	}
 	return a.set(r, p, s, nil, layerOf(p, s).Paused())
@@ -176,15 +175,8 @@ func (a *API) clearCanary(r *http.Request) (any, error) {
 
 func (a *API) pause(paused bool) admin.Handler {
 	return func(r *http.Request) (any, error) {
-		p, err := a.pool(r)
+		p, s, err := a.target(r, &struct{}{})
 		if err != nil {
-			return nil, err
-		}
-		s, err := a.scope(r)
-		if err != nil {
-			return nil, err
-		}
-		if err := admin.DecodeBody(r, &struct{}{}); err != nil {
 			return nil, err
 		}
 		return a.set(r, p, s, layerOf(p, s).Canary(), paused)
