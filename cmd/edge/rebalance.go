@@ -28,10 +28,17 @@ func (h rebalanceHost) Pools() []rebalance.Pool {
 			Opts: balance.RebalanceOptions{Tolerance: rc.Tolerance, Settle: rc.Settle.Std(), Rate: rc.Rate}}
 		c := ent.Bal.Canary()
 		switch {
+		case ent.Bal.Mode() == balance.ClientIP:
+			// The hash places a client there: a canary (come through
+			// Consul, or kept across a reload that changed the mode)
+			// moves nobody, and rebalancing is refused by the file.
+			continue
+		case c != nil && c.Rate == 0:
+			// A canary without a rate moves nothing, and the pool's own
+			// rebalancing would weigh by the canary: its progress only.
+			p.Still = true
 		case c != nil && c.Rate > 0:
 			p.Opts = balance.RebalanceOptions{Tolerance: rebalance.CanaryTolerance, Settle: time.Second, Rate: c.Rate}
-		case c != nil && !rc.Enabled:
-			p.Still = true // its progress shown, nothing moved
 		case !rc.Enabled:
 			continue
 		}

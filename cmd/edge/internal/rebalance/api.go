@@ -108,7 +108,9 @@ func (a *API) scope(r *http.Request) (admin.Scope, error) {
 
 // set applies canary and paused to p in scope s.
 func (a *API) set(r *http.Request, p *balance.Pool, s admin.Scope, canary *balance.Canary, paused bool) (any, error) {
-	if canary != nil {
+	if cur := layerOf(p, s).Canary(); canary != nil && (cur == nil || *cur != *canary) {
+		// Only a new canary is refused: a pause must work whatever the
+		// layer holds.
 		if p.Mode() == balance.ClientIP {
 			return nil, admin.Errorf(http.StatusConflict, "pool %q balances by client_ip: its hash, not weights, places a client, so a canary there would move clients who come straight back", p.Name())
 		}

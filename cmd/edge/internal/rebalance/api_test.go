@@ -108,9 +108,15 @@ func TestAPIRefuses(t *testing.T) {
 			t.Errorf("%s%s %s: %d %v, want %d", c.pool, c.query, c.body, code, v, c.want)
 		}
 	}
-	h, _ := newAPI(t, balance.ClientIP, nil)
+	h, hp := newAPI(t, balance.ClientIP, &store{})
 	if v, code := call(t, h, "POST", canaryPath, "app", "", `{"version":"v2","share":0.5}`); code != 409 {
 		t.Errorf("client_ip pool: %d %v, want 409", code, v)
+	}
+	// A canary that reached the fleet layer another way (Consul KV) does
+	// not stop an operator from pausing the pool.
+	_ = hp.Layer(balance.Fleet).SetCanary(&balance.Canary{Version: "v2", Share: 0.5})
+	if v, code := call(t, h, "POST", pausePath, "app", "", ""); code != 200 {
+		t.Errorf("pause of a client_ip pool holding a canary: %d %v, want 200", code, v)
 	}
 }
 
