@@ -19,6 +19,14 @@ const (
 	minSweep = 10 * time.Millisecond
 )
 
+// spinWait is how long the poller waits for the next event before it
+// parks in Go's poller, and parkEvery how long it may go without parking
+// (run).
+const (
+	spinWait  = 50 * time.Microsecond
+	parkEvery = time.Millisecond
+)
+
 // PumpBudget bounds the bytes one direction moves per run, so that one
 // busy connection cannot hold the poller goroutine from the others: past
 // it the driver yields (Conn.Yield) and the connection is run again after
@@ -207,27 +215,46 @@ func (p *poller) run(log *slog.Logger) {
 	// Go's poller until the epoll descriptor becomes readable. The callback
 	// looks before it waits, so no event is missed. It and what it sets are
 	// made once, not on every wake-up (four allocations each).
+	//
+	// After a batch, other goroutines run first (a yield costs no system
+	// call), then the poller waits up to spinWait for the next event in
+	// one epoll_pwait2: under load the next event is microseconds away,
+	// and a park costs Go's poller two epoll_pwait calls and the poller a
+	// third on waking, where nginx makes one call per batch
+	// (docs/BENCHMARKS.md, "system calls per message"). The wait holds
+	// the P, so it is short, and the poller parks at least every
+	// parkEvery so that Go's poller, which only polls when the P has
+	// nothing else to run, still wakes the goroutines on Go's own sockets
+	// (accepts, handshakes, backend dials) under a busy splice.
 	var n int
 	var err error
-	yielded := false
+	waitNext := false
+	noWait := false // the kernel has no epoll_pwait2: poll, yield, poll
+	lastPark := time.Now()
 	poll := func(uintptr) bool {
 		for {
-			n, err = rawEpollPoll(p.epfd, evs)
-			if err == unix.EINTR {
+			if waitNext {
+				waitNext = false
+				runtime.Gosched()
+				n, err = rawEpollWait(p.epfd, evs, spinWait)
+				if err == unix.ENOSYS {
+					noWait = true
+				}
+			} else {
+				n, err = rawEpollPoll(p.epfd, evs)
+			}
+			if err == unix.EINTR || err == unix.ENOSYS {
 				continue
 			}
-			if err != nil || n > 0 || yielded {
-				return err != nil || n > 0
+			if err == nil && n == 0 {
+				lastPark = time.Now()
+				return false
 			}
-			// Under load the next event is usually microseconds away:
-			// let other goroutines run once and look again before paying
-			// for a park and a netpoll wake-up.
-			yielded = true
-			runtime.Gosched()
+			return true
 		}
 	}
 	for {
-		n, err, yielded = 0, nil, false
+		n, err = 0, nil
 		rerr := p.rc.Read(poll)
 		if err == nil {
 			err = rerr
@@ -238,6 +265,8 @@ func (p *poller) run(log *slog.Logger) {
 			log.Error("epoll_wait failed; readiness splice stopped", "err", err)
 			return
 		}
+		// A full harvest may have left events: look again at once.
+		waitNext = !noWait && n < len(evs) && time.Since(lastPark) < parkEvery
 		for i := range evs[:n] {
 			id := uint64(uint32(evs[i].Fd)) | uint64(uint32(evs[i].Pad))<<32
 			if id == 0 {
