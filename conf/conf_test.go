@@ -409,11 +409,14 @@ routes: [{default: true, pool: app}]
       ocsp: {must_staple: maybe}
       client_cert_header: X-Client
       session_tickets: {key_file: edge.yaml, consul_key: /edge/keys}
+      curves: [X25519, secp256r1, X25519]
 pools: [{name: app, backends: [{address: 127.0.0.1:9001}]}]
 routes: [{default: true, pool: app}]
 `, []string{
 			`edge.yaml:3: listeners[0].tls.certificates: at least one certificate`,
 			`edge.yaml:4: listeners[0].tls.min_version: "1.1" is not one of "1.2", "1.3"`,
+			`edge.yaml:8: listeners[0].tls.curves[1]: "secp256r1" is not a key exchange edge knows`,
+			`edge.yaml:8: listeners[0].tls.curves[2]: "X25519" is listed twice`,
 			`edge.yaml:5: listeners[0].tls.ocsp.must_staple: "maybe" is not one of "refuse", "serve"`,
 			`edge.yaml:6: listeners[0].tls.client_cert_header: needs client_ca_file`,
 			`edge.yaml:7: listeners[0].tls.session_tickets.consul_key: set key_file or consul_key, not both`,

@@ -257,6 +257,11 @@ type TLS struct {
 	Certificates []Certificate `yaml:"certificates"`
 	// MinVersion is "1.2" or "1.3". Default "1.2".
 	MinVersion string `yaml:"min_version" default:"1.2"`
+	// Curves are the key exchanges offered to clients, by their TLS
+	// names (CurveNames). Go picks among them in its own order, hybrid
+	// post-quantum first. Default empty: Go's defaults, which prefer
+	// X25519MLKEM768 (what Chromium and Firefox send).
+	Curves []string `yaml:"curves"`
 	// ClientCAFile turns on mutual TLS: clients must present a certificate
 	// signed by a CA in this PEM file. Default empty (no client auth).
 	ClientCAFile string `yaml:"client_ca_file"`
@@ -268,6 +273,32 @@ type TLS struct {
 	SessionTickets SessionTickets `yaml:"session_tickets"`
 	// OCSP configures OCSP stapling.
 	OCSP OCSP `yaml:"ocsp"`
+}
+
+// CurveNames are the key exchanges curves accepts, with their crypto/tls
+// identifiers (RFC 8446 §4.2.7 named groups; the hybrids of
+// draft-ietf-tls-ecdhe-mlkem).
+var CurveNames = map[string]tls.CurveID{
+	"X25519MLKEM768":     tls.X25519MLKEM768,
+	"SecP256r1MLKEM768":  tls.SecP256r1MLKEM768,
+	"SecP384r1MLKEM1024": tls.SecP384r1MLKEM1024,
+	"X25519":             tls.X25519,
+	"P-256":              tls.CurveP256,
+	"P-384":              tls.CurveP384,
+	"P-521":              tls.CurveP521,
+}
+
+// CurveIDs returns Curves as crypto/tls identifiers; nil when Curves is
+// empty (Go's defaults). Names are validated already.
+func (t *TLS) CurveIDs() []tls.CurveID {
+	if len(t.Curves) == 0 {
+		return nil
+	}
+	ids := make([]tls.CurveID, 0, len(t.Curves))
+	for _, n := range t.Curves {
+		ids = append(ids, CurveNames[n])
+	}
+	return ids
 }
 
 // Version returns MinVersion as a crypto/tls constant (tls.VersionTLS12

@@ -23,7 +23,7 @@ func (t *TLS) equal(o *TLS) bool {
 		return t == o
 	}
 	// Certificate, SessionTickets and OCSP hold only comparable values.
-	return slices.Equal(t.Certificates, o.Certificates) && t.MinVersion == o.MinVersion &&
+	return slices.Equal(t.Certificates, o.Certificates) && t.MinVersion == o.MinVersion && slices.Equal(t.Curves, o.Curves) &&
 		t.ClientCAFile == o.ClientCAFile && t.ClientCertHeader == o.ClientCertHeader &&
 		t.SessionTickets == o.SessionTickets && t.OCSP == o.OCSP
 }

@@ -16,6 +16,7 @@ func fullListener() Listener {
 		TLS: &TLS{
 			Certificates:     []Certificate{{CertFile: "c.pem", KeyFile: "k.pem", IssuerFile: "i.pem"}},
 			MinVersion:       "1.3",
+			Curves:           []string{"X25519", "P-256"},
 			ClientCAFile:     "ca.pem",
 			ClientCertHeader: "X-Client-Cert",
 			SessionTickets:   SessionTickets{Enabled: true, RotateEvery: Duration(time.Hour), Keep: 3, KeyFile: "t.key", ConsulKey: "edge/tickets"},
@@ -77,7 +78,11 @@ func TestListenerEqualSeesEveryField(t *testing.T) {
 				l := fullListener()
 				s := get(&l)
 				c := reflect.MakeSlice(s.Type(), s.Len(), s.Len())
-				c.Index(0).Set(reflect.ValueOf(netip.MustParsePrefix("192.168.0.0/16")))
+				if elem.Kind() == reflect.String {
+					c.Index(0).SetString(elem.String() + "x")
+				} else {
+					c.Index(0).Set(reflect.ValueOf(netip.MustParsePrefix("192.168.0.0/16")))
+				}
 				s.Set(c)
 				check(t, path+"[0]", l)
 			}

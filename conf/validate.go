@@ -241,6 +241,7 @@ func (v *validator) tls(path string, t *TLS) {
 		v.file(p+".issuer_file", c.IssuerFile, false)
 	}
 	v.oneOf(path+".min_version", t.MinVersion, "1.2", "1.3")
+	v.curves(path+".curves", t.Curves)
 	v.file(path+".client_ca_file", t.ClientCAFile, false)
 	if t.ClientCertHeader != "" {
 		if t.ClientCAFile == "" {
@@ -887,4 +888,20 @@ func isID(s string) bool {
 		}
 	}
 	return true
+}
+
+// curves checks a listener's key exchanges: known names, no repeats.
+func (v *validator) curves(path string, names []string) {
+	seen := map[string]bool{}
+	for i, n := range names {
+		p := index(path, i)
+		if _, ok := CurveNames[n]; !ok {
+			v.errf(p, "%q is not a key exchange edge knows (X25519MLKEM768, SecP256r1MLKEM768, SecP384r1MLKEM1024, X25519, P-256, P-384, P-521)", n)
+			continue
+		}
+		if seen[n] {
+			v.errf(p, "%q is listed twice", n)
+		}
+		seen[n] = true
+	}
 }

@@ -41,6 +41,10 @@ type Options struct {
 	Certificates []CertFiles
 	// MinVersion is tls.VersionTLS12 (default) or tls.VersionTLS13.
 	MinVersion uint16
+	// Curves are the key exchanges offered (tls.Config.CurvePreferences,
+	// whose order Go ignores); nil is Go's defaults, hybrid X25519MLKEM768
+	// first.
+	Curves []tls.CurveID
 	// ClientCAFile, when set, turns on mutual TLS: clients must present a
 	// certificate that chains to one of the PEM certificates in this file.
 	ClientCAFile string

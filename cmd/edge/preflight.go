@@ -150,6 +150,7 @@ func tlsOptions(cfg *conf.Config, lc conf.Listener) edgetls.Options {
 	return edgetls.Options{
 		Certificates: certs,
 		MinVersion:   lc.TLS.Version(),
+		Curves:       lc.TLS.CurveIDs(),
 		ClientCAFile: lc.TLS.ClientCAFile,
 		Tickets: edgetls.TicketOptions{
 			Disabled:    !lc.TLS.SessionTickets.Enabled,
