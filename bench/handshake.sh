@@ -11,9 +11,22 @@
 #   callgrind  user-space instructions per connection (valgrind
 #              --tool=callgrind, instrumentation switched on for the window
 #              only): independent of what else runs on the machine
+#   syscalls   system calls per connection (or per echoed message), every
+#              thread of the proxy's tree, in total and by name (perf stat
+#              on the syscall tracepoints, attached for the window only:
+#              unlike strace it does not slow the calls it counts, so the
+#              batches of events are the unobserved ones)
+#   profile    where the proxy's CPU goes, kernel and user space (perf
+#              record over the window); the report, self time by symbol,
+#              goes to bench/out/profile-PROXY-REPEAT-KIND.txt
+#
+# The third argument is full, resume, or echo: the closed-loop echo of
+# 100-byte messages over 200 connections (ops are messages, not
+# connections), for the system calls and CPU per message.
 #
 #   bench/handshake.sh cpu 5 full gobwas        # 5 rotated repeats
 #   bench/handshake.sh callgrind 1 resume gorilla
+#   bench/handshake.sh syscalls 3 echo gobwas
 #   EDGE_BIN=/tmp/edge-after EDGE_BEFORE=/tmp/edge-before bench/handshake.sh cpu 5 full gobwas
 #
 # Prints one line per proxy and repeat (proxy, repeat, connections,
@@ -127,6 +140,12 @@ http {
 }
 EOF
 
+# The calls counted by name in syscalls mode (the total counts them all).
+syscalls="read write readv writev recvfrom sendto recvmsg sendmsg epoll_wait epoll_pwait epoll_pwait2 epoll_ctl futex nanosleep
+	getpid accept4 close setsockopt getsockopt fcntl getsockname getpeername socket connect shutdown brk mmap munmap
+	madvise tgkill rt_sigreturn sched_yield splice"
+syscalls=$(echo $syscalls)
+
 bpid=
 ppid=
 cleanup() {
@@ -139,10 +158,14 @@ trap 'cleanup; rm -rf "$dir"' EXIT INT TERM
 
 proxies=(edge haproxy nginx)
 [ -n "${EDGE_BEFORE:-}" ] && proxies=(edge-before edge haproxy nginx)
+# MLKEM=1 adds edge-mlkem: edge again, with clients that offer only the
+# hybrid X25519MLKEM768 (what Chromium and Firefox prefer), which OpenSSL
+# 3.0 cannot negotiate: its own row, against edge with X25519.
+[ -n "${MLKEM:-}" ] && proxies+=(edge-mlkem)
 
 argv() {
 	case $1 in
-	edge) echo "$edge -config $dir/edge.yaml" ;;
+	edge | edge-mlkem) echo "$edge -config $dir/edge.yaml" ;;
 	edge-before) echo "$EDGE_BEFORE -config $dir/edge.yaml" ;;
 	haproxy) echo "haproxy -db -f $dir/haproxy.cfg" ;;
 	nginx) echo "nginx -c $dir/nginx.conf -p $dir" ;;
@@ -173,7 +196,10 @@ one() { # proxy repeat
 	ppid=$!
 	for _ in $(seq 300); do ss -ltn | grep -q "$ip:18443 " && break; sleep 0.1; done
 	sleep 1
-	coproc LG { taskset -c 1 "$out/bin/loadgen" -mode connect -client "$client" -target $ip:18443 -workers ${WORKERS:-16} $r \
+	local load="-mode connect -workers ${WORKERS:-16} $r"
+	[ "$kind" = echo ] && load="-mode echo -conns ${CONNS:-200} -size 100"
+	[ "$name" = edge-mlkem ] && load="$load -curve X25519MLKEM768"
+	coproc LG { taskset -c 1 "$out/bin/loadgen" $load -client "$client" -target $ip:18443 \
 		-src-base 127.0.22.2 -src-count 16 -timeout 60s -max-life 10m 2>>"$dir/loadgen.log"; }
 	# The coprocess's variables vanish when it exits: keep its pipes.
 	local lgout lgin line lgpid=$LG_PID
@@ -181,14 +207,36 @@ one() { # proxy repeat
 	read -r line <&"$lgout"
 	local worker=$ppid # the tree sum covers nginx's worker
 	local t0 t1
-	if [ "$mode" = callgrind ]; then callgrind_control -i on "$ppid" >/dev/null; else t0=$(tree_times "$worker"); fi
+	local spid=
+	case $mode in
+	callgrind) callgrind_control -i on "$ppid" >/dev/null ;;
+	profile)
+		perf record -q -F 4999 -g -o "$dir/$name-$rep.data" -p "$(pgrep -d, -g "$ppid")" 2>/dev/null &
+		spid=$!
+		sleep 0.5
+		;;
+	syscalls)
+		# Every process of the tree (nginx's worker too), every thread.
+		local evs=raw_syscalls:sys_enter sc
+		for sc in $syscalls; do evs=$evs,syscalls:sys_enter_$sc; done
+		perf stat -x, -e "$evs" -p "$(pgrep -d, -g "$ppid")" -o "$dir/$name-$rep.perf" &
+		spid=$!
+		sleep 0.5
+		;;
+	*) t0=$(tree_times "$worker") ;;
+	esac
 	echo start >&"$lgin"
 	sleep "$window"
 	echo stop >&"$lgin"
-	if [ "$mode" = callgrind ]; then callgrind_control -i off "$ppid" >/dev/null; else t1=$(tree_times "$worker"); fi
+	case $mode in
+	callgrind) callgrind_control -i off "$ppid" >/dev/null ;;
+	syscalls | profile) kill -INT "$spid" && wait "$spid" 2>/dev/null || true ;;
+	*) t1=$(tree_times "$worker") ;;
+	esac
 	read -r line <&"$lgout"
 	local ops res
 	ops=$(echo "$line" | sed -n 's/.*"ops":\([0-9]*\).*/\1/p')
+	[ -n "$ops" ] || ops=$(echo "$line" | sed -n 's/.*"messages":\([0-9]*\).*/\1/p')
 	res=$(echo "$line" | sed -n 's/.*"resumed":\([0-9]*\).*/\1/p')
 	if [ "$mode" = callgrind ]; then
 		callgrind_control -d "$ppid" >/dev/null
@@ -196,11 +244,27 @@ one() { # proxy repeat
 		local ir
 		ir=$(callgrind_annotate --auto=no "$dir/$name-$rep.cg".1 2>/dev/null | awk '/PROGRAM TOTALS/{gsub(",","",$1); print $1}')
 		echo "$name $rep ${ops:-0} ${res:-0} ir $((ir / ${ops:-1}))"
+	elif [ "$mode" = profile ]; then
+		local rep_file=$out/profile-$name-$rep-$kind.txt
+		perf report -i "$dir/$name-$rep.data" --no-children --sort dso,sym --stdio -g none --percent-limit 0.3 2>/dev/null >"$rep_file" || true
+		echo "$name $rep ${ops:-0} ${res:-0} profile $rep_file"
+	elif [ "$mode" = syscalls ]; then
+		# The calls over the window's operations: the total, then by name.
+		# perf counts from its attach to its detach, half a second more
+		# than the window on either side, while the generator is stopped.
+		awk -F, -v name="$name" -v rep="$rep" -v ops="${ops:-0}" -v res="${res:-0}" '
+			$3 ~ /sys_enter/ { n = $1 + 0; sc = $3; sub(/.*sys_enter_?/, "", sc); if (sc == "") tot = n; else by[sc] = n }
+			END { if (ops == 0) ops = 1
+				printf "%s %d %d %d calls %.2f", name, rep, ops, res, tot / ops
+				for (k in by) if (by[k] / ops >= 0.02) printf " %s=%.2f", k, by[k] / ops
+				printf "\n" }' "$dir/$name-$rep.perf"
 	else
 		set -- $t0 $t1
 		local tck
 		tck=$(getconf CLK_TCK)
-		echo "$name $rep ${ops:-0} ${res:-0} us $(((($3 - $1) * 1000000 / tck) / ${ops:-1})) $(((($4 - $2) * 1000000 / tck) / ${ops:-1}))"
+		# One decimal: a message costs a few µs.
+		awk -v n="$name" -v r="$rep" -v o="${ops:-0}" -v res="${res:-0}" -v u=$(($3 - $1)) -v s=$(($4 - $2)) -v t="$tck" \
+			'BEGIN { d = o > 0 ? o : 1; printf "%s %d %d %d us %.1f %.1f\n", n, r, o, res, u * 1e6 / t / d, s * 1e6 / t / d }'
 	fi
 	exec {lgin}>&- {lgout}<&-
 	wait "$lgpid" 2>/dev/null || true
@@ -216,6 +280,8 @@ for rep in $(seq "$repeats"); do
 		one "${proxies[$(((i + rep) % n))]}" "$rep" | tee -a "$results"
 	done
 done
+
+[ "$mode" = syscalls ] || [ "$mode" = profile ] && exit 0
 
 # Medians of per-repeat ratios of edge to the better of HAProxy and nginx:
 # of the total, and of user space alone (cpu mode); of instructions
@@ -239,8 +305,10 @@ END {
 			if (n == 1 || usr[n] < umin) umin = usr[n]; if (n == 1 || usr[n] > umax) umax = usr[n]
 		}
 		if (n == 0) continue
+		if (e == "edge") for (r in reps) if (("edge-mlkem", r) in u) { m++; hy[m] = (u["edge-mlkem", r] + s["edge-mlkem", r]) / (u[e, r] + s[e, r]) }
 		printf "%s / better anchor, median of %d per-repeat ratios: total %.2fx (%.2f-%.2f)", e, n, med(tot, n), tmin, tmax
 		if (mode == "cpu") printf ", user space %.2fx (%.2f-%.2f)", med(usr, n), umin, umax
 		printf "\n"
+		if (m > 0) { printf "edge-mlkem / edge, median of %d per-repeat ratios: total %.2fx\n", m, med(hy, m); m = 0 }
 	}
 }' "$results"
