@@ -223,15 +223,28 @@ func (p *poller) run(log *slog.Logger) {
 	// third on waking, where nginx makes one call per batch
 	// (docs/BENCHMARKS.md, "system calls per message"). The wait holds
 	// the P, so it is short, and the poller parks at least every
-	// parkEvery so that Go's poller, which only polls when the P has
-	// nothing else to run, still wakes the goroutines on Go's own sockets
-	// (accepts, handshakes, backend dials) under a busy splice.
+	// parkEvery, busy or not, so that Go's poller, which only polls when
+	// the P has nothing else to run, still wakes the goroutines on Go's
+	// own sockets (accepts, handshakes, backend dials) under a busy splice.
+	//
+	// A forced park (parkNow) skips the look: every socket put on the
+	// ready list since the last harvest woke the epoll descriptor's
+	// waiters, which Go's poller (edge-triggered) turns into a ready read,
+	// so the wait returns at once when anything came (epoll(7): an epoll
+	// descriptor is itself pollable). Only a harvest that filled evs may
+	// have left events that woke no one, and then the poller does not
+	// force it.
 	var n int
 	var err error
-	waitNext := false
-	noWait := false // the kernel has no epoll_pwait2: poll, yield, poll
+	waitNext, parkNow := false, false
+	noWait := false // the kernel has no epoll_pwait2: poll, then park
 	lastPark := time.Now()
 	poll := func(uintptr) bool {
+		if parkNow {
+			parkNow = false
+			lastPark = time.Now()
+			return false
+		}
 		for {
 			if waitNext {
 				waitNext = false
@@ -266,7 +279,9 @@ func (p *poller) run(log *slog.Logger) {
 			return
 		}
 		// A full harvest may have left events: look again at once.
-		waitNext = !noWait && n < len(evs) && time.Since(lastPark) < parkEvery
+		full := n == len(evs)
+		parkNow = !full && time.Since(lastPark) >= parkEvery
+		waitNext = !full && !parkNow && !noWait
 		for i := range evs[:n] {
 			id := uint64(uint32(evs[i].Fd)) | uint64(uint32(evs[i].Pad))<<32
 			if id == 0 {
