@@ -20,13 +20,15 @@
 #              record over the window); the report, self time by symbol,
 #              goes to bench/out/profile-PROXY-REPEAT-KIND.txt
 #
-# The third argument is full, resume, or echo: the closed-loop echo of
+# The third argument is full, resume, bare (a full handshake and close, no
+# upgrade: the accept and the TLS work alone), or echo: the closed-loop echo of
 # 100-byte messages over 200 connections (ops are messages, not
 # connections), for the system calls and CPU per message.
 #
 #   bench/handshake.sh cpu 5 full gobwas        # 5 rotated repeats
 #   bench/handshake.sh callgrind 1 resume gorilla
 #   bench/handshake.sh syscalls 3 echo gobwas
+#   bench/handshake.sh cpu 5 bare openssl      # the bare kind with openssl s_time as the client
 #   EDGE_BIN=/tmp/edge-after EDGE_BEFORE=/tmp/edge-before bench/handshake.sh cpu 5 full gobwas
 #
 # Prints one line per proxy and repeat (proxy, repeat, connections,
@@ -181,6 +183,31 @@ tree_times() { # utime stime in ticks of a process and its children
 	echo "$u $s"
 }
 
+# one_s_time measures the bare kind with OpenSSL's own client instead of
+# loadgen's crypto/tls: WORKERS (default 8) `openssl s_time -new` loops on
+# the load core for the window, TLS 1.3 with TLS_AES_128_GCM_SHA256 and
+# OpenSSL 3.0's default key share, X25519; cpu mode only.
+one_s_time() { # proxy repeat
+	local name=$1 rep=$2 t0 t1 i ops=0 n pids=()
+	t0=$(tree_times "$ppid")
+	for i in $(seq "${WORKERS:-8}"); do
+		taskset -c 1 openssl s_time -connect $ip:18443 -new -tls1_3 -ciphersuites TLS_AES_128_GCM_SHA256 \
+			-time "$window" >"$dir/s_time-$i.txt" 2>&1 &
+		pids+=($!)
+	done
+	wait "${pids[@]}" 2>/dev/null || true
+	t1=$(tree_times "$ppid")
+	for i in $(seq "${WORKERS:-8}"); do
+		n=$(sed -n 's/^\([0-9]*\) connections in [0-9.]* real seconds.*/\1/p' "$dir/s_time-$i.txt" | head -1)
+		ops=$((ops + ${n:-0}))
+	done
+	set -- $t0 $t1
+	local tck
+	tck=$(getconf CLK_TCK)
+	awk -v n="$name" -v r="$rep" -v o="$ops" -v u=$(($3 - $1)) -v s=$(($4 - $2)) -v t="$tck" \
+		'BEGIN { d = o > 0 ? o : 1; printf "%s %d %d 0 us %.1f %.1f\n", n, r, o, u * 1e6 / t / d, s * 1e6 / t / d }'
+}
+
 one() { # proxy repeat
 	local name=$1 rep=$2 cmd r=""
 	cmd=$(argv "$name")
@@ -196,8 +223,15 @@ one() { # proxy repeat
 	ppid=$!
 	for _ in $(seq 300); do ss -ltn | grep -q "$ip:18443 " && break; sleep 0.1; done
 	sleep 1
+	if [ "$client" = openssl ]; then
+		one_s_time "$name" "$rep"
+		cleanup
+		sleep 0.5
+		return
+	fi
 	local load="-mode connect -workers ${WORKERS:-16} $r"
 	[ "$kind" = echo ] && load="-mode echo -conns ${CONNS:-200} -size 100"
+	[ "$kind" = bare ] && load="$load -bare"
 	[ "$name" = edge-mlkem ] && load="$load -curve X25519MLKEM768"
 	coproc LG { taskset -c 1 "$out/bin/loadgen" $load -client "$client" -target $ip:18443 \
 		-src-base 127.0.22.2 -src-count 16 -timeout 60s -max-life 10m 2>>"$dir/loadgen.log"; }
@@ -207,11 +241,11 @@ one() { # proxy repeat
 	read -r line <&"$lgout"
 	local worker=$ppid # the tree sum covers nginx's worker
 	local t0 t1
-	local spid=
+	local spid= tpid=
 	case $mode in
 	callgrind) callgrind_control -i on "$ppid" >/dev/null ;;
 	profile)
-		perf record -q -F 4999 -g -o "$dir/$name-$rep.data" -p "$(pgrep -d, -g "$ppid")" 2>/dev/null &
+		perf record -q -F 4999 -g -o "$out/profile-$name-$rep-$kind.data" -p "$(pgrep -d, -g "$ppid")" 2>/dev/null &
 		spid=$!
 		sleep 0.5
 		;;
@@ -220,6 +254,12 @@ one() { # proxy repeat
 		local evs=raw_syscalls:sys_enter sc
 		for sc in $syscalls; do evs=$evs,syscalls:sys_enter_$sc; done
 		perf stat -x, -e "$evs" -p "$(pgrep -d, -g "$ppid")" -o "$dir/$name-$rep.perf" &
+		# TRACE=1: also the time in each call (perf trace -s), which slows
+		# the calls it times: the counts are perf stat's.
+		if [ -n "${TRACE:-}" ]; then
+			perf trace -s -p "$(pgrep -d, -g "$ppid")" -o "$out/trace-$name-$rep-$kind.txt" &
+			tpid=$!
+		fi
 		spid=$!
 		sleep 0.5
 		;;
@@ -230,7 +270,10 @@ one() { # proxy repeat
 	echo stop >&"$lgin"
 	case $mode in
 	callgrind) callgrind_control -i off "$ppid" >/dev/null ;;
-	syscalls | profile) kill -INT "$spid" && wait "$spid" 2>/dev/null || true ;;
+	syscalls | profile)
+		kill -INT "$spid" && wait "$spid" 2>/dev/null || true
+		[ -z "${tpid:-}" ] || { kill -INT "$tpid" && wait "$tpid" 2>/dev/null || true; }
+		;;
 	*) t1=$(tree_times "$worker") ;;
 	esac
 	read -r line <&"$lgout"
@@ -246,7 +289,7 @@ one() { # proxy repeat
 		echo "$name $rep ${ops:-0} ${res:-0} ir $((ir / ${ops:-1}))"
 	elif [ "$mode" = profile ]; then
 		local rep_file=$out/profile-$name-$rep-$kind.txt
-		perf report -i "$dir/$name-$rep.data" --no-children --sort dso,sym --stdio -g none --percent-limit 0.3 2>/dev/null >"$rep_file" || true
+		perf report -i "$out/profile-$name-$rep-$kind.data" --no-children --sort dso,sym --stdio -g none --percent-limit 0.3 2>/dev/null >"$rep_file" || true
 		echo "$name $rep ${ops:-0} ${res:-0} profile $rep_file"
 	elif [ "$mode" = syscalls ]; then
 		# The calls over the window's operations: the total, then by name.
