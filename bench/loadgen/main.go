@@ -63,6 +63,7 @@ type config struct {
 	workers   int
 	resume    bool
 	curve     string
+	bare      bool
 	dialConc  int
 	srcBase   netip.Addr
 	srcOffset int
@@ -88,6 +89,7 @@ func main() {
 	flag.Float64Var(&c.rate, "rate", 2, "messages per second per connection (rate)")
 	flag.IntVar(&c.workers, "workers", 32, "concurrent connect loops (connect)")
 	flag.BoolVar(&c.resume, "resume", false, "resume TLS sessions with tickets (connect)")
+	flag.BoolVar(&c.bare, "bare", false, "connect: dial, TLS handshake and close, no upgrade nor echo (full handshakes only)")
 	flag.StringVar(&c.curve, "curve", "X25519", "the one key exchange offered: X25519 (what OpenSSL 3.0 can do) or X25519MLKEM768 (what Chromium and Firefox prefer)")
 	flag.IntVar(&c.dialConc, "dial-concurrency", 64, "connections being established at once")
 	flag.StringVar(&src, "src-base", "127.0.0.2", "first source address")
@@ -565,6 +567,24 @@ func (g *gen) runLoop(ctx context.Context, cmds <-chan string, paced bool) error
 	return nil
 }
 
+// bareCycle is one -bare connection: dial, a full TLS handshake, close;
+// done is called once the handshake succeeded.
+func (g *gen) bareCycle(ctx context.Context, src netip.Addr, cfg *tls.Config, done func()) error {
+	ctx, cancel := context.WithTimeout(ctx, g.c.timeout)
+	defer cancel()
+	raw, err := wire.SourceDialer(src, 0).DialContext(ctx, "tcp4", g.c.target)
+	if err != nil {
+		return fmt.Errorf("dial %s from %s: %w", g.c.target, src, err)
+	}
+	defer raw.Close()
+	tc := tls.Client(raw, cfg)
+	if err := tc.HandshakeContext(ctx); err != nil {
+		return fmt.Errorf("tls handshake with %s: %w", g.c.target, err)
+	}
+	done()
+	return nil
+}
+
 // runConnect measures connection establishment: each worker loops over dial,
 // handshake, upgrade, one echo and close. With -resume every worker keeps its
 // own one-entry ticket cache, primed by a warm-up connection before the window.
@@ -596,6 +616,16 @@ func (g *gen) runConnect(ctx context.Context, cmds <-chan string) error {
 	)
 	cycle := func(w worker, i int) error {
 		start := time.Now()
+		if g.c.bare {
+			return g.bareCycle(ctx, g.src(w.id+i*g.c.workers), w.cfg, func() {
+				if counting.Load() && !stopped.Load() {
+					ops.Add(1)
+					histMu.Lock()
+					hist.Record(time.Since(start))
+					histMu.Unlock()
+				}
+			})
+		}
 		c, err := g.dial(ctx, g.src(w.id+i*g.c.workers), w.cfg)
 		if err != nil {
 			return err
