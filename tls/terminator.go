@@ -87,14 +87,14 @@ func New(o Options) (*Terminator, error) {
 func (t *Terminator) config() (*tls.Config, error) {
 	o := t.opts
 	cfg := &tls.Config{
-		MinVersion:     o.MinVersion,
+		MinVersion: o.MinVersion,
 		// Go's defaults when nil: X25519MLKEM768 and the other hybrids
 		// first, which OpenSSL 3.0 peers cannot negotiate and which cost
 		// more than X25519 alone (docs/BENCHMARKS.md, "the hybrid key
 		// exchange").
 		CurvePreferences: o.Curves,
-		CipherSuites:   suites12,
-		GetCertificate: t.store.getCertificate,
+		CipherSuites:     suites12,
+		GetCertificate:   t.store.getCertificate,
 		// Only HTTP/1.1: the WebSocket upgrade (RFC 6455) needs it; RFC 8441
 		// over h2 is not served.
 		NextProtos: []string{"http/1.1"},
