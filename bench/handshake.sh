@@ -164,11 +164,16 @@ proxies=(edge haproxy nginx)
 # hybrid X25519MLKEM768 (what Chromium and Firefox prefer), which OpenSSL
 # 3.0 cannot negotiate: its own row, against edge with X25519.
 [ -n "${MLKEM:-}" ] && proxies+=(edge-mlkem)
+# EDGE_ALT=binary adds edge-alt, a third build; PROXIES="a b ..." picks
+# the proxies (and their rotation) outright.
+[ -n "${EDGE_ALT:-}" ] && proxies+=(edge-alt)
+[ -n "${PROXIES:-}" ] && read -r -a proxies <<<"$PROXIES"
 
 argv() {
 	case $1 in
 	edge | edge-mlkem) echo "$edge -config $dir/edge.yaml" ;;
 	edge-before) echo "$EDGE_BEFORE -config $dir/edge.yaml" ;;
+	edge-alt) echo "$EDGE_ALT -config $dir/edge.yaml" ;;
 	haproxy) echo "haproxy -db -f $dir/haproxy.cfg" ;;
 	nginx) echo "nginx -c $dir/nginx.conf -p $dir" ;;
 	esac

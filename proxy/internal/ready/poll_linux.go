@@ -20,8 +20,8 @@ const (
 )
 
 // spinWait is how long the poller waits for the next event before it
-// parks in Go's poller, and parkEvery how long it may go without parking
-// (run).
+// parks in Go's poller (the kernel adds its timer slack, 50 µs by
+// default), and parkEvery how long it may go without parking (run).
 const (
 	spinWait  = 50 * time.Microsecond
 	parkEvery = time.Millisecond
@@ -72,6 +72,8 @@ type poller struct {
 	dirty   []*Conn
 
 	done chan struct{} // closed when run returns
+	// noWait: epoll_pwait2 is missing or refused here (run).
+	noWait bool
 }
 
 func newPoller() (*poller, error) {
@@ -102,7 +104,11 @@ func newPoller() (*poller, error) {
 		f.Close()
 		return nil, fmt.Errorf("epoll descriptor: %w", err)
 	}
-	return &poller{epfd: epfd, wake: wake, file: f, rc: rc, done: make(chan struct{})}, nil
+	// Probe epoll_pwait2 once (run): a kernel before 5.11 lacks it, and
+	// a seccomp filter written before it may refuse it.
+	var probe [1]unix.EpollEvent
+	_, perr := rawEpollWait(epfd, probe[:], 0)
+	return &poller{epfd: epfd, wake: wake, file: f, rc: rc, done: make(chan struct{}), noWait: perr != nil}, nil
 }
 
 // add gives c an id, which the caller stores in c.id before its sockets
@@ -213,36 +219,39 @@ func (p *poller) run(log *slog.Logger) {
 	var pend []*Conn
 	// Collect ready events without blocking; when there are none, park in
 	// Go's poller until the epoll descriptor becomes readable. The callback
-	// looks before it waits, so no event is missed. It and what it sets are
-	// made once, not on every wake-up (four allocations each).
+	// looks before it waits, so no event is missed (RawConn.Read clears a
+	// readiness Go's poller delivered before it calls back). It and what it
+	// sets are made once, not on every wake-up (four allocations each).
 	//
-	// After a batch, other goroutines run first (a yield costs no system
-	// call), then the poller waits up to spinWait for the next event in
-	// one epoll_pwait2: under load the next event is microseconds away,
-	// and a park costs Go's poller two epoll_pwait calls and the poller a
-	// third on waking, where nginx makes one call per batch
-	// (docs/BENCHMARKS.md, "system calls per message"). The wait holds
-	// the P, so it is short, and the poller parks at least every
-	// parkEvery, busy or not, so that Go's poller, which only polls when
-	// the P has nothing else to run, still wakes the goroutines on Go's
-	// own sockets (accepts, handshakes, backend dials) under a busy splice.
+	// After a batch, other goroutines run first, then the poller waits up
+	// to spinWait for the next event in one epoll_pwait2: under load the
+	// next event is microseconds away, and a park costs Go's poller two
+	// epoll_pwait calls and the poller a third on waking, where nginx makes
+	// one call per batch (docs/BENCHMARKS.md, "2026-12-05: system calls
+	// per message"). The wait holds the P, so it is short, and the poller
+	// parks at least once every parkEvery, busy or not: Go's poller only
+	// polls when the P has nothing else to run, and the goroutines on Go's
+	// own sockets (accepts, handshakes, backend dials) must not wait on a
+	// busy splice. A forced park signals the eventfd first, so the park
+	// ends at Go's next poll whatever came or is left from a full harvest.
 	//
-	// A forced park (parkNow) skips the look: every socket put on the
-	// ready list since the last harvest woke the epoll descriptor's
-	// waiters, which Go's poller (edge-triggered) turns into a ready read,
-	// so the wait returns at once when anything came (epoll(7): an epoll
-	// descriptor is itself pollable). Only a harvest that filled evs may
-	// have left events that woke no one, and then the poller does not
-	// force it.
+	// Where epoll_pwait2 is missing (Linux before 5.11) or refused (a
+	// seccomp filter that predates it answers EPERM), the poller looks
+	// without waiting, as it does after a full harvest.
 	var n int
 	var err error
-	waitNext, parkNow := false, false
-	noWait := false // the kernel has no epoll_pwait2: poll, then park
+	waitNext, parkNow, parked := false, false, false
+	noWait := p.noWait
 	lastPark := time.Now()
 	poll := func(uintptr) bool {
-		if parkNow {
-			parkNow = false
+		if parked {
+			// The park ended: the time without one counts from here.
+			parked = false
 			lastPark = time.Now()
+		}
+		if parkNow {
+			parkNow, parked = false, true
+			p.signal()
 			return false
 		}
 		for {
@@ -250,17 +259,18 @@ func (p *poller) run(log *slog.Logger) {
 				waitNext = false
 				runtime.Gosched()
 				n, err = rawEpollWait(p.epfd, evs, spinWait)
-				if err == unix.ENOSYS {
-					noWait = true
+				if err != nil && err != unix.EINTR {
+					log.Warn("epoll_pwait2 failed; the readiness splice's pollers look without waiting", "err", err)
+					noWait, err = true, unix.EINTR
 				}
 			} else {
 				n, err = rawEpollPoll(p.epfd, evs)
 			}
-			if err == unix.EINTR || err == unix.ENOSYS {
+			if err == unix.EINTR {
 				continue
 			}
 			if err == nil && n == 0 {
-				lastPark = time.Now()
+				parked = true
 				return false
 			}
 			return true
@@ -278,10 +288,9 @@ func (p *poller) run(log *slog.Logger) {
 			log.Error("epoll_wait failed; readiness splice stopped", "err", err)
 			return
 		}
+		parkNow = time.Since(lastPark) >= parkEvery
 		// A full harvest may have left events: look again at once.
-		full := n == len(evs)
-		parkNow = !full && time.Since(lastPark) >= parkEvery
-		waitNext = !full && !parkNow && !noWait
+		waitNext = !parkNow && !noWait && n < len(evs)
 		for i := range evs[:n] {
 			id := uint64(uint32(evs[i].Fd)) | uint64(uint32(evs[i].Pad))<<32
 			if id == 0 {

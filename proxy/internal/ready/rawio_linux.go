@@ -50,9 +50,11 @@ func rawEpollPoll(epfd int, evs []unix.EpollEvent) (int, error) {
 	return int(n), nil
 }
 
-// rawEpollWait is epoll_pwait2(2) with a timeout of d, which must stay
-// short: the calling goroutine keeps its P while the thread sleeps. On a
-// kernel without epoll_pwait2 (before Linux 5.11) it returns ENOSYS.
+// rawEpollWait is epoll_pwait2(2) with a timeout of d: the one raw call
+// here that may block, for d at most, so d must stay short (the calling
+// goroutine keeps its P while the thread sleeps). A kernel without
+// epoll_pwait2 (before Linux 5.11) answers ENOSYS, a seccomp filter that
+// predates it EPERM or whatever it was told to.
 func rawEpollWait(epfd int, evs []unix.EpollEvent, d time.Duration) (int, error) {
 	ts := unix.NsecToTimespec(int64(d))
 	n, _, e := unix.RawSyscall6(unix.SYS_EPOLL_PWAIT2, uintptr(epfd), uintptr(unsafe.Pointer(&evs[0])), uintptr(len(evs)), uintptr(unsafe.Pointer(&ts)), 0, 0)
