@@ -23,7 +23,7 @@ func (t *TLS) equal(o *TLS) bool {
 		return t == o
 	}
 	// Certificate, SessionTickets and OCSP hold only comparable values.
-	return slices.Equal(t.Certificates, o.Certificates) && t.MinVersion == o.MinVersion && slices.Equal(t.Curves, o.Curves) &&
+	return slices.Equal(t.Certificates, o.Certificates) && t.MinVersion == o.MinVersion && sameSet(t.Curves, o.Curves) &&
 		t.ClientCAFile == o.ClientCAFile && t.ClientCertHeader == o.ClientCertHeader &&
 		t.SessionTickets == o.SessionTickets && t.OCSP == o.OCSP
 }
@@ -35,3 +35,10 @@ func (p ProxyProtocol) equal(o ProxyProtocol) bool {
 // ListenersEqual reports whether a and b list the same listeners in the
 // same order (Listener.Equal).
 func ListenersEqual(a, b []Listener) bool { return slices.EqualFunc(a, b, Listener.Equal) }
+
+// sameSet reports whether a and b hold the same strings in any order:
+// Go chooses among a listener's curves in its own order, so a reordered
+// list changes nothing.
+func sameSet(a, b []string) bool {
+	return slices.Equal(slices.Sorted(slices.Values(a)), slices.Sorted(slices.Values(b)))
+}

@@ -136,3 +136,17 @@ func TestListenersEqual(t *testing.T) {
 		t.Error("an empty list and an absent one differ")
 	}
 }
+
+// TestCurvesOrderIsNoChange: Go picks among a listener's curves in its
+// own order, so a reload that only reorders them restarts nothing.
+func TestCurvesOrderIsNoChange(t *testing.T) {
+	a, b := fullListener(), fullListener()
+	b.TLS.Curves = []string{"P-256", "X25519"}
+	if !a.Equal(b) {
+		t.Errorf("curves %v and %v: want Equal, the order being Go's", a.TLS.Curves, b.TLS.Curves)
+	}
+	b.TLS.Curves = []string{"P-256"}
+	if a.Equal(b) {
+		t.Errorf("curves %v and %v: want a change", a.TLS.Curves, b.TLS.Curves)
+	}
+}
