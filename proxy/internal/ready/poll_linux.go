@@ -19,14 +19,6 @@ const (
 	minSweep = 10 * time.Millisecond
 )
 
-// spinWait is how long the poller waits for the next event before it
-// parks in Go's poller (the kernel adds its timer slack, 50 µs by
-// default), and parkEvery how long it may go without parking (run).
-const (
-	spinWait  = 50 * time.Microsecond
-	parkEvery = time.Millisecond
-)
-
 // PumpBudget bounds the bytes one direction moves per run, so that one
 // busy connection cannot hold the poller goroutine from the others: past
 // it the driver yields (Conn.Yield) and the connection is run again after
@@ -72,8 +64,6 @@ type poller struct {
 	dirty   []*Conn
 
 	done chan struct{} // closed when run returns
-	// noWait: epoll_pwait2 is missing or refused here (run).
-	noWait bool
 }
 
 func newPoller() (*poller, error) {
@@ -104,11 +94,7 @@ func newPoller() (*poller, error) {
 		f.Close()
 		return nil, fmt.Errorf("epoll descriptor: %w", err)
 	}
-	// Probe epoll_pwait2 once (run): a kernel before 5.11 lacks it, and
-	// a seccomp filter written before it may refuse it.
-	var probe [1]unix.EpollEvent
-	_, perr := rawEpollWait(epfd, probe[:], 0)
-	return &poller{epfd: epfd, wake: wake, file: f, rc: rc, done: make(chan struct{}), noWait: perr != nil}, nil
+	return &poller{epfd: epfd, wake: wake, file: f, rc: rc, done: make(chan struct{})}, nil
 }
 
 // add gives c an id, which the caller stores in c.id before its sockets
@@ -219,65 +205,29 @@ func (p *poller) run(log *slog.Logger) {
 	var pend []*Conn
 	// Collect ready events without blocking; when there are none, park in
 	// Go's poller until the epoll descriptor becomes readable. The callback
-	// looks before it waits, so no event is missed (RawConn.Read clears a
-	// readiness Go's poller delivered before it calls back). It and what it
-	// sets are made once, not on every wake-up (four allocations each).
-	//
-	// After a batch, other goroutines run first, then the poller waits up
-	// to spinWait for the next event in one epoll_pwait2: under load the
-	// next event is microseconds away, and a park costs Go's poller two
-	// epoll_pwait calls and the poller a third on waking, where nginx makes
-	// one call per batch (docs/BENCHMARKS.md, "2026-12-05: system calls
-	// per message"). The wait holds the P, so it is short, and the poller
-	// parks at least once every parkEvery, busy or not: Go's poller only
-	// polls when the P has nothing else to run, and the goroutines on Go's
-	// own sockets (accepts, handshakes, backend dials) must not wait on a
-	// busy splice. A forced park signals the eventfd first, so the park
-	// ends at Go's next poll whatever came or is left from a full harvest.
-	//
-	// Where epoll_pwait2 is missing (Linux before 5.11) or refused (a
-	// seccomp filter that predates it answers EPERM), the poller looks
-	// without waiting, as it does after a full harvest.
+	// looks before it waits, so no event is missed. It and what it sets are
+	// made once, not on every wake-up (four allocations each).
 	var n int
 	var err error
-	waitNext, parkNow, parked := false, false, false
-	noWait := p.noWait
-	lastPark := time.Now()
+	yielded := false
 	poll := func(uintptr) bool {
-		if parked {
-			// The park ended: the time without one counts from here.
-			parked = false
-			lastPark = time.Now()
-		}
-		if parkNow {
-			parkNow, parked = false, true
-			p.signal()
-			return false
-		}
 		for {
-			if waitNext {
-				waitNext = false
-				runtime.Gosched()
-				n, err = rawEpollWait(p.epfd, evs, spinWait)
-				if err != nil && err != unix.EINTR {
-					log.Warn("epoll_pwait2 failed; the readiness splice's pollers look without waiting", "err", err)
-					noWait, err = true, unix.EINTR
-				}
-			} else {
-				n, err = rawEpollPoll(p.epfd, evs)
-			}
+			n, err = rawEpollPoll(p.epfd, evs)
 			if err == unix.EINTR {
 				continue
 			}
-			if err == nil && n == 0 {
-				parked = true
-				return false
+			if err != nil || n > 0 || yielded {
+				return err != nil || n > 0
 			}
-			return true
+			// Under load the next event is usually microseconds away:
+			// let other goroutines run once and look again before paying
+			// for a park and a netpoll wake-up.
+			yielded = true
+			runtime.Gosched()
 		}
 	}
 	for {
-		n, err = 0, nil
+		n, err, yielded = 0, nil, false
 		rerr := p.rc.Read(poll)
 		if err == nil {
 			err = rerr
@@ -288,9 +238,6 @@ func (p *poller) run(log *slog.Logger) {
 			log.Error("epoll_wait failed; readiness splice stopped", "err", err)
 			return
 		}
-		parkNow = time.Since(lastPark) >= parkEvery
-		// A full harvest may have left events: look again at once.
-		waitNext = !parkNow && !noWait && n < len(evs)
 		for i := range evs[:n] {
 			id := uint64(uint32(evs[i].Fd)) | uint64(uint32(evs[i].Pad))<<32
 			if id == 0 {

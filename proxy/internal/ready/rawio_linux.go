@@ -1,7 +1,6 @@
 package ready
 
 import (
-	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -44,20 +43,6 @@ func rawIO(trap uintptr, fd int, p []byte) (int, error) {
 // rawEpollPoll is epoll_wait(2) with a zero timeout: it never blocks.
 func rawEpollPoll(epfd int, evs []unix.EpollEvent) (int, error) {
 	n, _, e := unix.RawSyscall6(unix.SYS_EPOLL_PWAIT, uintptr(epfd), uintptr(unsafe.Pointer(&evs[0])), uintptr(len(evs)), 0, 0, 0)
-	if e != 0 {
-		return 0, e
-	}
-	return int(n), nil
-}
-
-// rawEpollWait is epoll_pwait2(2) with a timeout of d: the one raw call
-// here that may block, for d at most, so d must stay short (the calling
-// goroutine keeps its P while the thread sleeps). A kernel without
-// epoll_pwait2 (before Linux 5.11) answers ENOSYS, a seccomp filter that
-// predates it EPERM or whatever it was told to.
-func rawEpollWait(epfd int, evs []unix.EpollEvent, d time.Duration) (int, error) {
-	ts := unix.NsecToTimespec(int64(d))
-	n, _, e := unix.RawSyscall6(unix.SYS_EPOLL_PWAIT2, uintptr(epfd), uintptr(unsafe.Pointer(&evs[0])), uintptr(len(evs)), uintptr(unsafe.Pointer(&ts)), 0, 0)
 	if e != 0 {
 		return 0, e
 	}

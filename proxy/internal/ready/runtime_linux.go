@@ -47,9 +47,6 @@ type Runtime struct {
 	// clock reads the time that bounds a tick's slices (sweepSlice);
 	// tests replace it.
 	clock func() int64
-	// noWait, set by a test before Run, has every poller look without
-	// waiting, as where epoll_pwait2 is missing or refused.
-	noWait bool
 }
 
 const (
@@ -96,7 +93,6 @@ func (rt *Runtime) Run(ctx context.Context) error {
 			rt.log.Error("readiness splice unavailable", "err", err)
 			return err
 		}
-		p.noWait = p.noWait || rt.noWait
 		rt.polls = append(rt.polls, p)
 	}
 	for _, p := range rt.polls {
