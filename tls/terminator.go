@@ -90,8 +90,8 @@ func (t *Terminator) config() (*tls.Config, error) {
 		MinVersion: o.MinVersion,
 		// Go's defaults when nil: X25519MLKEM768 and the other hybrids
 		// first, which OpenSSL 3.0 peers cannot negotiate and which cost
-		// more than X25519 alone (docs/BENCHMARKS.md, "the hybrid key
-		// exchange").
+		// 1.26× X25519 per set-up (docs/BENCHMARKS.md, "2026-12-05:
+		// connecting and echoing").
 		CurvePreferences: o.Curves,
 		CipherSuites:     suites12,
 		GetCertificate:   t.store.getCertificate,
