@@ -1,10 +1,18 @@
 package tls
 
 import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"math/big"
+	"net"
 	"os"
+	"time"
 )
 
 // Finding is one problem with the options of a Terminator.
@@ -51,6 +59,11 @@ func Check(o Options) CheckResult {
 			res.Errors = append(res.Errors, Finding{Cert: -1, Err: err})
 		}
 	}
+	if len(o.Curves) > 0 {
+		if err := negotiable(o.Curves); err != nil {
+			res.Errors = append(res.Errors, Finding{Cert: -1, Err: err})
+		}
+	}
 	if !o.Tickets.Disabled && o.Tickets.KeyFile != "" {
 		to := o.Tickets
 		to.Source = nil
@@ -87,6 +100,38 @@ func staplePolicy(o Options, lc *loadedCert) error {
 		return fmt.Errorf("certificate file %s: must-staple certificate names no OCSP responder: it would never be served (must-staple policy %q)", lc.files.CertFile, MustStapleRefuse)
 	case lc.issuer == nil && len(lc.caIssuers) == 0:
 		return fmt.Errorf("certificate file %s: must-staple certificate without its issuer (not in the chain, no issuer_file, no http(s) caIssuers URL): OCSP responses cannot be verified", lc.files.CertFile)
+	}
+	return nil
+}
+
+// negotiable handshakes in memory between a server and a client both
+// limited to curves: Go only filters its own list by them, so a list this
+// process cannot use at all (only hybrids under GODEBUG=tlsmlkem=0, X25519
+// alone in FIPS 140 mode) would fail every handshake of the listener.
+func negotiable(curves []tls.CurveID) error {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return fmt.Errorf("curves: a key for the check: %w", err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), NotAfter: time.Now().Add(time.Hour), DNSNames: []string{"check.invalid"}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		return fmt.Errorf("curves: a certificate for the check: %w", err)
+	}
+	cert := tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
+	s, c := net.Pipe()
+	defer s.Close()
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	srv := tls.Server(s, &tls.Config{Certificates: []tls.Certificate{cert}, CurvePreferences: curves})
+	go func() {
+		_ = srv.HandshakeContext(ctx)
+		s.Close()
+	}()
+	cli := tls.Client(c, &tls.Config{InsecureSkipVerify: true, CurvePreferences: curves}) //nolint:gosec // both ends are this check's own
+	if err := cli.HandshakeContext(ctx); err != nil {
+		return fmt.Errorf("curves %v: none can be negotiated by this process (GODEBUG tlsmlkem=0 or tlssecpmlkem=0, or FIPS 140 mode, turn some off): %w", curves, err)
 	}
 	return nil
 }

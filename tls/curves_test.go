@@ -42,3 +42,28 @@ func TestCurves(t *testing.T) {
 		t.Errorf("listener with curves [P-256], Go client with its defaults: key exchange %v, want P-256", cs.CurveID)
 	}
 }
+
+// TestCurvesNoneNegotiable: a listener whose curves this process cannot
+// use at all (only the hybrid, with GODEBUG=tlsmlkem=0) is refused by
+// Check (edge -check) and New (edge's start and reload), rather than
+// failing every handshake.
+func TestCurvesNoneNegotiable(t *testing.T) {
+	p := newPKI(t)
+	leaf := p.leaf(t, leafOpts{names: []string{"a.example.com"}})
+	o := edgetls.Options{Certificates: []edgetls.CertFiles{leaf.files()}, OCSP: edgetls.OCSPOptions{Disabled: true}, Curves: []tls.CurveID{tls.X25519MLKEM768}}
+	if err := edgetls.Check(o).Err(); err != nil {
+		t.Fatalf("curves [X25519MLKEM768] with Go's defaults: %v", err)
+	}
+	t.Setenv("GODEBUG", "tlsmlkem=0")
+	err := edgetls.Check(o).Err()
+	if err == nil || !strings.Contains(err.Error(), "none can be negotiated") {
+		t.Fatalf("curves [X25519MLKEM768] under GODEBUG=tlsmlkem=0: Check = %v, want the curves refused", err)
+	}
+	if _, err := edgetls.New(o); err == nil || !strings.Contains(err.Error(), "none can be negotiated") {
+		t.Fatalf("curves [X25519MLKEM768] under GODEBUG=tlsmlkem=0: New = %v, want the curves refused", err)
+	}
+	o.Curves = []tls.CurveID{tls.X25519MLKEM768, tls.X25519}
+	if err := edgetls.Check(o).Err(); err != nil {
+		t.Errorf("curves [X25519MLKEM768 X25519] under GODEBUG=tlsmlkem=0: %v, want X25519 to do", err)
+	}
+}

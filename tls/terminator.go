@@ -51,6 +51,11 @@ func New(o Options) (*Terminator, error) {
 	if err != nil {
 		return nil, fmt.Errorf("edgetls: %w", err)
 	}
+	if len(o.Curves) > 0 {
+		if err := negotiable(o.Curves); err != nil {
+			return nil, fmt.Errorf("edgetls: %w", err)
+		}
+	}
 	t := &Terminator{opts: o, log: o.Logger, stapler: newStapler(o)}
 	var res CheckResult
 	t.store, res = newCertStore(o, t.stapler)
