@@ -95,6 +95,11 @@
 // (forward secrecy and AEAD); TLS 1.3 suites are all AEAD. crypto/tls
 // servers never renegotiate. ALPN offers "http/1.1" only.
 //
+// Options.Curves limits the key exchanges (nil: Go's defaults, which
+// prefer the hybrid X25519MLKEM768 that current browsers send). Go only
+// filters its own list by them, so New and Check refuse a list this
+// process cannot negotiate at all, proved by an in-memory handshake.
+//
 // Options.ClientCAFile turns on mutual TLS (RequireAndVerifyClientCert
 // against the PEM certificates of the file, read at New). The verified
 // certificate is in the request's tls.ConnectionState; proxy names it for
