@@ -252,8 +252,24 @@ var revokeMallory = []auth.Revocation{{Subject: "mallory", Until: time.Now().Add
 // reaches a frame boundary cannot get its close frame; it is ended
 // wsession.FinTimeout after the revocation, not at its token's end.
 func TestRevokedMidFrameEnds(t *testing.T) {
+	revokedConnEnds(t, rawBackend(t, nil, nil), "the revoked connection to end mid-frame")
+}
+
+// TestRevokedUnansweredCloseEnds: a revoked connection whose close frame
+// goes out but whose client never answers it (nor reads) is ended
+// wsession.FinTimeout after the revocation: the holder of a revoked token
+// cannot keep the connection by staying silent.
+func TestRevokedUnansweredCloseEnds(t *testing.T) {
+	revokedConnEnds(t, startBackend(t, "b1").Addr(), "the revoked connection to end, its close unanswered")
+}
+
+// revokedConnEnds opens one connection of mallory's through backend,
+// which neither reads nor answers afterwards, revokes mallory, and awaits
+// the connection's end (what) on both splices.
+func revokedConnEnds(t *testing.T, backend, what string) {
+	t.Helper()
 	ti := newTokenIssuer(t)
-	p := newPool(t, "app", balance.LeastConn, map[string]string{"b1": rawBackend(t, nil, nil)})
+	p := newPool(t, "app", balance.LeastConn, map[string]string{"b1": backend})
 	p.Auth = &Auth{Verifier: ti.v}
 	forEachPath(t, func(t *testing.T, sp splicePath) {
 		e := startEdge(t, edgeConfig{splice: sp, opts: Options{Routes: []Route{{Default: true, Pool: p}}}})
@@ -268,32 +284,7 @@ func TestRevokedMidFrameEnds(t *testing.T) {
 		}
 		// FinTimeout after the revocation, with room for a loaded machine:
 		// the bound proves the end comes, not how soon.
-		testkit.Await(t, wsession.FinTimeout+50*time.Second, "the revoked connection to end mid-frame", func() (bool, string) {
-			return e.srv.Active() == 0, ""
-		})
-	})
-}
-
-// TestRevokedUnansweredCloseEnds: a revoked connection whose close frame
-// goes out but whose client never answers it (nor reads) is ended
-// wsession.FinTimeout after the revocation: the holder of a revoked token
-// cannot keep the connection by staying silent.
-func TestRevokedUnansweredCloseEnds(t *testing.T) {
-	ti := newTokenIssuer(t)
-	p := newPool(t, "app", balance.LeastConn, map[string]string{"b1": startBackend(t, "b1").Addr()})
-	p.Auth = &Auth{Verifier: ti.v}
-	forEachPath(t, func(t *testing.T, sp splicePath) {
-		e := startEdge(t, edgeConfig{splice: sp, opts: Options{Routes: []Route{{Default: true, Pool: p}}}})
-		c, _, err := e.dialer().Dial(e.url("/"), http.Header{"Authorization": {"Bearer " + ti.mint("mallory", time.Now().Add(time.Hour))}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		testkit.WaitFor(t, "the connection registered", func() bool { return e.srv.Active() == 1 })
-		if n := e.srv.SetRevoked(auth.CompileRevocations(revokeMallory, []string{"iss"}, time.Now())); n != 1 {
-			t.Fatalf("SetRevoked asked %d to close", n)
-		}
-		testkit.Await(t, wsession.FinTimeout+50*time.Second, "the revoked connection to end, its close unanswered", func() (bool, string) {
+		testkit.Await(t, wsession.FinTimeout+50*time.Second, what, func() (bool, string) {
 			return e.srv.Active() == 0, ""
 		})
 	})
